@@ -1,0 +1,15 @@
+module github.com/understudy-raft/understudy
+
+go 1.26
+
+require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	github.com/cockroachdb/datadriven v1.0.3 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	go.etcd.io/bbolt v1.5.0 // indirect
+	go.etcd.io/raft/v3 v3.7.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.45.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
