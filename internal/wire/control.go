@@ -1,0 +1,303 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unicode/utf8"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Protocol versions this package speaks. A dialer offers a range and the
+// listener picks the highest version both support.
+const (
+	MinVersion uint16 = 1
+	MaxVersion uint16 = 1
+)
+
+// Magic opens every Hello payload, so that a stray client (an HTTP request,
+// a port scanner) is told apart from a peer speaking another version.
+var Magic = [4]byte{'U', 'S', 'T', 'W'}
+
+// Kind is what a connection carries, fixed by its Hello.
+type Kind uint8
+
+// Connection kinds.
+const (
+	KindStream   Kind = 1 // raft messages, dialer to listener, with pings both ways
+	KindSnapshot Kind = 2 // one MsgSnap and its file, then the listener's ack
+	KindRequest  Kind = 3 // member-to-member requests and their responses
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindStream:
+		return "stream"
+	case KindSnapshot:
+		return "snapshot"
+	case KindRequest:
+		return "request"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// HelloSize is the size of an encoded Hello. Later versions may append
+// fields; decoders ignore bytes past HelloSize.
+const HelloSize = 48
+
+// Hello is the first frame of a connection, sent by the dialer.
+//
+//	offset size field
+//	0      4    magic "USTW"
+//	4      2    lowest protocol version the dialer speaks
+//	6      2    highest protocol version the dialer speaks
+//	8      1    connection kind
+//	9      7    reserved, zero
+//	16     8    group ID
+//	24     8    cluster ID (0: the dialer does not know it yet)
+//	32     8    sender (dialer) member ID
+//	40     8    receiver member ID (0: unknown, only for request connections)
+//
+// All integers are big endian.
+type Hello struct {
+	MinVersion, MaxVersion uint16
+	Kind                   Kind
+	Group                  uint64
+	Cluster                uint64
+	From                   uint64
+	To                     uint64
+}
+
+// AppendHello appends the payload of h to b.
+func AppendHello(b []byte, h Hello) []byte {
+	var p [HelloSize]byte
+	copy(p[0:4], Magic[:])
+	binary.BigEndian.PutUint16(p[4:6], h.MinVersion)
+	binary.BigEndian.PutUint16(p[6:8], h.MaxVersion)
+	p[8] = byte(h.Kind)
+	binary.BigEndian.PutUint64(p[16:24], h.Group)
+	binary.BigEndian.PutUint64(p[24:32], h.Cluster)
+	binary.BigEndian.PutUint64(p[32:40], h.From)
+	binary.BigEndian.PutUint64(p[40:48], h.To)
+	return append(b, p[:]...)
+}
+
+// ParseHello decodes a Hello payload. It checks the magic and the size;
+// whether the versions, kind and IDs are acceptable is the caller's call.
+func ParseHello(p []byte) (Hello, error) {
+	if len(p) < HelloSize {
+		return Hello{}, fmt.Errorf("%w: hello of %d bytes, want at least %d", ErrMalformed, len(p), HelloSize)
+	}
+	if [4]byte(p[0:4]) != Magic {
+		return Hello{}, fmt.Errorf("%w: bad magic %q in hello", ErrMalformed, p[0:4])
+	}
+	h := Hello{
+		MinVersion: binary.BigEndian.Uint16(p[4:6]),
+		MaxVersion: binary.BigEndian.Uint16(p[6:8]),
+		Kind:       Kind(p[8]),
+		Group:      binary.BigEndian.Uint64(p[16:24]),
+		Cluster:    binary.BigEndian.Uint64(p[24:32]),
+		From:       binary.BigEndian.Uint64(p[32:40]),
+		To:         binary.BigEndian.Uint64(p[40:48]),
+	}
+	return h, nil
+}
+
+// Code is the outcome carried by a HelloReply.
+type Code uint8
+
+// Reply codes. Anything but CodeAccepted refuses the connection, and the
+// listener closes it after sending the reply.
+const (
+	CodeAccepted        Code = 0
+	CodeVersion         Code = 1 // no protocol version in common
+	CodeClusterMismatch Code = 2 // the dialer's cluster ID is not the listener's
+	CodeGroupMismatch   Code = 3 // the dialer's group ID is not the listener's
+	CodeWrongReceiver   Code = 4 // the receiver ID is not the listener's member ID
+	CodeUnknownSender   Code = 5 // the sender is not a member the listener knows
+	CodeRemoved         Code = 6 // the sender was removed from the cluster
+	CodeBusy            Code = 7 // too many concurrent snapshots; retry later
+	CodeBadHello        Code = 8 // the hello was malformed or had an unknown kind
+)
+
+// MaxReasonSize bounds the free-text reason in a HelloReply or an error
+// Status.
+const MaxReasonSize = 1024
+
+// HelloReplySize is the fixed part of a HelloReply.
+const HelloReplySize = 24
+
+// HelloReply is the listener's answer to a Hello.
+//
+//	offset size field
+//	0      2    chosen protocol version (0 when refused)
+//	2      1    code (0 accepted, else the reason for refusing)
+//	3      5    reserved, zero
+//	8      8    the listener's cluster ID (0 if it does not know it)
+//	16     8    the listener's member ID
+//	24     n    reason: UTF-8 text for logs, at most 1024 bytes, may be empty
+type HelloReply struct {
+	Version uint16
+	Code    Code
+	Cluster uint64
+	Member  uint64
+	Reason  string
+}
+
+// AppendHelloReply appends the payload of r to b. A reason longer than
+// MaxReasonSize is truncated.
+func AppendHelloReply(b []byte, r HelloReply) []byte {
+	var p [HelloReplySize]byte
+	binary.BigEndian.PutUint16(p[0:2], r.Version)
+	p[2] = byte(r.Code)
+	binary.BigEndian.PutUint64(p[8:16], r.Cluster)
+	binary.BigEndian.PutUint64(p[16:24], r.Member)
+	b = append(b, p[:]...)
+	return append(b, truncateReason(r.Reason)...)
+}
+
+// ParseHelloReply decodes a HelloReply payload.
+func ParseHelloReply(p []byte) (HelloReply, error) {
+	if len(p) < HelloReplySize {
+		return HelloReply{}, fmt.Errorf("%w: hello reply of %d bytes, want at least %d", ErrMalformed, len(p), HelloReplySize)
+	}
+	reason := p[HelloReplySize:]
+	if len(reason) > MaxReasonSize || !utf8.Valid(reason) {
+		return HelloReply{}, fmt.Errorf("%w: hello reply reason is not short UTF-8", ErrMalformed)
+	}
+	return HelloReply{
+		Version: binary.BigEndian.Uint16(p[0:2]),
+		Code:    Code(p[2]),
+		Cluster: binary.BigEndian.Uint64(p[8:16]),
+		Member:  binary.BigEndian.Uint64(p[16:24]),
+		Reason:  string(reason),
+	}, nil
+}
+
+func truncateReason(s string) string {
+	if len(s) <= MaxReasonSize {
+		return s
+	}
+	s = s[:MaxReasonSize]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// Status payloads (TypeSnapshotAck, TypeResponse) start with one status
+// byte: StatusOK followed by the result, or StatusError followed by a
+// UTF-8 error text of at most MaxReasonSize bytes.
+const (
+	StatusOK    byte = 0
+	StatusError byte = 1
+)
+
+// AppendStatus appends a status payload to b: StatusOK and data when
+// errText is empty, else StatusError and errText.
+func AppendStatus(b []byte, data []byte, errText string) []byte {
+	if errText != "" {
+		b = append(b, StatusError)
+		return append(b, truncateReason(errText)...)
+	}
+	b = append(b, StatusOK)
+	return append(b, data...)
+}
+
+// ParseStatus decodes a status payload. ok reports StatusOK; data is the
+// result (aliasing p) or the error text.
+func ParseStatus(p []byte) (ok bool, data []byte, err error) {
+	if len(p) == 0 {
+		return false, nil, fmt.Errorf("%w: empty status", ErrMalformed)
+	}
+	switch p[0] {
+	case StatusOK:
+		return true, p[1:], nil
+	case StatusError:
+		if len(p)-1 > MaxReasonSize || !utf8.Valid(p[1:]) {
+			return false, nil, fmt.Errorf("%w: error status is not short UTF-8", ErrMalformed)
+		}
+		return false, p[1:], nil
+	}
+	return false, nil, fmt.Errorf("%w: status byte %d", ErrMalformed, p[0])
+}
+
+// A Request payload is the caller's remaining time budget in nanoseconds
+// (8 bytes big endian, 0 for none) followed by the opaque request.
+
+// AppendRequest appends a request payload to b.
+func AppendRequest(b []byte, timeoutNanos uint64, req []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, timeoutNanos)
+	return append(b, req...)
+}
+
+// ParseRequest decodes a request payload; req aliases p.
+func ParseRequest(p []byte) (timeoutNanos uint64, req []byte, err error) {
+	if len(p) < 8 {
+		return 0, nil, fmt.Errorf("%w: request of %d bytes", ErrMalformed, len(p))
+	}
+	return binary.BigEndian.Uint64(p[:8]), p[8:], nil
+}
+
+// A SnapshotHeader payload is the size of the snapshot file in bytes
+// (8 bytes big endian) followed by the encoded MsgSnap.
+
+// AppendSnapshotHeader appends a snapshot header payload to b.
+func AppendSnapshotHeader(b []byte, size uint64, msg []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, size)
+	return append(b, msg...)
+}
+
+// ParseSnapshotHeader decodes a snapshot header payload; msg aliases p.
+func ParseSnapshotHeader(p []byte) (size uint64, msg []byte, err error) {
+	if len(p) < 8 {
+		return 0, nil, fmt.Errorf("%w: snapshot header of %d bytes", ErrMalformed, len(p))
+	}
+	return binary.BigEndian.Uint64(p[:8]), p[8:], nil
+}
+
+// SnapshotEndSize is the size of a SnapshotEnd payload: the total size of
+// the file (8 bytes) and its CRC-32C (4 bytes), big endian.
+const SnapshotEndSize = 12
+
+// AppendSnapshotEnd appends a snapshot end payload to b.
+func AppendSnapshotEnd(b []byte, size uint64, crc uint32) []byte {
+	b = binary.BigEndian.AppendUint64(b, size)
+	return binary.BigEndian.AppendUint32(b, crc)
+}
+
+// ParseSnapshotEnd decodes a snapshot end payload.
+func ParseSnapshotEnd(p []byte) (size uint64, crc uint32, err error) {
+	if len(p) != SnapshotEndSize {
+		return 0, 0, fmt.Errorf("%w: snapshot end of %d bytes, want %d", ErrMalformed, len(p), SnapshotEndSize)
+	}
+	return binary.BigEndian.Uint64(p[:8]), binary.BigEndian.Uint32(p[8:]), nil
+}
+
+// PingSize is the size of a ping or pong payload: an opaque token the
+// pinger chooses (the transport uses its monotonic send time).
+const PingSize = 8
+
+// AppendPing appends a ping or pong payload to b.
+func AppendPing(b []byte, token uint64) []byte {
+	return binary.BigEndian.AppendUint64(b, token)
+}
+
+// ParsePing decodes a ping or pong payload.
+func ParsePing(p []byte) (uint64, error) {
+	if len(p) != PingSize {
+		return 0, fmt.Errorf("%w: ping of %d bytes", ErrMalformed, len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
+}
+
+// AppendMessageFrame appends one TypeMessage frame carrying m to dst, with
+// the message encoded in place (no intermediate buffer).
+func AppendMessageFrame(dst []byte, group uint64, m *raftpb.Message) ([]byte, error) {
+	dst, start := beginFrame(dst)
+	dst, err := AppendMessage(dst, m)
+	if err != nil {
+		return dst[:start], err
+	}
+	return sealFrame(dst, start, TypeMessage, group), nil
+}

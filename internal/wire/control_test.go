@@ -1,0 +1,109 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestHelloRoundTrip(t *testing.T) {
+	h := Hello{MinVersion: 1, MaxVersion: 3, Kind: KindSnapshot, Group: 1, Cluster: 0xdeadbeef, From: 1 << 60, To: 2}
+	got, err := ParseHello(AppendHello(nil, h))
+	if err != nil || got != h {
+		t.Fatalf("got %+v, %v; want %+v", got, err, h)
+	}
+	// Later versions may append fields.
+	got, err = ParseHello(append(AppendHello(nil, h), 1, 2, 3))
+	if err != nil || got != h {
+		t.Fatalf("with trailing bytes: got %+v, %v", got, err)
+	}
+	for _, bad := range [][]byte{nil, AppendHello(nil, h)[:HelloSize-1], []byte(strings.Repeat("GET / HTTP/1.1\r\n", 4))} {
+		if _, err := ParseHello(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("ParseHello(%q): %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+func TestHelloReplyRoundTrip(t *testing.T) {
+	r := HelloReply{Version: 1, Code: CodeRemoved, Cluster: 9, Member: 3, Reason: "member 4 was removed"}
+	got, err := ParseHelloReply(AppendHelloReply(nil, r))
+	if err != nil || got != r {
+		t.Fatalf("got %+v, %v; want %+v", got, err, r)
+	}
+	long := HelloReply{Reason: strings.Repeat("é", MaxReasonSize)}
+	got, err = ParseHelloReply(AppendHelloReply(nil, long))
+	if err != nil || len(got.Reason) > MaxReasonSize || !strings.HasPrefix(long.Reason, got.Reason) {
+		t.Fatalf("long reason: %d bytes, %v", len(got.Reason), err)
+	}
+	if _, err := ParseHelloReply(append(AppendHelloReply(nil, r), 0xff)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("invalid UTF-8 reason: %v", err)
+	}
+}
+
+func TestControlPayloads(t *testing.T) {
+	ok, data, err := ParseStatus(AppendStatus(nil, []byte("result"), ""))
+	if !ok || string(data) != "result" || err != nil {
+		t.Fatalf("ok status: %v %q %v", ok, data, err)
+	}
+	ok, data, err = ParseStatus(AppendStatus(nil, nil, "boom"))
+	if ok || string(data) != "boom" || err != nil {
+		t.Fatalf("error status: %v %q %v", ok, data, err)
+	}
+	if _, _, err := ParseStatus([]byte{7}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad status: %v", err)
+	}
+	d, req, err := ParseRequest(AppendRequest(nil, 5, []byte("q")))
+	if d != 5 || string(req) != "q" || err != nil {
+		t.Fatalf("request: %d %q %v", d, req, err)
+	}
+	n, msg, err := ParseSnapshotHeader(AppendSnapshotHeader(nil, 1<<40, []byte("m")))
+	if n != 1<<40 || string(msg) != "m" || err != nil {
+		t.Fatalf("snapshot header: %d %q %v", n, msg, err)
+	}
+	n, crc, err := ParseSnapshotEnd(AppendSnapshotEnd(nil, 12, 34))
+	if n != 12 || crc != 34 || err != nil {
+		t.Fatalf("snapshot end: %d %d %v", n, crc, err)
+	}
+	tok, err := ParsePing(AppendPing(nil, 99))
+	if tok != 99 || err != nil {
+		t.Fatalf("ping: %d %v", tok, err)
+	}
+	for name, err := range map[string]error{
+		"request":  second(ParseRequest([]byte{1})),
+		"header":   second(ParseSnapshotHeader(nil)),
+		"end":      third(ParseSnapshotEnd(make([]byte, 13))),
+		"ping":     func() error { _, err := ParsePing(nil); return err }(),
+		"status 0": third(ParseStatus(nil)),
+	} {
+		if !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func second[A, B any](_ A, _ B, err error) error { return err }
+func third[A, B any](_ A, _ B, err error) error  { return err }
+
+// FuzzHello checks the handshake decoders never panic and that what they
+// accept re-encodes to the same bytes (but for the reserved ones).
+func FuzzHello(f *testing.F) {
+	f.Add(AppendHello(nil, Hello{MinVersion: 1, MaxVersion: 1, Kind: KindStream, Group: 1, Cluster: 2, From: 3, To: 4}))
+	f.Add(AppendHelloReply(nil, HelloReply{Version: 1, Code: CodeClusterMismatch, Cluster: 5, Member: 6, Reason: "no"}))
+	f.Add([]byte("USTW"))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if h, err := ParseHello(p); err == nil {
+			if again := AppendHello(nil, h); !bytes.Equal(again[:9], p[:9]) || !bytes.Equal(again[16:], p[16:HelloSize]) {
+				t.Fatalf("hello %+v re-encodes to %x, input %x", h, again, p)
+			}
+		}
+		if r, err := ParseHelloReply(p); err == nil {
+			again, err := ParseHelloReply(AppendHelloReply(nil, r))
+			if err != nil || again != r {
+				t.Fatalf("reply %+v re-decodes to %+v, %v", r, again, err)
+			}
+		}
+		_, _, _ = ParseStatus(p)
+		_, _, _ = ParseSnapshotEnd(p)
+	})
+}
