@@ -1,0 +1,129 @@
+package confchange
+
+import (
+	"slices"
+	"time"
+)
+
+// Policy decides the next membership change on its own. The node asks it on
+// the leader after each refresh of the view and plans (PlanChange) what it
+// returns; a host may replace it. It must be deterministic and must not keep
+// or change the view.
+type Policy interface {
+	// Next returns the change to make now, if any: at most one request.
+	Next(v View) (Request, bool)
+}
+
+// DefaultPolicy is the built-in policy. In order, it:
+//
+//  1. does nothing while a change is pending or without an active majority
+//     in the current configuration (both halves when joint);
+//  2. completes a joint configuration (OpLeaveJoint), e.g. one a crashed
+//     leader entered;
+//  3. fills voter seats up to TargetVoters with ready learners, one when the
+//     voter count is even and two at once when it is odd, so the count stays
+//     odd; learners beyond the target stay standbys;
+//  4. swaps a voter it has not heard from for FailoverAfter for a ready
+//     standby in one joint change (standby → voter, lost voter → learner),
+//     keeping the voter count;
+//  5. removes a learner it has not heard from for RemoveDeadAfter, when set.
+//
+// Candidates are taken least lag first, then lowest ID; lost voters longest
+// silent first, then lowest ID. It returns only requests Check accepts.
+type DefaultPolicy struct {
+	Settings Settings
+}
+
+// Next implements Policy.
+func (p DefaultPolicy) Next(v View) (Request, bool) {
+	s := p.Settings.WithDefaults()
+	v.Config = v.Config.Normalize()
+	cfg := v.Config
+	if v.PendingChange || cfg.validate() != nil {
+		return Request{}, false
+	}
+	for _, half := range [][]uint64{cfg.Voters, cfg.VotersOutgoing} {
+		if _, ok := v.majority(half, 0); len(half) > 0 && !ok {
+			return Request{}, false
+		}
+	}
+	ok := func(r Request) bool { return len(Check(v, s, r)) == 0 }
+	if cfg.Joint() {
+		r := LeaveJoint()
+		return r, ok(r)
+	}
+
+	standbys := p.standbys(v, s)
+	if n := len(cfg.Voters); n < s.TargetVoters {
+		k := 2 - n%2 // odd count: two at once; even: one
+		if len(standbys) >= k && n+k <= s.TargetVoters {
+			if r := Promote(standbys[:k]...); ok(r) {
+				return r, true
+			}
+		}
+	}
+
+	for _, lost := range silent(v, cfg.Voters, s.FailoverAfter) {
+		for _, sb := range standbys {
+			if r := Swap(lost, sb); ok(r) {
+				return r, true
+			}
+		}
+	}
+
+	if s.RemoveDeadAfter > 0 {
+		for _, dead := range silent(v, cfg.Learners, s.RemoveDeadAfter) {
+			if r := Remove(dead); ok(r) {
+				return r, true
+			}
+		}
+	}
+	return Request{}, false
+}
+
+// standbys returns the ready, promotable learners, least lag then lowest ID.
+func (p DefaultPolicy) standbys(v View, s Settings) []uint64 {
+	var out []uint64
+	for _, id := range v.Config.Learners {
+		if !v.Members[id].ReadOnly && Readiness(v, s, id).Ready() {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b uint64) int {
+		la, lb := v.Progress[a].Lag(v.LastIndex), v.Progress[b].Lag(v.LastIndex)
+		switch {
+		case la != lb && la < lb:
+			return -1
+		case la != lb:
+			return 1
+		case a < b:
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// silent returns the members of ids, other than the leader, that are
+// inactive and were last heard from at least d ago, longest silent first,
+// then lowest ID. A member with no known last contact is never silent.
+func silent(v View, ids []uint64, d time.Duration) []uint64 {
+	var out []uint64
+	for _, id := range ids {
+		pr, ok := v.Progress[id]
+		if ok && !v.active(id) && !pr.LastContact.IsZero() && v.Now.Sub(pr.LastContact) >= d {
+			out = append(out, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b uint64) int {
+		ta, tb := v.Progress[a].LastContact, v.Progress[b].LastContact
+		if c := ta.Compare(tb); c != 0 {
+			return c
+		}
+		if a < b {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
