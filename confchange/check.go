@@ -80,7 +80,7 @@ func (c *checker) check(r Request) {
 func (c *checker) shape(r Request) bool {
 	want := map[Op][2]int{ // how many IDs: min, max
 		OpAddLearner: {0, 0}, OpAddVoter: {0, 0}, OpUpdate: {0, 0}, OpLeaveJoint: {0, 0},
-		OpPromote: {1, MaxVoters * 4}, OpDemote: {1, MaxVoters * 4},
+		OpPromote: {1, MaxVoters}, OpDemote: {1, MaxVoters},
 		OpRemove: {1, 1}, OpTransferLeader: {1, 1}, OpReplace: {2, 2}, OpSwap: {2, 2},
 	}
 	w, ok := want[r.Op]
@@ -152,8 +152,9 @@ func (c *checker) isVoter(id uint64) bool {
 	return false
 }
 
-// promotable reports whether id is a learner that may become a voter,
-// refusing it otherwise (every reason).
+// promotable refuses id for every reason it may not become a voter, and
+// reports whether it is a learner, i.e. whether the new configuration would
+// have it as a voter (active or not) were the refusals lifted.
 func (c *checker) promotable(id uint64) bool {
 	if !c.known(id) {
 		return false
@@ -166,16 +167,13 @@ func (c *checker) promotable(id uint64) bool {
 		c.refuse(ErrInvalidMember, id, memberDetail(id, "is leaving the configuration"))
 		return false
 	}
-	ok := true
 	if c.v.Members[id].ReadOnly {
 		c.refuse(ErrMemberReadOnly, id, memberDetail(id, "is read-only: it is never promoted"))
-		ok = false
 	}
 	if rs := Readiness(c.v, c.s, id); !rs.Ready() {
 		c.refuse(ErrLearnerNotReady, id, memberDetail(id, "is not ready: "+rs.String())).Readiness = rs
-		ok = false
 	}
-	return ok
+	return true
 }
 
 func (c *checker) add(r Request) next {
@@ -281,7 +279,11 @@ func (c *checker) transfer(id uint64) {
 	}
 	switch c.v.Config.Role(id) {
 	case RoleLearner:
-		c.refuse(ErrLearnerCannotLead, id, memberDetail(id, "is a learner"))
+		what := "is a learner"
+		if slices.Contains(c.v.Config.LearnersNext, id) {
+			what = "is becoming a learner"
+		}
+		c.refuse(ErrLearnerCannotLead, id, memberDetail(id, what))
 	case RoleNone:
 		c.refuse(ErrLearnerCannotLead, id, memberDetail(id, "is leaving the voters"))
 	}

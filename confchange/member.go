@@ -53,6 +53,9 @@ func checkPeerAddr(addr string) string {
 	if len(addr) > maxAddrLen {
 		return "peer address is longer than " + strconv.Itoa(maxAddrLen) + " bytes"
 	}
+	if strings.Contains(addr, "://") || strings.ContainsAny(addr, "/?#@") {
+		return "peer address " + q + " is not host:port (no scheme, user or path)"
+	}
 	i := strings.LastIndexByte(addr, ':')
 	if i < 0 {
 		return "peer address " + q + " has no port (want host:port)"
@@ -69,7 +72,9 @@ func checkPeerAddr(addr string) string {
 	}
 	if host[0] == '[' {
 		inner, ok := strings.CutSuffix(host[1:], "]")
-		if !ok || !strings.Contains(inner, ":") || !onlyChars(inner, "0123456789abcdefABCDEF:.%") {
+		ip, zone, hasZone := strings.Cut(inner, "%")
+		if !ok || !strings.Contains(ip, ":") || !onlyChars(ip, "0123456789abcdefABCDEF:.") ||
+			(hasZone && (zone == "" || !onlyChars(zone, hostChars))) {
 			return "peer address " + q + " has an invalid IPv6 host"
 		}
 		return ""
@@ -77,11 +82,13 @@ func checkPeerAddr(addr string) string {
 	if strings.Contains(host, ":") {
 		return "peer address " + q + " has an IPv6 host without brackets"
 	}
-	if !onlyChars(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") {
+	if !onlyChars(host, hostChars) {
 		return "peer address " + q + " has an invalid host"
 	}
 	return ""
 }
+
+const hostChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._"
 
 func onlyChars(s, allowed string) bool {
 	for i := 0; i < len(s); i++ {

@@ -55,7 +55,7 @@ func (p DefaultPolicy) Next(v View) (Request, bool) {
 
 	standbys := p.standbys(v, s)
 	if n := len(cfg.Voters); n < s.TargetVoters {
-		k := 2 - n%2 // odd count: two at once; even: one
+		k := 1 + n%2 // an odd count gets two at once, an even one one
 		if len(standbys) >= k && n+k <= s.TargetVoters {
 			if r := Promote(standbys[:k]...); ok(r) {
 				return r, true

@@ -160,14 +160,17 @@ func UpdateReadySince(v View, s Settings) map[uint64]time.Time {
 	return out
 }
 
-// formatDuration prints whole seconds from one second on ("12s", "1m30s") and
-// whole milliseconds below ("250ms"); negative durations print as "0s".
+// formatDuration prints whole seconds from ten seconds on ("12s", "1m30s"),
+// tenths below ("1.5s") and whole milliseconds below one second ("250ms");
+// negative durations print as "0s".
 func formatDuration(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "0s"
-	case d >= time.Second:
+	case d >= 10*time.Second:
 		return d.Truncate(time.Second).String()
+	case d >= time.Second:
+		return d.Truncate(100 * time.Millisecond).String()
 	}
 	return d.Truncate(time.Millisecond).String()
 }
