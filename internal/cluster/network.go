@@ -1,0 +1,320 @@
+package cluster
+
+import (
+	"io"
+	"math/rand"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// Network is an in-process, fault-injecting message network between the
+// members of a Cluster. Every random decision comes from one seeded source,
+// so a failing run can be replayed with its seed (delivery timing still
+// depends on the scheduler). Messages are cloned on the way, as a real
+// transport would serialize them.
+type Network struct {
+	mu        sync.Mutex
+	rng       *rand.Rand
+	endpoints map[uint64]*endpoint
+	blocked   map[link]bool    // one-way: from -> to
+	dropRate  map[link]float64 // per link; link{0,0} is every link
+	delayMax  time.Duration
+	dupRate   float64
+	stats     NetStats
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+type link struct{ from, to uint64 }
+
+// NetStats counts what the network did.
+type NetStats struct {
+	Sent, Delivered, Dropped, Duplicated, Snapshots uint64
+}
+
+// NewNetwork returns a network whose random decisions come from seed.
+func NewNetwork(seed int64) *Network {
+	return &Network{
+		rng:       rand.New(rand.NewSource(seed)),
+		endpoints: make(map[uint64]*endpoint),
+		blocked:   make(map[link]bool),
+		dropRate:  make(map[link]float64),
+	}
+}
+
+// endpoint is one member's attachment: a Transport for its node, and the
+// handler and storage messages to it are delivered to.
+type endpoint struct {
+	net     *Network
+	id      uint64
+	handler raft.PeerHandler
+	store   raft.Storage
+	queue   chan *raftpb.Message
+	done    chan struct{}
+}
+
+// attach connects member id; messages to it go to h, snapshots into store.
+// A previous attachment of id is detached first.
+func (nw *Network) attach(id uint64, h raft.PeerHandler, store raft.Storage) *endpoint {
+	nw.detach(id)
+	ep := &endpoint{net: nw, id: id, handler: h, store: store, queue: make(chan *raftpb.Message, 8192), done: make(chan struct{})}
+	nw.mu.Lock()
+	nw.endpoints[id] = ep
+	nw.mu.Unlock()
+	nw.wg.Add(1)
+	go ep.deliverLoop()
+	return ep
+}
+
+// detach disconnects member id (a crashed or stopped member): messages to it
+// are dropped.
+func (nw *Network) detach(id uint64) {
+	nw.mu.Lock()
+	ep := nw.endpoints[id]
+	delete(nw.endpoints, id)
+	nw.mu.Unlock()
+	if ep != nil {
+		close(ep.done)
+	}
+}
+
+func (ep *endpoint) deliverLoop() {
+	defer ep.net.wg.Done()
+	for {
+		select {
+		case m := <-ep.queue:
+			ep.handler.Process(m)
+		case <-ep.done:
+			return
+		}
+	}
+}
+
+// Partition splits the members into groups that cannot talk to each other
+// (both directions). Members in no group are cut off from everyone.
+func (nw *Network) Partition(groups ...[]uint64) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	nw.blocked = make(map[link]bool)
+	group := make(map[uint64]int)
+	for i, g := range groups {
+		for _, id := range g {
+			group[id] = i + 1
+		}
+	}
+	ids := nw.knownIDsLocked(groups)
+	for _, a := range ids {
+		for _, b := range ids {
+			if a != b && (group[a] == 0 || group[a] != group[b]) {
+				nw.blocked[link{a, b}] = true
+			}
+		}
+	}
+}
+
+func (nw *Network) knownIDsLocked(groups [][]uint64) []uint64 {
+	seen := make(map[uint64]bool)
+	var ids []uint64
+	add := func(id uint64) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for id := range nw.endpoints {
+		add(id)
+	}
+	for _, g := range groups {
+		for _, id := range g {
+			add(id)
+		}
+	}
+	return ids
+}
+
+// Isolate cuts member id off from everyone, both ways.
+func (nw *Network) Isolate(id uint64) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	for _, other := range nw.knownIDsLocked([][]uint64{{id}}) {
+		if other != id {
+			nw.blocked[link{id, other}] = true
+			nw.blocked[link{other, id}] = true
+		}
+	}
+}
+
+// Block cuts the one-way link from -> to.
+func (nw *Network) Block(from, to uint64) {
+	nw.mu.Lock()
+	nw.blocked[link{from, to}] = true
+	nw.mu.Unlock()
+}
+
+// Heal removes every partition and block, drop rate, delay and duplication.
+func (nw *Network) Heal() {
+	nw.mu.Lock()
+	nw.blocked = make(map[link]bool)
+	nw.dropRate = make(map[link]float64)
+	nw.delayMax = 0
+	nw.dupRate = 0
+	nw.mu.Unlock()
+}
+
+// SetDropRate drops each message from -> to with probability p (0 for from
+// and to: every link).
+func (nw *Network) SetDropRate(from, to uint64, p float64) {
+	nw.mu.Lock()
+	nw.dropRate[link{from, to}] = p
+	nw.mu.Unlock()
+}
+
+// SetDelay delays each message by a random duration up to max, which also
+// reorders them.
+func (nw *Network) SetDelay(max time.Duration) {
+	nw.mu.Lock()
+	nw.delayMax = max
+	nw.mu.Unlock()
+}
+
+// SetDuplicateRate delivers each message twice with probability p.
+func (nw *Network) SetDuplicateRate(p float64) {
+	nw.mu.Lock()
+	nw.dupRate = p
+	nw.mu.Unlock()
+}
+
+// Stats returns the network's counters.
+func (nw *Network) Stats() NetStats {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.stats
+}
+
+// Close stops every delivery goroutine.
+func (nw *Network) Close() {
+	nw.mu.Lock()
+	nw.closed = true
+	eps := nw.endpoints
+	nw.endpoints = make(map[uint64]*endpoint)
+	nw.mu.Unlock()
+	for _, ep := range eps {
+		close(ep.done)
+	}
+	nw.wg.Wait()
+}
+
+// send routes one message from ep's member.
+func (nw *Network) send(from uint64, m *raftpb.Message) {
+	to := m.GetTo()
+	nw.mu.Lock()
+	nw.stats.Sent++
+	dst := nw.endpoints[to]
+	src := nw.endpoints[from]
+	l := link{from, to}
+	p := nw.dropRate[l]
+	if all := nw.dropRate[link{}]; all > p {
+		p = all
+	}
+	drop := nw.closed || dst == nil || nw.blocked[l] || (p > 0 && nw.rng.Float64() < p)
+	copies := 1
+	if !drop && nw.dupRate > 0 && nw.rng.Float64() < nw.dupRate {
+		copies = 2
+		nw.stats.Duplicated++
+	}
+	var delays [2]time.Duration
+	if nw.delayMax > 0 {
+		for i := range copies {
+			delays[i] = time.Duration(nw.rng.Int63n(int64(nw.delayMax)))
+		}
+	}
+	if drop {
+		nw.stats.Dropped++
+	} else {
+		nw.stats.Delivered += uint64(copies)
+	}
+	nw.mu.Unlock()
+
+	if m.GetType() == raftpb.MsgSnap {
+		nw.sendSnapshot(src, dst, m, drop)
+		return
+	}
+	if drop {
+		return
+	}
+	for i := range copies {
+		c := proto.Clone(m).(*raftpb.Message)
+		if delays[i] == 0 {
+			dst.enqueue(c)
+			continue
+		}
+		time.AfterFunc(delays[i], func() { dst.enqueue(c) })
+	}
+}
+
+func (ep *endpoint) enqueue(m *raftpb.Message) {
+	select {
+	case ep.queue <- m:
+	case <-ep.done:
+	default: // full: dropped, as a real transport's bounded queue would
+	}
+}
+
+// sendSnapshot streams the snapshot's data from the sender's storage into
+// the receiver's, then delivers the MsgSnap, and reports the outcome to the
+// sender, as the TCP transport does.
+func (nw *Network) sendSnapshot(src, dst *endpoint, m *raftpb.Message, drop bool) {
+	if src == nil {
+		return
+	}
+	to := m.GetTo()
+	if drop {
+		src.handler.ReportSnapshot(to, etcdraft.SnapshotFailure)
+		return
+	}
+	nw.mu.Lock()
+	nw.stats.Snapshots++
+	nw.mu.Unlock()
+	c := proto.Clone(m).(*raftpb.Message)
+	nw.wg.Add(1)
+	go func() {
+		defer nw.wg.Done()
+		err := func() error {
+			rc, _, err := src.store.OpenSnapshot(c.GetSnapshot())
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			return dst.store.ReceiveSnapshot(c.GetSnapshot(), io.Reader(rc))
+		}()
+		if err != nil {
+			src.handler.ReportSnapshot(to, etcdraft.SnapshotFailure)
+			return
+		}
+		dst.enqueue(c)
+		src.handler.ReportSnapshot(to, etcdraft.SnapshotFinish)
+	}()
+}
+
+// Send implements raft.Transport.
+func (ep *endpoint) Send(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		ep.net.send(ep.id, m)
+	}
+}
+
+// AddPeer implements raft.Transport; the network routes by ID.
+func (ep *endpoint) AddPeer(uint64, string) {}
+
+// UpdatePeer implements raft.Transport.
+func (ep *endpoint) UpdatePeer(uint64, string) {}
+
+// RemovePeer implements raft.Transport.
+func (ep *endpoint) RemovePeer(uint64) {}

@@ -1,0 +1,127 @@
+package raft
+
+import (
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// maxAppendBatch bounds how many MsgStorageAppend messages one Save merges.
+const maxAppendBatch = 256
+
+// runAppend is the append goroutine: it persists MsgStorageAppend messages in
+// order and then delivers their responses (to the loop, or to peers: a
+// follower's ack leaves only after its fsync). Messages that queued up while
+// the previous Save ran are merged into one Save — one storage commit for
+// many Readys, which is where group commit comes from.
+func (n *Node) runAppend() {
+	defer n.wg.Done()
+	var (
+		batch []*raftpb.Message
+		ents  []*raftpb.Entry
+		out   []*raftpb.Message
+	)
+	for {
+		select {
+		case m := <-n.appendc:
+			batch = append(batch[:0], m)
+		case <-n.stopc:
+			return
+		}
+	drain:
+		for len(batch) < maxAppendBatch && batch[len(batch)-1].GetSnapshot() == nil {
+			select {
+			case m := <-n.appendc:
+				if m.GetSnapshot() != nil {
+					// A snapshot is saved on its own, after what came before.
+					if !n.saveBatch(batch, ents[:0], &out) {
+						return
+					}
+					batch = batch[:0]
+				}
+				batch = append(batch, m)
+			default:
+				break drain
+			}
+		}
+		if !n.saveBatch(batch, ents[:0], &out) {
+			return
+		}
+		clear(batch)
+	}
+}
+
+// saveBatch persists the merged batch with one Save and delivers the
+// responses. It returns false if the node must stop.
+func (n *Node) saveBatch(batch []*raftpb.Message, ents []*raftpb.Entry, out *[]*raftpb.Message) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	var (
+		hs   *raftpb.HardState
+		snap *raftpb.Snapshot
+	)
+	for _, m := range batch {
+		if m.Term != nil { // Term, Vote and Commit are set together or not at all
+			hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
+		}
+		if s := m.GetSnapshot(); !etcdraft.IsEmptySnap(s) {
+			snap = s
+		}
+		ents = mergeEntries(ents, m.GetEntries())
+	}
+	if hs != nil || len(ents) > 0 || snap != nil {
+		if err := n.store.Save(hs, ents, snap); err != nil {
+			n.fail("persisting the log", err)
+			return false
+		}
+	}
+	clear(ents)
+	if snap != nil {
+		// The state machine must be restored from the snapshot before any
+		// later entry is applied; raft emits those only after it steps the
+		// response below, so queueing the restore first keeps the order.
+		select {
+		case n.applyc <- applyTask{snap: snap}:
+		case <-n.stopc:
+			return false
+		}
+	}
+	o := (*out)[:0]
+	for _, m := range batch {
+		for _, r := range m.GetResponses() {
+			if r.GetTo() == n.cfg.ID {
+				n.local.put(r)
+			} else {
+				o = append(o, r)
+			}
+		}
+	}
+	if len(o) > 0 {
+		n.tr.Send(o)
+	}
+	clear(o)
+	*out = o[:0]
+	return true
+}
+
+// mergeEntries appends next to acc, truncating the entries of acc that next
+// overwrites (a later append may replace a conflicting tail).
+func mergeEntries(acc, next []*raftpb.Entry) []*raftpb.Entry {
+	if len(next) == 0 {
+		return acc
+	}
+	if len(acc) > 0 {
+		first := next[0].GetIndex()
+		base := acc[0].GetIndex()
+		switch {
+		case first <= base:
+			clear(acc)
+			acc = acc[:0]
+		case first <= acc[len(acc)-1].GetIndex():
+			cut := int(first - base)
+			clear(acc[cut:])
+			acc = acc[:cut]
+		}
+	}
+	return append(acc, next...)
+}

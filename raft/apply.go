@@ -1,0 +1,327 @@
+package raft
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// dedupWindowSize is how many recently applied request IDs every member
+// remembers. It must be the same on every member (it decides which
+// duplicates are skipped), so it is a constant, not a setting.
+const dedupWindowSize = 8192
+
+// applyTask is one unit of work for the apply goroutine: committed entries
+// (msg, a MsgStorageApply, with the ConfState after each of its conf changes
+// as computed by the loop), or a snapshot to restore the state machine from.
+type applyTask struct {
+	msg        *raftpb.Message
+	confStates []*raftpb.ConfState
+	snap       *raftpb.Snapshot
+}
+
+// applyState is owned by the apply goroutine (and by Start, before it runs).
+type applyState struct {
+	applied      uint64
+	confState    *raftpb.ConfState
+	members      memberTable
+	dedup        *dedupWindow
+	snapIndex    uint64 // index of the last snapshot taken or restored
+	snapshotting atomic.Bool
+	cmds         []Command
+	ids          []requestID
+	results      []Result
+}
+
+func (a *applyState) init(n *Node) {
+	a.members = make(memberTable)
+	a.dedup = newDedupWindow(dedupWindowSize)
+	a.confState = &raftpb.ConfState{}
+}
+
+func (a *applyState) setMember(m Member) { a.members[m.ID] = m }
+
+func (n *Node) runApply() {
+	defer n.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			n.fail("applying committed entries", panicError(r))
+		}
+	}()
+	for {
+		select {
+		case t := <-n.applyc:
+			var err error
+			if t.snap != nil {
+				err = n.restoreSnapshot(t.snap)
+			} else {
+				err = n.applyEntries(t)
+			}
+			if err != nil {
+				n.fail("applying committed entries", err)
+				return
+			}
+		case <-n.stopc:
+			return
+		}
+	}
+}
+
+// applyEntries applies one batch of committed entries, resolves the waiting
+// proposers, and tells raft (through the mailbox) that they are applied.
+func (n *Node) applyEntries(t applyTask) error {
+	a := &n.apply
+	ents := t.msg.GetEntries()
+	ci := 0
+	for _, e := range ents {
+		idx := e.GetIndex()
+		isConf := e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2
+		if idx <= a.applied {
+			if isConf {
+				ci++
+			}
+			continue
+		}
+		if isConf {
+			if err := n.flushCommands(); err != nil {
+				return err
+			}
+			if ci >= len(t.confStates) {
+				return fmt.Errorf("%w: conf change at %d without a conf state", ErrCorruptEntry, idx)
+			}
+			if err := n.applyMembership(e, t.confStates[ci]); err != nil {
+				return err
+			}
+			ci++
+			continue
+		}
+		data := e.GetData()
+		if len(data) == 0 {
+			continue // a new leader's empty entry
+		}
+		id, cmd, err := decodeCommand(data)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", idx, err)
+		}
+		if !a.dedup.add(id) {
+			continue // a duplicate of a command applied recently
+		}
+		a.cmds = append(a.cmds, Command{Index: idx, Data: cmd})
+		a.ids = append(a.ids, id)
+	}
+	if err := n.flushCommands(); err != nil {
+		return err
+	}
+	if len(ents) > 0 {
+		if last := ents[len(ents)-1].GetIndex(); last > a.applied {
+			a.applied = last
+		}
+	}
+	n.applied.advance(a.applied)
+	n.local.put(t.msg.GetResponses()...)
+	n.maybeSnapshot()
+	return nil
+}
+
+// flushCommands hands the collected commands to the state machine as one
+// batch and resolves this member's waiting proposers.
+func (n *Node) flushCommands() (err error) {
+	a := &n.apply
+	if len(a.cmds) == 0 {
+		return nil
+	}
+	if cap(a.results) < len(a.cmds) {
+		a.results = make([]Result, len(a.cmds))
+	}
+	results := a.results[:len(a.cmds)]
+	clear(results)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("state machine panicked applying entries %d-%d: %v",
+					a.cmds[0].Index, a.cmds[len(a.cmds)-1].Index, r)
+			}
+		}()
+		n.sm.Apply(a.cmds, results)
+	}()
+	if err != nil {
+		return err
+	}
+	last := a.cmds[len(a.cmds)-1].Index
+	for i, id := range a.ids {
+		if id.proposer == n.cfg.ID {
+			n.waiters.resolve(id.seq, results[i])
+		}
+	}
+	clear(a.cmds)
+	a.cmds = a.cmds[:0]
+	a.ids = a.ids[:0]
+	clear(results)
+	a.applied = last
+	return nil
+}
+
+// applyMembership records the member records a conf change carries and
+// brings the transport's peers in line with the new configuration.
+func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
+	a := &n.apply
+	cc, err := decodeConfChange(e)
+	if err != nil {
+		return err
+	}
+	records, err := decodeMemberContext(confChangeContext(cc))
+	if err != nil {
+		// The context is replicated data: every member sees the same bytes
+		// and ignores them the same way, so this cannot diverge.
+		n.log.Warn("ignoring the member records of a conf change", slog.Uint64("index", e.GetIndex()), slog.Any("err", err))
+	}
+	for _, m := range records {
+		a.members[m.ID] = m
+	}
+	a.confState = cs
+	a.applied = e.GetIndex()
+	n.syncPeers()
+	return nil
+}
+
+// syncPeers removes the members that left the configuration from the member
+// table and the transport, and adds or updates the others.
+func (n *Node) syncPeers() {
+	a := &n.apply
+	inConfig := make(map[uint64]bool)
+	for _, ids := range [][]uint64{a.confState.GetVoters(), a.confState.GetLearners(), a.confState.GetVotersOutgoing(), a.confState.GetLearnersNext()} {
+		for _, id := range ids {
+			inConfig[id] = true
+		}
+	}
+	for id, m := range a.members {
+		if id == n.cfg.ID {
+			continue
+		}
+		if !inConfig[id] {
+			delete(a.members, id)
+			n.tr.RemovePeer(id)
+			continue
+		}
+		n.tr.AddPeer(id, m.PeerAddr)
+	}
+}
+
+// restoreSnapshot replaces the state machine, the member table and the dedup
+// window with the snapshot's. The snapshot's data is verified whole (the
+// storage checks its checksum) before the state machine sees any of it.
+func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
+	a := &n.apply
+	index := snap.GetMetadata().GetIndex()
+	if err := n.verifySnapshot(snap); err != nil {
+		return err
+	}
+	rc, size, err := n.store.OpenSnapshot(snap)
+	if err != nil {
+		return fmt.Errorf("opening snapshot %d: %w", index, err)
+	}
+	defer rc.Close()
+	h := &snapHeader{}
+	var r io.Reader = rc
+	if size > 0 {
+		br := bufio.NewReaderSize(rc, 64<<10)
+		if h, err = readSnapHeader(br); err != nil {
+			return fmt.Errorf("snapshot %d: %w", index, err)
+		}
+		r = br
+	}
+	if err := n.sm.Restore(r); err != nil {
+		return fmt.Errorf("restoring the state machine from snapshot %d: %w", index, err)
+	}
+	a.members = make(memberTable)
+	for _, m := range h.members {
+		a.members[m.ID] = m
+	}
+	a.dedup.reset(h.dedup)
+	a.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
+	a.applied = index
+	a.snapIndex = index
+	if n.applied != nil {
+		n.applied.advance(index)
+	}
+	n.syncPeers()
+	n.events.emit(Event{Type: EventSnapshotRestored, Index: index})
+	n.log.Info("restored the state machine from a snapshot", slog.Uint64("index", index), slog.Int64("bytes", size))
+	return nil
+}
+
+// verifySnapshot reads the snapshot's data to the end so that the storage's
+// checksum check runs before anything is restored from it.
+func (n *Node) verifySnapshot(snap *raftpb.Snapshot) error {
+	rc, _, err := n.store.OpenSnapshot(snap)
+	if err != nil {
+		return fmt.Errorf("opening snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return fmt.Errorf("verifying snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	return nil
+}
+
+// maybeSnapshot starts a local snapshot once SnapshotCount entries were
+// applied since the last one. The state machine captures its state here, on
+// the apply goroutine; writing it and compacting the log run on another
+// goroutine while applying continues.
+func (n *Node) maybeSnapshot() {
+	a := &n.apply
+	if a.applied < a.snapIndex+n.cfg.SnapshotCount || a.snapshotting.Load() {
+		return
+	}
+	s, err := n.sm.Snapshot()
+	if err != nil {
+		n.log.Error("state machine snapshot failed; retrying after the next entries", slog.Any("err", err))
+		return
+	}
+	index := a.applied
+	cs := proto.Clone(a.confState).(*raftpb.ConfState)
+	h := &snapHeader{members: a.members.sorted(), dedup: a.dedup.ids()}
+	a.snapIndex = index
+	a.snapshotting.Store(true)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer a.snapshotting.Store(false)
+		defer s.Release()
+		n.writeSnapshot(index, cs, h, s)
+	}()
+}
+
+func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, s Snapshot) {
+	_, err := n.store.CreateSnapshot(index, cs, func(w io.Writer) error {
+		if err := h.writeTo(w); err != nil {
+			return err
+		}
+		return s.Write(w)
+	})
+	if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
+		return // a newer snapshot arrived from the leader meanwhile
+	}
+	if err != nil {
+		n.log.Error("writing a snapshot failed; retrying after the next entries", slog.Uint64("index", index), slog.Any("err", err))
+		return
+	}
+	if index > n.cfg.SnapshotCatchUpEntries {
+		compact := index - n.cfg.SnapshotCatchUpEntries
+		if first, err := n.store.FirstIndex(); err == nil && compact >= first {
+			if err := n.store.Compact(compact); err != nil && !errors.Is(err, etcdraft.ErrCompacted) {
+				n.log.Error("compacting the log failed", slog.Uint64("index", compact), slog.Any("err", err))
+			}
+		}
+	}
+	n.events.emit(Event{Type: EventSnapshotCreated, Index: index})
+	n.log.Info("snapshot written", slog.Uint64("index", index))
+}

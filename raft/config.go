@@ -1,0 +1,196 @@
+package raft
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults applied by Config.WithDefaults to zero-valued fields.
+const (
+	DefaultTickInterval           = 100 * time.Millisecond
+	DefaultElectionTicks          = 10
+	DefaultHeartbeatTicks         = 1
+	DefaultMaxSizePerMsg          = 1 << 20
+	DefaultMaxInflightMsgs        = 256
+	DefaultMaxInflightBytes       = 32 << 20
+	DefaultMaxUncommittedSize     = 64 << 20
+	DefaultMaxCommandSize         = 3 << 19 // 1.5 MiB, as etcd's --max-request-bytes
+	DefaultSnapshotCount          = 10000
+	DefaultSnapshotCatchUpEntries = 5000
+	DefaultMaxPendingProposals    = 8192
+	DefaultApplyQueueSize         = 256
+)
+
+// Config configures a Node. The zero value of every field but ID means "use
+// the default"; WithDefaults fills them and Validate reports every problem.
+type Config struct {
+	// ID is this member's ID. Required, non-zero.
+	ID uint64
+
+	// InitialMembers bootstraps a new cluster when the storage is empty: every
+	// listed member starts as a voter, and every initial member must be given
+	// the same list. It must contain ID. Ignored when the storage already
+	// holds state (a restart). Leave it empty to join an existing cluster: the
+	// node then waits, empty, for the leader to contact it (it must have been
+	// added to the cluster first).
+	InitialMembers []Member
+
+	// TickInterval is the duration of one raft tick. Default 100ms.
+	TickInterval time.Duration
+	// ElectionTicks is the election timeout in ticks; it must be greater than
+	// HeartbeatTicks (etcd suggests 10x). Default 10.
+	ElectionTicks int
+	// HeartbeatTicks is the heartbeat interval in ticks. Default 1.
+	HeartbeatTicks int
+	// DisablePreVote turns raft's PreVote off (it is on by default: a
+	// partitioned member cannot disrupt the cluster when it comes back).
+	DisablePreVote bool
+	// DisableCheckQuorum turns CheckQuorum off (on by default: a leader that
+	// cannot reach a quorum steps down).
+	DisableCheckQuorum bool
+
+	// MaxSizePerMsg bounds the bytes of entries in one append message.
+	// Default 1 MiB.
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs bounds the append messages in flight to one peer.
+	// Default 256.
+	MaxInflightMsgs int
+	// MaxInflightBytes bounds the bytes of entries in flight to one peer.
+	// Default 32 MiB.
+	MaxInflightBytes uint64
+	// MaxUncommittedEntriesSize bounds the bytes of uncommitted entries on the
+	// leader; proposals beyond it fail with ErrProposalDropped. Default 64 MiB.
+	MaxUncommittedEntriesSize uint64
+	// MaxCommandSize bounds one command given to Propose (ErrTooLarge).
+	// Default 1.5 MiB. Must not exceed MaxSizePerMsg by more than the entry
+	// overhead, or a single command could never be replicated.
+	MaxCommandSize int
+
+	// SnapshotCount is the number of applied entries after which the node
+	// snapshots the state machine and compacts the log. Default 10,000.
+	SnapshotCount uint64
+	// SnapshotCatchUpEntries is the number of entries kept in the log behind
+	// a snapshot so that slow followers can catch up without one. Default 5,000.
+	SnapshotCatchUpEntries uint64
+
+	// MaxPendingProposals bounds the proposals waiting for the run loop
+	// (Propose blocks, within its context, beyond it). Default 8192.
+	MaxPendingProposals int
+	// ApplyQueueSize bounds the batches of committed entries waiting to be
+	// applied; beyond it the run loop waits (back-pressure) instead of growing
+	// memory. Default 256.
+	ApplyQueueSize int
+
+	// Logger receives the node's logs (and etcd raft's, through an adapter).
+	// Default: discard.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero-valued field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = DefaultElectionTicks
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if c.MaxSizePerMsg == 0 {
+		c.MaxSizePerMsg = DefaultMaxSizePerMsg
+	}
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = DefaultMaxInflightMsgs
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if c.MaxUncommittedEntriesSize == 0 {
+		c.MaxUncommittedEntriesSize = DefaultMaxUncommittedSize
+	}
+	if c.MaxCommandSize == 0 {
+		c.MaxCommandSize = DefaultMaxCommandSize
+	}
+	if c.SnapshotCount == 0 {
+		c.SnapshotCount = DefaultSnapshotCount
+	}
+	if c.SnapshotCatchUpEntries == 0 {
+		c.SnapshotCatchUpEntries = DefaultSnapshotCatchUpEntries
+	}
+	if c.MaxPendingProposals == 0 {
+		c.MaxPendingProposals = DefaultMaxPendingProposals
+	}
+	if c.ApplyQueueSize == 0 {
+		c.ApplyQueueSize = DefaultApplyQueueSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every problem with c (after defaults), each naming the
+// field and its value. It does not modify c. The error wraps ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.ID == 0 {
+		bad("ID must be non-zero")
+	}
+	if c.TickInterval < 0 {
+		bad("TickInterval (%s) must be positive", c.TickInterval)
+	}
+	if c.HeartbeatTicks < 0 {
+		bad("HeartbeatTicks (%d) must be positive", c.HeartbeatTicks)
+	}
+	if c.ElectionTicks < 0 || (c.ElectionTicks > 0 && c.ElectionTicks <= c.HeartbeatTicks) {
+		bad("ElectionTicks (%d) must be greater than HeartbeatTicks (%d)", c.ElectionTicks, c.HeartbeatTicks)
+	}
+	if c.MaxInflightMsgs < 0 {
+		bad("MaxInflightMsgs (%d) must be positive", c.MaxInflightMsgs)
+	}
+	if c.MaxCommandSize < 0 {
+		bad("MaxCommandSize (%d) must be positive", c.MaxCommandSize)
+	}
+	if c.MaxSizePerMsg > 0 && c.MaxCommandSize > 0 && uint64(c.MaxCommandSize) > c.MaxSizePerMsg*4 {
+		bad("MaxCommandSize (%d) must be at most 4x MaxSizePerMsg (%d)", c.MaxCommandSize, c.MaxSizePerMsg)
+	}
+	if c.MaxInflightBytes > 0 && c.MaxSizePerMsg > 0 && c.MaxInflightBytes < c.MaxSizePerMsg {
+		bad("MaxInflightBytes (%d) must be at least MaxSizePerMsg (%d)", c.MaxInflightBytes, c.MaxSizePerMsg)
+	}
+	if c.SnapshotCount > 0 && c.SnapshotCatchUpEntries > c.SnapshotCount*10 {
+		bad("SnapshotCatchUpEntries (%d) must be at most 10x SnapshotCount (%d)", c.SnapshotCatchUpEntries, c.SnapshotCount)
+	}
+	if c.MaxPendingProposals < 0 {
+		bad("MaxPendingProposals (%d) must be positive", c.MaxPendingProposals)
+	}
+	if c.ApplyQueueSize < 0 {
+		bad("ApplyQueueSize (%d) must be positive", c.ApplyQueueSize)
+	}
+	seen := make(map[uint64]bool)
+	self := false
+	for _, m := range c.InitialMembers {
+		if m.ID == 0 {
+			bad("InitialMembers: member ID must be non-zero")
+		}
+		if seen[m.ID] {
+			bad("InitialMembers: duplicate member ID %d", m.ID)
+		}
+		seen[m.ID] = true
+		if m.ID == c.ID {
+			self = true
+		}
+		if m.PeerAddr == "" {
+			bad("InitialMembers: member %d has no PeerAddr", m.ID)
+		}
+	}
+	if len(c.InitialMembers) > 0 && !self {
+		bad("InitialMembers must contain this member's ID (%d)", c.ID)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,64 @@
+package raft
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the Node. They are sentinels: compare them with errors.Is.
+var (
+	// ErrStopped is returned by every call made after Stop, or after the node
+	// stopped itself because of a fatal error (see Node.Err).
+	ErrStopped = errors.New("raft: node stopped")
+
+	// ErrNotStarted is returned by calls made before Start.
+	ErrNotStarted = errors.New("raft: node not started")
+
+	// ErrLeaderChanged is returned to a caller waiting for a proposal when the
+	// term changed before the proposal was applied. The outcome is unknown: the
+	// command may or may not be applied later. Retry only what is idempotent,
+	// or retry with the same request ID (ProposeWithID), which is applied once.
+	ErrLeaderChanged = errors.New("raft: leader changed, outcome unknown")
+
+	// ErrProposalDropped is returned when raft refused a proposal before it
+	// was appended (a leadership transfer is in progress, or too many
+	// uncommitted entries): the command was not applied, a retry is safe.
+	ErrProposalDropped = errors.New("raft: proposal dropped")
+
+	// ErrTooLarge is returned for a command larger than Config.MaxCommandSize.
+	ErrTooLarge = errors.New("raft: command too large")
+
+	// ErrNoLeader is the cause attached to a context deadline that expired
+	// while no leader was known.
+	ErrNoLeader = errors.New("raft: no leader")
+
+	// ErrLearnerCannotLead is returned by TransferLeadership to a learner.
+	ErrLearnerCannotLead = errors.New("raft: a learner cannot lead")
+
+	// ErrUnknownMember is returned for a member ID that is not in the configuration.
+	ErrUnknownMember = errors.New("raft: unknown member")
+
+	// ErrInvalidConfig is wrapped by every error of Config.Validate.
+	ErrInvalidConfig = errors.New("raft: invalid config")
+
+	// ErrCorruptEntry is returned (and stops the node) when a committed entry
+	// cannot be decoded.
+	ErrCorruptEntry = errors.New("raft: corrupt entry")
+
+	// ErrCorruptSnapshot is returned (and stops the node) when a snapshot's
+	// node header cannot be decoded.
+	ErrCorruptSnapshot = errors.New("raft: corrupt snapshot")
+)
+
+// FatalError is the error a node stops with when it cannot go on safely: a
+// failure to persist, a storage read that failed inside raft, a panic in the
+// state machine. It unwraps to the cause. Op says where it happened.
+type FatalError struct {
+	Op  string
+	Err error
+}
+
+func (e *FatalError) Error() string { return fmt.Sprintf("raft: fatal error in %s: %v", e.Op, e.Err) }
+
+// Unwrap returns the cause.
+func (e *FatalError) Unwrap() error { return e.Err }

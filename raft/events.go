@@ -1,0 +1,165 @@
+package raft
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Role is a member's role as this member sees itself.
+type Role int
+
+// Roles.
+const (
+	RoleFollower Role = iota
+	RoleCandidate
+	RoleLeader
+	RoleLearner
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleFollower:
+		return "follower"
+	case RoleCandidate:
+		return "candidate"
+	case RoleLeader:
+		return "leader"
+	case RoleLearner:
+		return "learner"
+	}
+	return "unknown"
+}
+
+// EventType says what an Event reports.
+type EventType int
+
+// Event types.
+const (
+	// EventLeaderChanged: Leader and Term hold the new leader (0: none known).
+	EventLeaderChanged EventType = iota + 1
+	// EventRoleChanged: Role holds this member's new role.
+	EventRoleChanged
+	// EventSnapshotCreated: Index holds the index of a local snapshot just written.
+	EventSnapshotCreated
+	// EventSnapshotRestored: Index holds the index of a snapshot the state
+	// machine was just restored from (from the leader, or at start).
+	EventSnapshotRestored
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventLeaderChanged:
+		return "leader-changed"
+	case EventRoleChanged:
+		return "role-changed"
+	case EventSnapshotCreated:
+		return "snapshot-created"
+	case EventSnapshotRestored:
+		return "snapshot-restored"
+	}
+	return "unknown"
+}
+
+// Event is something that happened to the node. Which fields are set
+// depends on Type.
+type Event struct {
+	Type   EventType
+	Term   uint64
+	Leader uint64
+	Role   Role
+	Index  uint64
+}
+
+// Subscribe returns a channel of events with room for buf of them, and a
+// function that ends the subscription. Events are sent without blocking: a
+// subscriber that does not keep up misses events (see Status.EventsDropped),
+// it never slows the node down.
+func (n *Node) Subscribe(buf int) (<-chan Event, func()) {
+	if buf < 1 {
+		buf = 1
+	}
+	ch := make(chan Event, buf)
+	n.events.mu.Lock()
+	if n.events.subs == nil {
+		n.events.subs = make(map[chan Event]struct{})
+	}
+	n.events.subs[ch] = struct{}{}
+	n.events.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			n.events.mu.Lock()
+			delete(n.events.subs, ch)
+			n.events.mu.Unlock()
+		})
+	}
+}
+
+type eventHub struct {
+	mu      sync.Mutex
+	subs    map[chan Event]struct{}
+	dropped atomic.Uint64
+}
+
+func (h *eventHub) emit(e Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		select {
+		case ch <- e:
+		default:
+			h.dropped.Add(1)
+		}
+	}
+}
+
+// nodeState is what the run loop publishes about leadership.
+type nodeState struct {
+	leader, term uint64
+	role         Role
+}
+
+// stateNotifier publishes nodeState changes to waiting goroutines.
+type stateNotifier struct {
+	mu sync.Mutex
+	st nodeState
+	ch chan struct{}
+}
+
+func newStateNotifier() *stateNotifier { return &stateNotifier{ch: make(chan struct{})} }
+
+func (s *stateNotifier) get() nodeState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+func (s *stateNotifier) set(st nodeState) {
+	s.mu.Lock()
+	if st != s.st {
+		s.st = st
+		close(s.ch)
+		s.ch = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// wait returns nil once ok(state) holds.
+func (s *stateNotifier) wait(ctx context.Context, stop <-chan struct{}, ok func(nodeState) bool) error {
+	for {
+		s.mu.Lock()
+		st, ch := s.st, s.ch
+		s.mu.Unlock()
+		if ok(st) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stop:
+			return ErrStopped
+		}
+	}
+}

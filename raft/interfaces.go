@@ -1,0 +1,75 @@
+package raft
+
+import (
+	"context"
+	"io"
+
+	"github.com/understudy-raft/understudy/confchange"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Storage is the durable state a Node needs: etcd raft's Storage (read side)
+// plus the write side the node's append goroutine calls. storage.Store
+// implements it; tests wrap it to inject faults. Every method must be safe for
+// concurrent use: the run loop reads the log while the append goroutine
+// writes, and the apply goroutine snapshots and compacts.
+type Storage interface {
+	etcdraft.Storage
+
+	// Save persists, in one atomic and durable write: snap (if non-empty, the
+	// log up to it is discarded), then ents (a conflicting tail is
+	// truncated), then hs (if non-empty).
+	Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
+	// CreateSnapshot writes a local snapshot at index through write and
+	// records it as the latest snapshot. It does not compact the log.
+	CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io.Writer) error) (*raftpb.Snapshot, error)
+	// Compact discards the log up to and including index.
+	Compact(index uint64) error
+	// OpenSnapshot opens the data of snap for reading; the reader verifies its
+	// checksum. size is its length in bytes.
+	OpenSnapshot(snap *raftpb.Snapshot) (rc io.ReadCloser, size int64, err error)
+	// ReceiveSnapshot durably stores the data of snap read from r (a snapshot
+	// streamed by the leader), verifying it, before the MsgSnap is stepped.
+	ReceiveSnapshot(snap *raftpb.Snapshot, r io.Reader) error
+}
+
+// Transport carries raft messages between members. transport.Transport
+// implements it; the in-process test cluster implements it over a
+// fault-injecting network. Send must never block: a message that cannot be
+// queued is dropped and the peer reported unreachable through the
+// PeerHandler.
+type Transport interface {
+	// Send queues messages for their recipients. The messages are shared with
+	// raft: the transport must not modify them.
+	Send(msgs []*raftpb.Message)
+	// AddPeer makes a member reachable at addr.
+	AddPeer(id uint64, addr string)
+	// UpdatePeer changes a member's address.
+	UpdatePeer(id uint64, addr string)
+	// RemovePeer forgets a member; its connections are refused from now on.
+	RemovePeer(id uint64)
+}
+
+// PeerHandler is what a Transport delivers to. Node.PeerHandler returns the
+// node's; it has the method set transport.Handler requires.
+type PeerHandler interface {
+	// Process hands a received raft message to the node. A MsgSnap arrives
+	// only after its data was stored with Storage.ReceiveSnapshot.
+	Process(m *raftpb.Message)
+	// ReportUnreachable tells raft that a message to id could not be sent.
+	ReportUnreachable(id uint64)
+	// ReportSnapshot tells raft how sending a snapshot to id ended.
+	ReportSnapshot(id uint64, status etcdraft.SnapshotStatus)
+	// ServeRequest answers a member-to-member request from a peer.
+	ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error)
+	// ReportRefused tells the node that peer id refused its connection, and why.
+	ReportRefused(id uint64, err error)
+}
+
+// Member is a member of the cluster as every member knows it: its ID, the
+// address of its peer port and application metadata (e.g. its client URL).
+// Members learn each other through the log: the records travel in the
+// context of every configuration change.
+type Member = confchange.Member

@@ -1,0 +1,494 @@
+package raft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// loopState is owned by the run loop goroutine.
+type loopState struct {
+	rn          *etcdraft.RawNode
+	leader      uint64
+	term        uint64
+	role        Role
+	ticks       uint64
+	pending     []*proposal // waiting to be handed to raft (no leader yet)
+	readQueue   []*readRequest
+	readSeq     uint64
+	readRounds  map[uint64]*readRound
+	lastContact map[uint64]time.Time
+	out         []*raftpb.Message // reused buffer for network messages
+	localBuf    []*raftpb.Message // reused buffer for mailbox messages
+}
+
+// readRound is one ReadIndex request shared by many reads.
+type readRound struct {
+	reqs []*readRequest
+	tick uint64
+}
+
+// restore prepares the RawNode at Start: restores the state machine from the
+// latest snapshot and bootstraps a new cluster on empty storage.
+func (n *Node) restore() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &FatalError{Op: "start", Err: panicError(r)}
+		}
+	}()
+	hs, _, err := n.store.InitialState()
+	if err != nil {
+		return fmt.Errorf("raft: reading initial state: %w", err)
+	}
+	snap, err := n.store.Snapshot()
+	if err != nil {
+		return fmt.Errorf("raft: reading snapshot: %w", err)
+	}
+	n.apply.init(n)
+	applied := snap.GetMetadata().GetIndex()
+	if !etcdraft.IsEmptySnap(snap) {
+		if err := n.restoreSnapshot(snap); err != nil {
+			return err
+		}
+	}
+	n.applied = newIndexNotifier(applied)
+	c := n.cfg
+	rn, err := etcdraft.NewRawNode(&etcdraft.Config{
+		ID:                        c.ID,
+		ElectionTick:              c.ElectionTicks,
+		HeartbeatTick:             c.HeartbeatTicks,
+		Storage:                   n.store,
+		Applied:                   applied,
+		AsyncStorageWrites:        true,
+		MaxSizePerMsg:             c.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  c.MaxSizePerMsg * 4,
+		MaxUncommittedEntriesSize: c.MaxUncommittedEntriesSize,
+		MaxInflightMsgs:           c.MaxInflightMsgs,
+		MaxInflightBytes:          c.MaxInflightBytes,
+		CheckQuorum:               !c.DisableCheckQuorum,
+		PreVote:                   !c.DisablePreVote,
+		ReadOnlyOption:            etcdraft.ReadOnlySafe,
+		Logger:                    raftLogger{n.log},
+		StepDownOnRemoval:         true,
+	})
+	if err != nil {
+		return fmt.Errorf("raft: %w", err)
+	}
+	last, err := n.store.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raft: reading last index: %w", err)
+	}
+	if last == 0 && etcdraft.IsEmptyHardState(hs) && len(c.InitialMembers) > 0 {
+		peers := make([]etcdraft.Peer, len(c.InitialMembers))
+		for i, m := range c.InitialMembers {
+			peers[i] = etcdraft.Peer{ID: m.ID, Context: encodeMemberContext([]Member{m})}
+			n.apply.setMember(m)
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return fmt.Errorf("raft: bootstrapping: %w", err)
+		}
+		n.log.Info("bootstrapping a new cluster", slog.Int("members", len(peers)))
+	}
+	for id, m := range n.apply.members {
+		if id != c.ID {
+			n.tr.AddPeer(id, m.PeerAddr)
+		}
+	}
+	n.loop = loopState{
+		rn:          rn,
+		readRounds:  make(map[uint64]*readRound),
+		lastContact: make(map[uint64]time.Time),
+	}
+	n.loop.term = hs.GetTerm()
+	return nil
+}
+
+func (n *Node) runLoop() {
+	defer n.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			n.fail("raft loop", panicError(r))
+		}
+	}()
+	l := &n.loop
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		propc := n.propc
+		if len(l.pending) >= n.cfg.MaxPendingProposals {
+			propc = nil // back-pressure: Propose waits within its context
+		}
+		select {
+		case <-ticker.C:
+			l.rn.Tick()
+			l.ticks++
+			n.retryReads(false)
+		case m := <-n.recvc:
+			now := time.Now()
+			n.stepPeer(m, now)
+			for i := 0; i < 256; i++ {
+				select {
+				case m := <-n.recvc:
+					n.stepPeer(m, now)
+					continue
+				default:
+				}
+				break
+			}
+		case p := <-propc:
+			l.pending = append(l.pending, p)
+			for len(l.pending) < n.cfg.MaxPendingProposals {
+				select {
+				case p := <-n.propc:
+					l.pending = append(l.pending, p)
+					continue
+				default:
+				}
+				break
+			}
+		case r := <-n.readc:
+			l.readQueue = append(l.readQueue, r)
+			for len(l.readQueue) < 4096 {
+				select {
+				case r := <-n.readc:
+					l.readQueue = append(l.readQueue, r)
+					continue
+				default:
+				}
+				break
+			}
+		case <-n.local.notify:
+			l.localBuf = n.local.take(l.localBuf[:0])
+			for i, m := range l.localBuf {
+				if err := l.rn.Step(m); err != nil {
+					n.log.Debug("stepping a local message", slog.Any("err", err))
+				}
+				l.localBuf[i] = nil
+			}
+		case f := <-n.actc:
+			f()
+		case <-n.stopc:
+			return
+		}
+		n.flushProposals()
+		n.flushReads()
+		for l.rn.HasReady() {
+			if !n.handleReady(l.rn.Ready()) {
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) stepPeer(m *raftpb.Message, now time.Time) {
+	l := &n.loop
+	if from := m.GetFrom(); from != 0 {
+		l.lastContact[from] = now
+	}
+	if err := l.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
+		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
+	}
+}
+
+// flushProposals hands the pending proposals to raft, in MsgProp messages of
+// at most MaxSizePerMsg bytes each, once a leader is known.
+func (n *Node) flushProposals() {
+	l := &n.loop
+	if len(l.pending) == 0 || l.leader == 0 {
+		return
+	}
+	start := 0
+	for start < len(l.pending) {
+		var size uint64
+		end := start
+		for end < len(l.pending) && (end == start || size+uint64(len(l.pending[end].data)) <= n.cfg.MaxSizePerMsg) {
+			size += uint64(len(l.pending[end].data))
+			end++
+		}
+		n.proposeBatch(l.pending[start:end])
+		start = end
+	}
+	clear(l.pending)
+	l.pending = l.pending[:0]
+}
+
+func (n *Node) proposeBatch(batch []*proposal) {
+	l := &n.loop
+	ents := make([]*raftpb.Entry, 0, len(batch))
+	live := batch[:0:0]
+	n.waiters.mu.Lock()
+	for _, p := range batch {
+		if p.canceled.Load() {
+			continue
+		}
+		p.term = l.term
+		n.waiters.m[p.seq] = p
+		ents = append(ents, &raftpb.Entry{Data: p.data})
+		live = append(live, p)
+	}
+	n.waiters.mu.Unlock()
+	if len(ents) == 0 {
+		return
+	}
+	id := n.cfg.ID
+	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &id, Entries: ents})
+	if err != nil {
+		for _, p := range live {
+			n.waiters.resolve(p.seq, Result{Err: fmt.Errorf("%w: %w", ErrProposalDropped, err)})
+		}
+	}
+}
+
+// flushReads starts one ReadIndex round for the queued reads.
+func (n *Node) flushReads() {
+	l := &n.loop
+	if len(l.readQueue) == 0 || l.leader == 0 {
+		return
+	}
+	l.readSeq++
+	l.readRounds[l.readSeq] = &readRound{reqs: l.readQueue, tick: l.ticks}
+	l.readQueue = nil
+	l.rn.ReadIndex(readCtx(l.readSeq))
+}
+
+// retryReads requeues read rounds that got no answer within an election
+// timeout (raft drops a ReadIndex silently when the leader is unknown or the
+// message is lost), or all of them (all=true, after a leader change). Reads
+// are idempotent: retrying them is always safe.
+func (n *Node) retryReads(all bool) {
+	l := &n.loop
+	for id, round := range l.readRounds {
+		if !all && l.ticks-round.tick <= uint64(n.cfg.ElectionTicks) {
+			continue
+		}
+		delete(l.readRounds, id)
+		for _, r := range round.reqs {
+			if !r.canceled.Load() {
+				l.readQueue = append(l.readQueue, r)
+			}
+		}
+	}
+}
+
+func (n *Node) answerReads(states []etcdraft.ReadState) {
+	l := &n.loop
+	for _, rs := range states {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(rs.RequestCtx)
+		round, ok := l.readRounds[id]
+		if !ok {
+			continue
+		}
+		delete(l.readRounds, id)
+		for _, r := range round.reqs {
+			r.done <- readResult{index: rs.Index}
+		}
+	}
+}
+
+// handleReady dispatches one Ready: network messages to the transport (the
+// leader's appends go out before its own fsync: raft delays its own ack until
+// the append goroutine has persisted them), the MsgStorageAppend to the
+// append goroutine, the MsgStorageApply to the apply goroutine. It returns
+// false if the node stopped meanwhile.
+func (n *Node) handleReady(rd etcdraft.Ready) bool {
+	l := &n.loop
+	if ss := rd.SoftState; ss != nil {
+		n.updateSoftState(ss)
+	}
+	if hs := rd.HardState; hs != nil && hs.GetTerm() > l.term {
+		l.term = hs.GetTerm()
+		n.waiters.failOlder(l.term, ErrLeaderChanged)
+		n.publishState()
+	}
+	if len(rd.ReadStates) > 0 {
+		n.answerReads(rd.ReadStates)
+	}
+	out := l.out[:0]
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case etcdraft.LocalAppendThread:
+			select {
+			case n.appendc <- m:
+			case <-n.stopc:
+				return false
+			}
+		case etcdraft.LocalApplyThread:
+			task := applyTask{msg: m}
+			for _, e := range m.GetEntries() {
+				if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
+					task.confStates = append(task.confStates, n.applyConfChange(e))
+				}
+			}
+			select {
+			case n.applyc <- task:
+			case <-n.stopc:
+				return false
+			}
+		default:
+			out = append(out, m)
+		}
+	}
+	if len(out) > 0 {
+		n.tr.Send(out)
+	}
+	clear(out)
+	l.out = out[:0]
+	return true
+}
+
+// applyConfChange applies a committed configuration change to raft (on the
+// loop, which owns the RawNode) and returns the new ConfState for the apply
+// goroutine. An entry that does not decode is a fatal error: skipping it
+// would diverge from the other members.
+func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
+	cc, err := decodeConfChange(e)
+	if err != nil {
+		panic(err)
+	}
+	cs := n.loop.rn.ApplyConfChange(cc)
+	n.updateRole(cs)
+	return cs
+}
+
+func (n *Node) updateSoftState(ss *etcdraft.SoftState) {
+	l := &n.loop
+	if ss.Lead != l.leader {
+		l.leader = ss.Lead
+		n.retryReads(true)
+		n.events.emit(Event{Type: EventLeaderChanged, Leader: ss.Lead, Term: l.term})
+		if ss.Lead != 0 {
+			n.log.Info("leader changed", slog.Uint64("leader", ss.Lead), slog.Uint64("term", l.term))
+		}
+	}
+	n.setRole(n.roleOf(ss.RaftState))
+	n.publishState()
+}
+
+func (n *Node) roleOf(st etcdraft.StateType) Role {
+	switch st {
+	case etcdraft.StateLeader:
+		return RoleLeader
+	case etcdraft.StateCandidate, etcdraft.StatePreCandidate:
+		return RoleCandidate
+	}
+	if n.isLearner() {
+		return RoleLearner
+	}
+	return RoleFollower
+}
+
+func (n *Node) isLearner() bool {
+	cfg := n.loop.rn.Status().Config
+	_, ok := cfg.Learners[n.cfg.ID]
+	return ok
+}
+
+// updateRole recomputes the role after a configuration change (a follower
+// promoted from learner keeps the same raft state but changes role).
+func (n *Node) updateRole(cs *raftpb.ConfState) {
+	if n.loop.role == RoleLeader || n.loop.role == RoleCandidate {
+		return
+	}
+	role := RoleFollower
+	for _, id := range cs.GetLearners() {
+		if id == n.cfg.ID {
+			role = RoleLearner
+		}
+	}
+	n.setRole(role)
+	n.publishState()
+}
+
+func (n *Node) setRole(r Role) {
+	if r != n.loop.role {
+		n.loop.role = r
+		n.events.emit(Event{Type: EventRoleChanged, Role: r, Term: n.loop.term})
+	}
+}
+
+func (n *Node) publishState() {
+	l := &n.loop
+	n.state.set(nodeState{leader: l.leader, term: l.term, role: l.role})
+}
+
+// TransferLeadership asks the leader to hand leadership to member to and
+// waits until to leads, within ctx. A learner cannot lead
+// (ErrLearnerCannotLead); an ID outside the configuration is
+// ErrUnknownMember.
+func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
+	var err error
+	if derr := n.do(ctx, func() {
+		cfg := n.loop.rn.Status().Config
+		if _, ok := cfg.Learners[to]; ok {
+			err = fmt.Errorf("%w: member %d is a learner", ErrLearnerCannotLead, to)
+			return
+		}
+		if _, ok := cfg.LearnersNext[to]; ok {
+			err = fmt.Errorf("%w: member %d is becoming a learner", ErrLearnerCannotLead, to)
+			return
+		}
+		if _, ok := cfg.Voters.IDs()[to]; !ok {
+			err = fmt.Errorf("%w: %d", ErrUnknownMember, to)
+			return
+		}
+		n.loop.rn.TransferLeader(to)
+	}); derr != nil {
+		return derr
+	}
+	if err != nil {
+		return err
+	}
+	if werr := n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader == to }); werr != nil {
+		if errors.Is(werr, ErrStopped) {
+			return n.stopErr()
+		}
+		return werr
+	}
+	return nil
+}
+
+// handOffLeadership, on a leader with other voters, transfers leadership to
+// the most caught-up voter and waits (within ctx) until it leads.
+func (n *Node) handOffLeadership(ctx context.Context) {
+	var target uint64
+	_ = n.do(ctx, func() {
+		st := n.loop.rn.Status()
+		if st.RaftState != etcdraft.StateLeader {
+			return
+		}
+		var best uint64
+		for id := range st.Config.Voters.IDs() {
+			if id == n.cfg.ID {
+				continue
+			}
+			if pr, ok := st.Progress[id]; ok && (target == 0 || pr.Match > best || (pr.Match == best && id < target)) {
+				target, best = id, pr.Match
+			}
+		}
+		if target != 0 {
+			n.log.Info("stopping: handing leadership over", slog.Uint64("to", target), slog.Uint64("match", best))
+			n.loop.rn.TransferLeader(target)
+		}
+	})
+	if target == 0 {
+		return
+	}
+	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
+}
+
+// panicError turns a recovered panic value into an error.
+func panicError(r any) error {
+	if err, ok := r.(error); ok {
+		return err
+	}
+	return fmt.Errorf("panic: %v", r)
+}

@@ -1,0 +1,429 @@
+package raft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Node is one member of a replicated state machine. One goroutine (the run
+// loop) owns etcd's RawNode; a second persists the log (the append
+// goroutine) and a third applies committed commands to the StateMachine (the
+// apply goroutine), so that applying never blocks persisting and the leader
+// replicates before its own fsync finishes.
+//
+// Create it with NewNode, then Start it with a Transport. Every method is
+// safe for concurrent use.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	sm    StateMachine
+	store Storage
+	tr    Transport
+
+	// Channels into the run loop.
+	propc   chan *proposal
+	readc   chan *readRequest
+	recvc   chan *raftpb.Message
+	actc    chan func()
+	local   *mailbox // responses from the append and apply goroutines
+	appendc chan *raftpb.Message
+	applyc  chan applyTask
+
+	started  atomic.Bool
+	stopOnce sync.Once
+	stopc    chan struct{} // closed when the node stops (Stop or a fatal error)
+	wg       sync.WaitGroup
+	donec    chan struct{} // closed once every goroutine has exited
+	errMu    sync.Mutex
+	err      error // the fatal error the node stopped with, if any
+
+	seq      atomic.Uint64 // last proposal sequence number
+	waiters  waiterSet
+	applied  *indexNotifier
+	state    *stateNotifier
+	events   eventHub
+	transfer atomic.Bool // a leadership transfer on Stop is in progress
+
+	loop  loopState  // owned by the run loop
+	apply applyState // owned by the apply goroutine
+}
+
+// NewNode validates cfg and returns a node that is not started yet. store
+// must be open; the node reads and writes it from Start until Stop returns.
+// The caller keeps ownership of store (it closes it after Stop).
+func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sm == nil {
+		return nil, fmt.Errorf("%w: nil StateMachine", ErrInvalidConfig)
+	}
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.Uint64("member", cfg.ID)),
+		sm:      sm,
+		store:   store,
+		propc:   make(chan *proposal, cfg.MaxPendingProposals),
+		readc:   make(chan *readRequest, 4096),
+		recvc:   make(chan *raftpb.Message, 4096),
+		actc:    make(chan func(), 1024),
+		local:   newMailbox(),
+		appendc: make(chan *raftpb.Message, 1024),
+		applyc:  make(chan applyTask, cfg.ApplyQueueSize),
+		stopc:   make(chan struct{}),
+		donec:   make(chan struct{}),
+		state:   newStateNotifier(),
+	}
+	n.waiters.m = make(map[uint64]*proposal)
+	return n, nil
+}
+
+// Start restores the state machine from the latest snapshot, bootstraps a new
+// cluster if the storage is empty and Config.InitialMembers is set, and
+// starts the node's goroutines. tr must deliver received messages to
+// n.PeerHandler(). Start returns an error (and starts nothing) if the
+// storage cannot be read or the snapshot cannot be restored.
+func (n *Node) Start(tr Transport) error {
+	if tr == nil {
+		return fmt.Errorf("%w: nil Transport", ErrInvalidConfig)
+	}
+	if !n.started.CompareAndSwap(false, true) {
+		return errors.New("raft: node already started")
+	}
+	n.tr = tr
+	if err := n.restore(); err != nil {
+		n.stopOnce.Do(func() { close(n.stopc) })
+		close(n.donec)
+		return err
+	}
+	n.wg.Add(3)
+	go n.runLoop()
+	go n.runAppend()
+	go n.runApply()
+	go func() {
+		n.wg.Wait()
+		n.waiters.failAll(n.stopErr())
+		close(n.donec)
+	}()
+	return nil
+}
+
+// PeerHandler returns what the Transport must deliver received messages to.
+func (n *Node) PeerHandler() PeerHandler { return peerHandler{n} }
+
+// ID returns this member's ID.
+func (n *Node) ID() uint64 { return n.cfg.ID }
+
+// Propose replicates cmd and returns the state machine's result for it once
+// this member has applied it. It works on any member: followers and learners
+// forward the command to the leader. While no leader is known the proposal
+// waits, within ctx.
+//
+// Errors: ctx.Err() when ctx ends (the command may still be applied later);
+// ErrLeaderChanged when the term changed after the command was handed to
+// raft (the outcome is unknown); ErrProposalDropped when raft refused it (not
+// applied, safe to retry); ErrTooLarge; ErrStopped. A Result.Err set by the
+// state machine is returned as the error, with Result.Value.
+func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
+	if len(cmd) > n.cfg.MaxCommandSize {
+		return nil, fmt.Errorf("%w: %d bytes > MaxCommandSize %d", ErrTooLarge, len(cmd), n.cfg.MaxCommandSize)
+	}
+	if err := n.usable(); err != nil {
+		return nil, err
+	}
+	seq := n.seq.Add(1)
+	p := &proposal{
+		seq:  seq,
+		data: encodeCommand(requestID{proposer: n.cfg.ID, seq: seq}, cmd),
+		done: make(chan Result, 1),
+	}
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		return nil, n.ctxErr(ctx)
+	case <-n.stopc:
+		return nil, n.stopErr()
+	}
+	select {
+	case r := <-p.done:
+		return r.Value, r.Err
+	case <-ctx.Done():
+		p.canceled.Store(true)
+		n.waiters.remove(seq)
+		return nil, n.ctxErr(ctx)
+	case <-n.stopc:
+		p.canceled.Store(true)
+		return nil, n.stopErr()
+	}
+}
+
+// Read answers query linearizably: it learns the commit index through
+// raft's ReadIndex (on the leader, or asked of the leader by a follower or
+// learner), waits until this member has applied it, then calls the state
+// machine's Lookup. Concurrent reads share one ReadIndex round.
+func (n *Node) Read(ctx context.Context, query []byte) ([]byte, error) {
+	if err := n.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	return n.sm.Lookup(query)
+}
+
+// ReadBarrier returns once this member has applied everything committed
+// before the call: a Lookup after it is linearizable.
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	if err := n.usable(); err != nil {
+		return err
+	}
+	r := &readRequest{done: make(chan readResult, 1)}
+	select {
+	case n.readc <- r:
+	case <-ctx.Done():
+		return n.ctxErr(ctx)
+	case <-n.stopc:
+		return n.stopErr()
+	}
+	var res readResult
+	select {
+	case res = <-r.done:
+	case <-ctx.Done():
+		r.canceled.Store(true)
+		return n.ctxErr(ctx)
+	case <-n.stopc:
+		return n.stopErr()
+	}
+	if res.err != nil {
+		return res.err
+	}
+	if err := n.applied.wait(ctx, res.index, n.stopc); err != nil {
+		if errors.Is(err, ErrStopped) {
+			return n.stopErr()
+		}
+		return n.ctxErr(ctx)
+	}
+	return nil
+}
+
+// StaleRead answers query from this member's state without any round trip:
+// it may miss recent writes (on any member, learners included).
+func (n *Node) StaleRead(query []byte) ([]byte, error) {
+	if err := n.usable(); err != nil {
+		return nil, err
+	}
+	return n.sm.Lookup(query)
+}
+
+// AppliedIndex returns the index of the last entry applied to the state machine.
+func (n *Node) AppliedIndex() uint64 { return n.applied.get() }
+
+// Err returns the fatal error the node stopped with, or nil.
+func (n *Node) Err() error {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return n.err
+}
+
+// Done is closed once the node has stopped and all its goroutines have
+// exited, whether by Stop or by a fatal error (see Err).
+func (n *Node) Done() <-chan struct{} { return n.donec }
+
+// Stop shuts the node down. A leader first hands leadership to the most
+// caught-up voter, bounded by ctx (a canceled ctx stops at once, like a
+// crash that lost nothing acknowledged). Stop waits for every goroutine to
+// exit, and fails pending calls with ErrStopped. It is idempotent; it returns
+// the node's fatal error, if it had one.
+func (n *Node) Stop(ctx context.Context) error {
+	if !n.started.Load() {
+		n.started.Store(true)
+		n.stopOnce.Do(func() { close(n.stopc) })
+		close(n.donec)
+		return nil
+	}
+	if ctx.Err() == nil {
+		n.handOffLeadership(ctx)
+	}
+	n.stopOnce.Do(func() { close(n.stopc) })
+	<-n.donec
+	return n.Err()
+}
+
+func (n *Node) usable() error {
+	if !n.started.Load() {
+		return ErrNotStarted
+	}
+	select {
+	case <-n.stopc:
+		return n.stopErr()
+	default:
+		return nil
+	}
+}
+
+// stopErr is ErrStopped, joined with the fatal error if there is one.
+func (n *Node) stopErr() error {
+	if err := n.Err(); err != nil {
+		return errors.Join(ErrStopped, err)
+	}
+	return ErrStopped
+}
+
+// ctxErr is ctx's error, with ErrNoLeader attached when no leader is known.
+func (n *Node) ctxErr(ctx context.Context) error {
+	if n.state.get().leader == 0 {
+		return fmt.Errorf("%w (%w)", ctx.Err(), ErrNoLeader)
+	}
+	return ctx.Err()
+}
+
+// fail stops the node with a fatal error.
+func (n *Node) fail(op string, err error) {
+	fe := &FatalError{Op: op, Err: err}
+	n.errMu.Lock()
+	if n.err == nil {
+		n.err = fe
+		n.log.Error("node stopping on fatal error", slog.String("op", op), slog.Any("err", err))
+	}
+	n.errMu.Unlock()
+	n.stopOnce.Do(func() { close(n.stopc) })
+}
+
+// do runs f on the run loop and waits for it.
+func (n *Node) do(ctx context.Context, f func()) error {
+	if err := n.usable(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	select {
+	case n.actc <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return n.stopErr()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return n.stopErr()
+	}
+}
+
+// proposal is one Propose call in flight.
+type proposal struct {
+	seq      uint64
+	data     []byte
+	term     uint64 // the term it was handed to raft in; written by the loop under waiters.mu
+	done     chan Result
+	canceled atomic.Bool
+}
+
+// waiterSet holds the proposals handed to raft, by sequence number, until
+// they are applied (the apply goroutine resolves them) or fail.
+type waiterSet struct {
+	mu sync.Mutex
+	m  map[uint64]*proposal
+}
+
+func (w *waiterSet) remove(seq uint64) {
+	w.mu.Lock()
+	delete(w.m, seq)
+	w.mu.Unlock()
+}
+
+// resolve delivers r to the proposal with seq, if anyone waits for it.
+func (w *waiterSet) resolve(seq uint64, r Result) {
+	w.mu.Lock()
+	p, ok := w.m[seq]
+	if ok {
+		delete(w.m, seq)
+	}
+	w.mu.Unlock()
+	if ok {
+		p.done <- r
+	}
+}
+
+// failOlder fails every proposal handed to raft in a term before term.
+func (w *waiterSet) failOlder(term uint64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for seq, p := range w.m {
+		if p.term < term {
+			delete(w.m, seq)
+			p.done <- Result{Err: err}
+		}
+	}
+}
+
+func (w *waiterSet) failAll(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for seq, p := range w.m {
+		delete(w.m, seq)
+		p.done <- Result{Err: err}
+	}
+}
+
+// readRequest is one linearizable read waiting for a read index.
+type readRequest struct {
+	done     chan readResult
+	canceled atomic.Bool
+}
+
+type readResult struct {
+	index uint64
+	err   error
+}
+
+// peerHandler is the node's side of the Transport.
+type peerHandler struct{ n *Node }
+
+func (h peerHandler) Process(m *raftpb.Message) {
+	select {
+	case h.n.recvc <- m:
+	case <-h.n.stopc:
+	}
+}
+
+func (h peerHandler) ReportUnreachable(id uint64) {
+	h.n.post(func() { h.n.loop.rn.ReportUnreachable(id) })
+}
+
+func (h peerHandler) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
+	h.n.post(func() { h.n.loop.rn.ReportSnapshot(id, status) })
+}
+
+func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error) {
+	return nil, fmt.Errorf("raft: member %d: no member-to-member requests are served yet", h.n.cfg.ID)
+}
+
+func (h peerHandler) ReportRefused(id uint64, err error) {
+	h.n.log.Warn("peer refused our connection", slog.Uint64("peer", id), slog.Any("err", err))
+}
+
+// post queues f for the run loop without waiting for it; it is dropped if
+// the node stopped.
+func (n *Node) post(f func()) {
+	if !n.started.Load() {
+		return
+	}
+	select {
+	case n.actc <- f:
+	case <-n.stopc:
+	}
+}
+
+func readCtx(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }

@@ -1,0 +1,151 @@
+package raft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+)
+
+// A snapshot's data, as the Node writes it through Storage.CreateSnapshot:
+//
+//	"USN1"                      magic and version
+//	uint32 (big endian)          length of the header
+//	header                       see below
+//	uint32 (big endian)          CRC-32C of the header
+//	the state machine's bytes    as written by Snapshot.Write, up to EOF
+//
+// header:
+//
+//	member records               see appendMembers
+//	uvarint n, then n IDs:       uvarint proposer, uvarint sequence (dedup window, oldest first)
+//
+// The header carries what the node derives from the log besides the state
+// machine, so that a member restored from a snapshot is identical to one that
+// applied the log.
+const (
+	snapMagic         = "USN1"
+	maxSnapHeaderSize = 64 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// snapHeader is the node's part of a snapshot (member records are encoded as
+// appendMembers describes).
+type snapHeader struct {
+	members []Member // sorted by ID
+	dedup   []requestID
+}
+
+func (h *snapHeader) encode() []byte {
+	b := appendMembers(nil, h.members)
+	b = binary.AppendUvarint(b, uint64(len(h.dedup)))
+	for _, id := range h.dedup {
+		b = binary.AppendUvarint(b, id.proposer)
+		b = binary.AppendUvarint(b, id.seq)
+	}
+	return b
+}
+
+// writeTo writes the framed header.
+func (h *snapHeader) writeTo(w io.Writer) error {
+	body := h.encode()
+	buf := make([]byte, 0, len(snapMagic)+8+len(body))
+	buf = append(buf, snapMagic...)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(body)))
+	buf = append(buf, body...)
+	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(body, castagnoli))
+	_, err := w.Write(buf)
+	return err
+}
+
+// readSnapHeader reads the framed header from r, leaving r at the state
+// machine's bytes. Every failure wraps ErrCorruptSnapshot.
+func readSnapHeader(r io.Reader) (*snapHeader, error) {
+	var pre [8]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil {
+		return nil, fmt.Errorf("%w: reading header: %v", ErrCorruptSnapshot, err)
+	}
+	if string(pre[:4]) != snapMagic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, pre[:4])
+	}
+	n := binary.BigEndian.Uint32(pre[4:])
+	if n > maxSnapHeaderSize {
+		return nil, fmt.Errorf("%w: header of %d bytes exceeds %d", ErrCorruptSnapshot, n, maxSnapHeaderSize)
+	}
+	body := make([]byte, n+4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("%w: reading header: %v", ErrCorruptSnapshot, err)
+	}
+	body, sum := body[:n], binary.BigEndian.Uint32(body[n:])
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return nil, fmt.Errorf("%w: header checksum %08x, want %08x", ErrCorruptSnapshot, got, sum)
+	}
+	return decodeSnapHeader(body)
+}
+
+var errShort = errors.New("truncated")
+
+func decodeSnapHeader(b []byte) (*snapHeader, error) {
+	d := decoder{b: b}
+	h := &snapHeader{members: readMembers(&d)}
+	nd := d.count()
+	for i := uint64(0); i < nd && d.err == nil; i++ {
+		h.dedup = append(h.dedup, requestID{proposer: d.uvarint(), seq: d.uvarint()})
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: header: %v", ErrCorruptSnapshot, d.err)
+	}
+	sort.Slice(h.members, func(i, j int) bool { return h.members[i].ID < h.members[j].ID })
+	return h, nil
+}
+
+// decoder reads uvarints and length-prefixed bytes; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errShort
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a element count, refusing one larger than the bytes left
+// (every element takes at least one byte), so a bad count cannot make the
+// caller allocate or loop without bound.
+func (d *decoder) count() uint64 {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("count %d exceeds the %d bytes left", n, len(d.b))
+		return 0
+	}
+	return n
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errShort
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}

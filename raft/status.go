@@ -1,0 +1,125 @@
+package raft
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+)
+
+// Status is a member's view of itself and, on the leader, of every peer's
+// replication progress.
+type Status struct {
+	ID      uint64
+	Role    Role
+	Term    uint64
+	Leader  uint64 // 0 when none is known
+	Commit  uint64 // commit index
+	Applied uint64 // index applied to the state machine
+	// LastIndex is the index of this member's last log entry.
+	LastIndex uint64
+
+	// Voters, Learners: the configuration (sorted IDs). While the
+	// configuration is joint, VotersOutgoing holds the outgoing voters and
+	// LearnersNext the voters that become learners when it is left.
+	Voters         []uint64
+	VotersOutgoing []uint64
+	Learners       []uint64
+	LearnersNext   []uint64
+
+	// Progress is set on the leader only: one entry per other member.
+	Progress map[uint64]PeerProgress
+
+	// EventsDropped counts events that subscribers were too slow to take.
+	EventsDropped uint64
+}
+
+// Joint reports whether the configuration is joint (a multi-member change
+// in progress).
+func (s Status) Joint() bool { return len(s.VotersOutgoing) > 0 }
+
+// PeerProgress is the leader's view of one member's replication.
+type PeerProgress struct {
+	Match uint64 // highest index known to be replicated to the member
+	Next  uint64 // next index to send
+	// Lag is the leader's last index minus Match.
+	Lag uint64
+	// State is "probe", "replicate" or "snapshot".
+	State string
+	// PendingSnapshot is the index of the snapshot being sent, or 0.
+	PendingSnapshot uint64
+	// RecentActive reports whether raft heard from the member within the
+	// last election timeout.
+	RecentActive bool
+	// LastContact is when this member last received a message from it (the
+	// zero time if never since start).
+	LastContact time.Time
+	Learner     bool
+}
+
+// Status returns this member's status, taken on the run loop.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := n.do(ctx, func() { st = n.status() })
+	return st, err
+}
+
+func (n *Node) status() Status {
+	l := &n.loop
+	rs := l.rn.Status()
+	last, _ := n.store.LastIndex()
+	st := Status{
+		ID:             n.cfg.ID,
+		Role:           l.role,
+		Term:           rs.GetTerm(),
+		Leader:         rs.Lead,
+		Commit:         rs.GetCommit(),
+		Applied:        n.applied.get(),
+		Voters:         sortedIDs(rs.Config.Voters[0]),
+		VotersOutgoing: sortedIDs(rs.Config.Voters[1]),
+		Learners:       sortedIDs(rs.Config.Learners),
+		LearnersNext:   sortedIDs(rs.Config.LearnersNext),
+		EventsDropped:  n.events.dropped.Load(),
+	}
+	if rs.RaftState == etcdraft.StateLeader {
+		// The leader's log may be ahead of its storage (it replicates before
+		// its own fsync): its own Match is its last index.
+		if pr, ok := rs.Progress[n.cfg.ID]; ok && pr.Match > last {
+			last = pr.Match
+		}
+		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))
+		for id, pr := range rs.Progress {
+			if id == n.cfg.ID {
+				continue
+			}
+			pp := PeerProgress{
+				Match:           pr.Match,
+				Next:            pr.Next,
+				State:           pr.State.String(),
+				PendingSnapshot: pr.PendingSnapshot,
+				RecentActive:    pr.RecentActive,
+				LastContact:     l.lastContact[id],
+				Learner:         pr.IsLearner,
+			}
+			if last > pr.Match {
+				pp.Lag = last - pr.Match
+			}
+			st.Progress[id] = pp
+		}
+	}
+	st.LastIndex = last
+	return st
+}
+
+func sortedIDs[V any](m map[uint64]V) []uint64 {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]uint64, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
