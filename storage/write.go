@@ -1,0 +1,354 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+var errMissing = errors.New("entry missing")
+
+// Save persists what one raft MsgStorageAppend carries, in one bbolt
+// transaction (one commit, two fdatasyncs), in this order:
+//
+//  1. if snap is non-empty (index > 0): record it as the latest snapshot and
+//     discard the whole log, as raft.MemoryStorage.ApplySnapshot does. It is
+//     refused with ErrSnapOutOfDate unless newer than the latest recorded
+//     one, and if its Data names a file, that file must already be in the
+//     snapshot directory (ReceiveSnapshot put it there).
+//  2. append ents, replacing any conflicting suffix of the log, as
+//     raft.MemoryStorage.Append does: entries at or before the first
+//     index are ignored; a gap after the last index, or entries that are not
+//     consecutive, are refused with ErrOutOfBounds.
+//  3. if hs is non-empty, record it as the hard state.
+//
+// Either all of it is durable when Save returns nil, or none of it is on
+// disk after a crash. Save keeps references to the entries (raft treats them
+// as immutable) to serve Entries from memory.
+func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	pruned, err := s.save(hs, ents, snap)
+	if pruned {
+		// Outside wmu: pruning takes snapMu, which CreateSnapshot holds
+		// while it waits for wmu.
+		s.pruneSnapshots()
+	}
+	return err
+}
+
+// save is Save under wmu; it reports whether a snapshot was recorded.
+func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) (bool, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return false, err
+	}
+	hasSnap := snap != nil && !raft.IsEmptySnap(snap)
+	hasHS := hs != nil && !raft.IsEmptyHardState(hs)
+
+	dummy, dummyTerm, last := s.dummy, s.dummyTerm, s.last
+	var snapRec []byte
+	if hasSnap {
+		meta := snap.GetMetadata()
+		if cur := s.snap.GetMetadata().GetIndex(); cur != 0 && cur >= meta.GetIndex() {
+			return false, ErrSnapOutOfDate
+		}
+		if err := s.checkSnapshotFileFor(snap); err != nil {
+			return false, err
+		}
+		snap = proto.Clone(snap).(*raftpb.Snapshot)
+		raftpb.EnsureSnapshot(snap)
+		var err error
+		if snapRec, err = encodeSnapshot(snap); err != nil {
+			return false, fmt.Errorf("storage: encode snapshot: %w", err)
+		}
+		dummy, dummyTerm, last = meta.GetIndex(), meta.GetTerm(), meta.GetIndex()
+	}
+
+	// Trim ents as MemoryStorage.Append does.
+	if len(ents) > 0 {
+		first := dummy + 1
+		if ents[0].GetIndex()+uint64(len(ents))-1 < first {
+			ents = nil
+		} else if ents[0].GetIndex() < first {
+			ents = ents[first-ents[0].GetIndex():]
+		}
+	}
+	truncate := false
+	if len(ents) > 0 {
+		at := ents[0].GetIndex()
+		if at > last+1 {
+			return false, fmt.Errorf("%w: append at index %d leaves a gap after last index %d", ErrOutOfBounds, at, last)
+		}
+		for j, e := range ents {
+			if e.GetIndex() != at+uint64(j) {
+				return false, fmt.Errorf("%w: entry %d of the append has index %d, want %d", ErrOutOfBounds, j, e.GetIndex(), at+uint64(j))
+			}
+		}
+		truncate = at <= last
+	}
+	if !hasSnap && len(ents) == 0 && !hasHS {
+		return false, nil
+	}
+
+	// Encode outside the transaction, into buffers reused across Saves: bbolt
+	// keeps references to keys and values until the commit.
+	buf, keys := s.encBuf[:0], s.keyBuf[:0]
+	if len(ents) > 0 {
+		n := 0
+		for _, e := range ents {
+			n += encodedEntrySize(e)
+		}
+		if cap(buf) < n {
+			buf = make([]byte, 0, n+n/4)
+		}
+		if cap(keys) < 8*len(ents) {
+			keys = make([]byte, 0, 8*len(ents)+8*len(ents)/4)
+		}
+		for _, e := range ents {
+			buf = appendEntry(buf, e)
+			keys = indexKey(keys, e.GetIndex())
+		}
+	}
+	var hsRec []byte
+	if hasHS {
+		hs = proto.Clone(hs).(*raftpb.HardState)
+		hsRec = encodeHardState(hs)
+	}
+
+	commit := func() error {
+		return s.update(func(tx *bolt.Tx) error {
+			sb := tx.Bucket(s.stateBucket)
+			if hasSnap {
+				if err := sb.Put(snapshotKey, snapRec); err != nil {
+					return err
+				}
+				if err := sb.Put(firstKey, appendUvarints(nil, dummy, dummyTerm)); err != nil {
+					return err
+				}
+				if s.last > s.dummy { // the log holds entries: drop them all
+					if err := tx.DeleteBucket(s.logBucket); err != nil {
+						return err
+					}
+					if _, err := tx.CreateBucket(s.logBucket); err != nil {
+						return err
+					}
+				}
+			}
+			lb := tx.Bucket(s.logBucket)
+			lb.FillPercent = 1 // keys only ever grow: pack the pages
+			if truncate {
+				var key [8]byte
+				for i := ents[0].GetIndex(); i <= last; i++ {
+					if err := lb.Delete(indexKey(key[:0], i)); err != nil {
+						return err
+					}
+				}
+			}
+			off := 0
+			for j, e := range ents {
+				n := encodedEntrySize(e)
+				if err := lb.Put(keys[8*j:8*j+8], buf[off:off+n]); err != nil {
+					return err
+				}
+				off += n
+			}
+			if hasHS {
+				return sb.Put(hardStateKey, hsRec)
+			}
+			return nil
+		})
+	}
+	publish := func() {
+		if hasSnap {
+			s.snap = snap
+			s.dummy, s.dummyTerm, s.last = dummy, dummyTerm, dummy
+			s.tail.reset()
+		}
+		if len(ents) > 0 {
+			s.last = ents[len(ents)-1].GetIndex()
+			s.tail.append(ents)
+		}
+		if hasHS {
+			s.hs = hs
+		}
+	}
+
+	var err error
+	if hasSnap || truncate {
+		// Entries disappear: readers wait for the commit.
+		s.mu.Lock()
+		if err = commit(); err == nil {
+			publish()
+		}
+		s.mu.Unlock()
+	} else {
+		// Pure append: readers do not look past the old last index, so they
+		// run during the commit.
+		if err = commit(); err == nil {
+			s.mu.Lock()
+			publish()
+			s.mu.Unlock()
+		}
+	}
+	s.encBuf, s.keyBuf = buf[:0], keys[:0]
+	if err != nil {
+		return false, s.fail("save", err)
+	}
+	s.m.saves.Add(1)
+	s.m.entries.Add(uint64(len(ents)))
+	s.m.bytes.Add(uint64(len(buf)))
+	return hasSnap, nil
+}
+
+// ApplySnapshot records snap as the latest snapshot and discards the log,
+// like raft.MemoryStorage.ApplySnapshot. It is Save(nil, nil, snap).
+func (s *Store) ApplySnapshot(snap *raftpb.Snapshot) error {
+	return s.Save(nil, nil, snap)
+}
+
+// Compact discards the entries up to and including index, keeping its term
+// for Term(index), like raft.MemoryStorage.Compact. It returns ErrCompacted
+// if index <= FirstIndex()-1 and an error wrapping ErrOutOfBounds if index >
+// LastIndex(). The caller must not compact past the applied index. One
+// bbolt commit.
+func (s *Store) Compact(index uint64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if index <= s.dummy {
+		return ErrCompacted
+	}
+	if index > s.last {
+		return fmt.Errorf("%w: compact %d past last index %d", ErrOutOfBounds, index, s.last)
+	}
+	s.mu.RLock()
+	term, err := s.termLocked(index)
+	s.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	oldDummy := s.dummy
+	// Publish first: from now on no reader asks bbolt for what the commit
+	// deletes. If the commit fails, memory shows a shorter log than the disk
+	// holds, which is safe.
+	s.mu.Lock()
+	s.dummy, s.dummyTerm = index, term
+	s.tail.compact(index)
+	s.mu.Unlock()
+	err = s.update(func(tx *bolt.Tx) error {
+		lb := tx.Bucket(s.logBucket)
+		var key [8]byte
+		for i := oldDummy + 1; i <= index; i++ {
+			if err := lb.Delete(indexKey(key[:0], i)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(s.stateBucket).Put(firstKey, appendUvarints(nil, index, term))
+	})
+	if err != nil {
+		return s.fail("compact", err)
+	}
+	return nil
+}
+
+// Identity returns the recorded cluster and member IDs, zero if never set.
+func (s *Store) Identity() (Identity, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return Identity{}, ErrClosed
+	}
+	return s.identity, nil
+}
+
+// SetIdentity durably records the cluster and member IDs. A field already
+// recorded as non-zero cannot change: setting a different value (zero
+// included) returns an *IdentityError (ErrIdentityMismatch) and changes
+// nothing. Setting the recorded identity again is a no-op.
+func (s *Store) SetIdentity(id Identity) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	cur := s.identity
+	if (cur.ClusterID != 0 && cur.ClusterID != id.ClusterID) || (cur.MemberID != 0 && cur.MemberID != id.MemberID) {
+		return &IdentityError{Stored: cur, Requested: id}
+	}
+	if cur == id {
+		return nil
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(s.stateBucket).Put(identityKey, appendUvarints(nil, id.ClusterID, id.MemberID))
+	})
+	if err != nil {
+		return s.fail("set identity", err)
+	}
+	s.mu.Lock()
+	s.identity = id
+	s.mu.Unlock()
+	return nil
+}
+
+// MarkRemoved durably records that the member was removed from its cluster:
+// every later Open of the data dir returns ErrRemoved. The open Store keeps
+// working until closed.
+func (s *Store) MarkRemoved() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		return tx.Bucket(s.stateBucket).Put(removedKey, seal([]byte("removed"), 0))
+	})
+	if err != nil {
+		return s.fail("mark removed", err)
+	}
+	return nil
+}
+
+// writable returns why the store cannot write, if it cannot. Caller holds wmu.
+func (s *Store) writable() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.failed
+}
+
+// fail records a failed commit: no later write is attempted. Caller holds wmu.
+func (s *Store) fail(op string, err error) error {
+	s.failed = fmt.Errorf("%w: %s failed: %w", ErrFailed, op, err)
+	s.log.Error("storage write failed; refusing further writes", "op", op, "err", err)
+	return fmt.Errorf("storage: %s in %s: %w", op, s.dbPath, err)
+}
+
+// checkSnapshotFileFor checks that the file snap's descriptor names is in
+// the snapshot directory with the right size (the checksum is verified when
+// it is read).
+func (s *Store) checkSnapshotFileFor(snap *raftpb.Snapshot) error {
+	if len(snap.GetData()) == 0 {
+		return nil
+	}
+	d, err := s.descriptorFor(snap)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(s.snapDir, d.Name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("storage: snapshot file for index %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	if fi.Size() != d.Size {
+		return &CorruptError{File: path, Detail: fmt.Sprintf("size %d, descriptor says %d", fi.Size(), d.Size)}
+	}
+	return nil
+}
