@@ -200,8 +200,12 @@ func (c Config) validate() error {
 	if len(c.Voters) == 0 {
 		return fmt.Errorf("configuration %s has no voters", c)
 	}
-	if _, err := c.tracker(); err != nil {
+	trk, err := c.tracker()
+	if err != nil {
 		return fmt.Errorf("configuration %s is invalid: %w", c, err)
+	}
+	if got := configFromTracker(trk.Config); !got.Equal(c) {
+		return fmt.Errorf("configuration %s is invalid: raft reads it as %s", c, got)
 	}
 	return nil
 }
