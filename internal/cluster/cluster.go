@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,8 +66,11 @@ type Member struct {
 	Store *storage.Store
 	// Storage is what the node uses: Store, or its wrapper.
 	Storage raft.Storage
-	running bool
+	running atomic.Bool
 }
+
+// IsRunning reports whether the member is running (not stopped or crashed).
+func (m *Member) IsRunning() bool { return m.running.Load() }
 
 // New starts a cluster of opts.Members voters and registers its cleanup
 // (stop every member, close the network) with t.
@@ -143,7 +147,8 @@ func (c *Cluster) start(id uint64, initial []raft.Member) *Member {
 	if err := n.Start(ep); err != nil {
 		c.t.Fatalf("member %d: start: %v", id, err)
 	}
-	m := &Member{ID: id, Dir: dir, Node: n, SM: sm, Store: st, Storage: s, running: true}
+	m := &Member{ID: id, Dir: dir, Node: n, SM: sm, Store: st, Storage: s}
+	m.running.Store(true)
 	c.mu.Lock()
 	c.members[id] = m
 	c.mu.Unlock()
@@ -174,7 +179,7 @@ func (c *Cluster) Members() []uint64 {
 func (c *Cluster) Running() []*Member {
 	var out []*Member
 	for _, id := range c.Members() {
-		if m := c.Member(id); m.running {
+		if m := c.Member(id); m.running.Load() {
 			out = append(out, m)
 		}
 	}
@@ -186,7 +191,7 @@ func (c *Cluster) Running() []*Member {
 func (c *Cluster) Crash(id uint64) {
 	c.t.Helper()
 	m := c.Member(id)
-	if m == nil || !m.running {
+	if m == nil || !m.running.CompareAndSwap(true, false) {
 		return
 	}
 	c.Net.detach(id)
@@ -196,14 +201,13 @@ func (c *Cluster) Crash(id uint64) {
 	if err := m.Store.Close(); err != nil {
 		c.t.Errorf("member %d: closing storage: %v", id, err)
 	}
-	m.running = false
 }
 
 // Stop stops member id cleanly (a leader hands leadership over first).
 func (c *Cluster) Stop(id uint64) {
 	c.t.Helper()
 	m := c.Member(id)
-	if m == nil || !m.running {
+	if m == nil || !m.running.CompareAndSwap(true, false) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -215,13 +219,12 @@ func (c *Cluster) Stop(id uint64) {
 	if err := m.Store.Close(); err != nil {
 		c.t.Errorf("member %d: closing storage: %v", id, err)
 	}
-	m.running = false
 }
 
 // Restart starts a stopped or crashed member again from its storage.
 func (c *Cluster) Restart(id uint64) *Member {
 	c.t.Helper()
-	if m := c.Member(id); m != nil && m.running {
+	if m := c.Member(id); m != nil && m.running.Load() {
 		c.t.Fatalf("member %d is running", id)
 	}
 	return c.start(id, c.initial)
@@ -252,7 +255,7 @@ func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
 			lead = st.Leader
 		}
 		if agree && lead != 0 {
-			if m := c.Member(lead); m != nil && m.running {
+			if m := c.Member(lead); m != nil && m.running.Load() {
 				return m, nil
 			}
 		}
