@@ -16,8 +16,22 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // parseConfig parses Config.String's output.
 func parseConfig(s string) (Config, error) {
+	// Keep "(1 2 3)" in one field.
+	var fixed strings.Builder
+	depth := 0
+	for _, r := range s {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth--
+		case r == ' ' && depth > 0:
+			r = ','
+		}
+		fixed.WriteRune(r)
+	}
 	var c Config
-	for _, f := range strings.Fields(s) {
+	for _, f := range strings.Fields(fixed.String()) {
 		k, val, _ := strings.Cut(f, "=")
 		ids := func(v string) ([]uint64, error) {
 			v = strings.TrimSuffix(strings.TrimPrefix(v, "("), ")")
@@ -67,22 +81,7 @@ func parseConfig(s string) (Config, error) {
 // known contact unless contact= is given.
 func parseView(text string, opts ...func(*View)) (View, error) {
 	lines := strings.Split(strings.TrimSpace(text), "\n")
-	cfgLine := lines[0]
-	// Allow "(1 2 3)" inside a line that strings.Fields would split.
-	var fixed strings.Builder
-	depth := 0
-	for _, r := range cfgLine {
-		switch {
-		case r == '(':
-			depth++
-		case r == ')':
-			depth--
-		case r == ' ' && depth > 0:
-			r = ','
-		}
-		fixed.WriteRune(r)
-	}
-	cfg, err := parseConfig(fixed.String())
+	cfg, err := parseConfig(lines[0])
 	if err != nil {
 		return View{}, err
 	}
