@@ -126,6 +126,9 @@ func (a *entryAlloc) box(hint int) *entryBox {
 }
 
 func (a *entryAlloc) bytes(n int) []byte {
+	if n == 0 {
+		return []byte{} // non-nil: presence of an empty Data is kept
+	}
 	if n > dataChunk/4 {
 		return make([]byte, n)
 	}

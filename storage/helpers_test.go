@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"testing"
@@ -69,12 +70,13 @@ func readSnapshot(t testing.TB, s *Store, snap *raftpb.Snapshot) ([]byte, error)
 	return buf.Bytes(), err
 }
 
-func requireEntriesEqual(t testing.TB, want, got []*raftpb.Entry, msgAndArgs ...any) {
+func requireEntriesEqual(t testing.TB, want, got []*raftpb.Entry, format string, args ...any) {
 	t.Helper()
-	require.Equal(t, len(want), len(got), msgAndArgs...)
+	msg := fmt.Sprintf(format, args...)
+	require.Equal(t, len(want), len(got), msg)
 	for i := range want {
 		if !proto.Equal(want[i], got[i]) {
-			require.Failf(t, "entries differ", "at %d: want %v, got %v %v", i, want[i], got[i], msgAndArgs)
+			require.Failf(t, "entries differ", "at %d: want %v, got %v; %s", i, want[i], got[i], msg)
 		}
 	}
 }

@@ -58,7 +58,7 @@ func TestSaveAndReopen(t *testing.T) {
 	got, err := s.Entries(1, 6, 1<<20)
 	require.NoError(t, err)
 	want := append(ents(1, 4, 2), ent(4, 3, "x"), ent(5, 3, "y"))
-	requireEntriesEqual(t, want, got)
+	requireEntriesEqual(t, want, got, "")
 }
 
 func TestEntriesMaxSize(t *testing.T) {
@@ -89,7 +89,7 @@ func TestEntriesDoNotAlias(t *testing.T) {
 	_ = a
 	b, err := s.Entries(1, 6, raftNoLimit)
 	require.NoError(t, err)
-	requireEntriesEqual(t, ents(1, 6, 1), b)
+	requireEntriesEqual(t, ents(1, 6, 1), b, "")
 }
 
 func TestSaveErrors(t *testing.T) {
