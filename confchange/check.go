@@ -68,8 +68,8 @@ func (c *checker) check(r Request) {
 		c.transfer(r.IDs[0])
 		return
 	}
-	if len(n.voters) > MaxVoters {
-		c.refuse(ErrTooManyVoters, 0, "the change would make "+strconv.Itoa(len(n.voters))+
+	if nv := len(normIDs(n.voters)); nv > MaxVoters && nv > len(cfg.Voters) {
+		c.refuse(ErrTooManyVoters, 0, "the change would make "+strconv.Itoa(nv)+
 			" voters, at most "+strconv.Itoa(MaxVoters))
 	}
 	c.inProgress(r.Op)
