@@ -1,0 +1,273 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Handler receives what the transport delivers. Its methods are called
+// from the transport's goroutines, possibly concurrently, and never from
+// within Send; they must not block for long (hand work to the raft loop
+// through a channel), or they hold up the peer they were called for.
+type Handler interface {
+	// Process delivers a raft message received from a peer. Ownership
+	// passes to the handler: the transport keeps no reference. A MsgSnap is
+	// delivered only after SnapshotStore.ReceiveSnapshot stored its file.
+	Process(m *raftpb.Message)
+	// ReportUnreachable tells raft a message to the member was dropped (its
+	// queue was full or its connection down), so raft probes it again.
+	ReportUnreachable(id uint64)
+	// ReportSnapshot reports the outcome of a MsgSnap sent to the member:
+	// raft.SnapshotFinish once the peer stored the file and accepted the
+	// message, raft.SnapshotFailure otherwise.
+	ReportSnapshot(id uint64, status raft.SnapshotStatus)
+	// ServeRequest answers a Call from member from. ctx ends with the
+	// caller's deadline (capped by MaxRequestDuration), when the member is
+	// removed, or when the transport closes. An error is sent back as text (the caller gets a *RemoteError).
+	ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error)
+	// ReportRefused reports that the member refused one of our
+	// connections; err is a *RefusedError matching ErrRemoved,
+	// ErrClusterMismatch, ErrUnknownSender, ErrWrongReceiver, ErrVersion,
+	// ErrGroupMismatch or ErrBadHello. It is called on every refused
+	// attempt of the raft stream and of snapshots (not for Call, whose
+	// caller gets the error), so the node can react, e.g. stop when removed.
+	ReportRefused(id uint64, err error)
+}
+
+// SnapshotStore reads and writes the snapshot files that travel beside
+// MsgSnap. The raft snapshot's Data is a small descriptor of the file
+// (name, size, checksum: the store's business); the transport streams the
+// file itself in checksummed chunks and never holds it whole in memory.
+type SnapshotStore interface {
+	// OpenSnapshot opens, on the sender, the file snap describes and returns
+	// its size in bytes (0 and an empty reader for an empty snapshot). The
+	// transport reads exactly size bytes and closes the reader.
+	OpenSnapshot(snap *raftpb.Snapshot) (io.ReadCloser, int64, error)
+	// ReceiveSnapshot stores, on the receiver, the file streamed for snap:
+	// it should write r to a temporary file, verify it against snap's
+	// descriptor, sync and rename it, and return nil only once the file is
+	// durable. r returns io.EOF after the last byte once the transport has
+	// verified the stream's size and CRC-32C, and an error (never io.EOF) if
+	// the stream breaks or is corrupt; the store should read r to io.EOF.
+	ReceiveSnapshot(snap *raftpb.Snapshot, r io.Reader) error
+}
+
+// Config configures a Transport. The zero value of every tuning field
+// means its default; WithDefaults shows them.
+type Config struct {
+	// ID is this member's ID. Required, not 0.
+	ID uint64
+	// ClusterID is the cluster this member belongs to. 0 for a joiner that
+	// has not learned it yet: then only CallAddr works and inbound raft and
+	// snapshot connections are refused, until SetClusterID.
+	ClusterID uint64
+	// GroupID is the raft group, carried in the handshake and every frame
+	// header. Default 1; reserved for many groups per process.
+	GroupID uint64
+
+	// Listener is the listener the transport serves peers on; it is closed
+	// by Close. Exactly one of Listener and ListenAddr must be set.
+	Listener net.Listener
+	// ListenAddr is a TCP host:port to listen on, if Listener is nil.
+	ListenAddr string
+	// TLS, when set, wraps every connection in TLS with this configuration,
+	// used both to serve and to dial (see NewMutualTLS). nil is plain TCP.
+	TLS *tls.Config
+
+	// Handler receives messages, reports and requests. Required.
+	Handler Handler
+	// Snapshots streams snapshot files. nil means snapshots have no file:
+	// a MsgSnap is sent with an empty stream, and one that arrives with a
+	// non-empty stream is refused.
+	Snapshots SnapshotStore
+	// Logger receives the transport's logs. nil discards them.
+	Logger *slog.Logger
+
+	// MaxQueueMessages is the capacity, in messages, of each peer's outgoing
+	// queue; a message that does not fit is dropped. Default 4096.
+	MaxQueueMessages int
+	// MaxQueueBytes is the byte budget of a voter's outgoing queue,
+	// counting entry data, context and snapshot descriptors plus a small
+	// allowance per message (wire.MessageSize). A message is always
+	// accepted into an empty queue. Default 64 MiB.
+	MaxQueueBytes int64
+	// MaxLearnerQueueBytes is MaxQueueBytes for learners (see SetLearner),
+	// so that a learner catching up cannot take the leader's memory and
+	// bandwidth from the voters. Default 8 MiB.
+	MaxLearnerQueueBytes int64
+	// MaxFrameSize is the largest frame payload, in bytes, this member
+	// sends or accepts; a message larger than this is dropped. It must
+	// exceed raft's MaxSizePerMsg plus the largest command, and be the
+	// same on every member. Default 64 MiB; at least 64 KiB.
+	MaxFrameSize int
+	// SnapshotChunkSize is the size, in bytes, of the chunks a snapshot
+	// file is streamed in. Default 256 KiB; at most MaxFrameSize.
+	SnapshotChunkSize int
+	// MaxConcurrentSnapshots bounds the snapshots sent at once (further
+	// MsgSnaps wait their turn) and, separately, those received at once
+	// (further ones are refused as busy and retried by raft). Default 2.
+	MaxConcurrentSnapshots int
+
+	// DialTimeout bounds establishing a TCP connection. Default 5s.
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds the TLS handshake and the hello exchange on
+	// both sides: a peer that connects and stays silent is cut off after
+	// it. Default 5s.
+	HandshakeTimeout time.Duration
+	// ReadTimeout is the longest an established connection may stay
+	// silent while the transport waits to read; pings (every PingInterval)
+	// keep healthy idle streams well within it. Default 15s; at least twice
+	// PingInterval.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds each write to a peer, so a peer that stops
+	// reading cannot stall its sender. Default 10s.
+	WriteTimeout time.Duration
+	// PingInterval is how often the raft stream to each peer is pinged,
+	// for liveness and round-trip time. Default 1s.
+	PingInterval time.Duration
+	// SnapshotAckTimeout is how long the sender of a snapshot waits, after
+	// the last byte, for the receiver to store it. Default 1 minute.
+	SnapshotAckTimeout time.Duration
+	// MaxRequestDuration bounds ServeRequest's context on the serving side
+	// when the caller set no shorter deadline. Default 30s.
+	MaxRequestDuration time.Duration
+	// MinBackoff and MaxBackoff bound the wait between reconnection attempts
+	// to a peer; the wait doubles from MinBackoff up to MaxBackoff, with
+	// jitter. Defaults 100ms and 5s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Defaults of the tuning fields.
+const (
+	DefaultGroupID                = 1
+	DefaultMaxQueueMessages       = 4096
+	DefaultMaxQueueBytes          = 64 << 20
+	DefaultMaxLearnerQueueBytes   = 8 << 20
+	DefaultMaxFrameSize           = 64 << 20
+	DefaultSnapshotChunkSize      = 256 << 10
+	DefaultMaxConcurrentSnapshots = 2
+	DefaultDialTimeout            = 5 * time.Second
+	DefaultHandshakeTimeout       = 5 * time.Second
+	DefaultReadTimeout            = 15 * time.Second
+	DefaultWriteTimeout           = 10 * time.Second
+	DefaultPingInterval           = time.Second
+	DefaultSnapshotAckTimeout     = time.Minute
+	DefaultMaxRequestDuration     = 30 * time.Second
+	DefaultMinBackoff             = 100 * time.Millisecond
+	DefaultMaxBackoff             = 5 * time.Second
+
+	minFrameSize = 64 << 10
+	maxFrameSize = 1 << 30
+)
+
+// WithDefaults returns a copy of c with every zero tuning field set to its
+// default and a nil Logger set to a discarding one.
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def64 := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.GroupID == 0 {
+		c.GroupID = DefaultGroupID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	def(&c.MaxQueueMessages, DefaultMaxQueueMessages)
+	def64(&c.MaxQueueBytes, DefaultMaxQueueBytes)
+	def64(&c.MaxLearnerQueueBytes, DefaultMaxLearnerQueueBytes)
+	def(&c.MaxFrameSize, DefaultMaxFrameSize)
+	def(&c.SnapshotChunkSize, DefaultSnapshotChunkSize)
+	def(&c.MaxConcurrentSnapshots, DefaultMaxConcurrentSnapshots)
+	defDur(&c.DialTimeout, DefaultDialTimeout)
+	defDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	defDur(&c.ReadTimeout, DefaultReadTimeout)
+	defDur(&c.WriteTimeout, DefaultWriteTimeout)
+	defDur(&c.PingInterval, DefaultPingInterval)
+	defDur(&c.SnapshotAckTimeout, DefaultSnapshotAckTimeout)
+	defDur(&c.MaxRequestDuration, DefaultMaxRequestDuration)
+	defDur(&c.MinBackoff, DefaultMinBackoff)
+	defDur(&c.MaxBackoff, DefaultMaxBackoff)
+	return c
+}
+
+// Validate reports every problem with c (with defaults applied), each
+// naming the field and its value and wrapping ErrInvalidConfig. It does
+// not modify c.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if c.ID == 0 {
+		bad("ID must not be 0")
+	}
+	if c.Handler == nil {
+		bad("Handler is required")
+	}
+	switch {
+	case c.Listener == nil && c.ListenAddr == "":
+		bad("one of Listener and ListenAddr is required")
+	case c.Listener != nil && c.ListenAddr != "":
+		bad("Listener and ListenAddr (%q) are both set", c.ListenAddr)
+	}
+	nonNeg := func(name string, v int64) {
+		if v < 0 {
+			bad("%s (%d) must not be negative", name, v)
+		}
+	}
+	nonNeg("MaxQueueMessages", int64(c.MaxQueueMessages))
+	nonNeg("MaxQueueBytes", c.MaxQueueBytes)
+	nonNeg("MaxLearnerQueueBytes", c.MaxLearnerQueueBytes)
+	nonNeg("MaxFrameSize", int64(c.MaxFrameSize))
+	nonNeg("SnapshotChunkSize", int64(c.SnapshotChunkSize))
+	nonNeg("MaxConcurrentSnapshots", int64(c.MaxConcurrentSnapshots))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DialTimeout", c.DialTimeout}, {"HandshakeTimeout", c.HandshakeTimeout},
+		{"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout},
+		{"PingInterval", c.PingInterval}, {"SnapshotAckTimeout", c.SnapshotAckTimeout},
+		{"MaxRequestDuration", c.MaxRequestDuration},
+		{"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
+	} {
+		if d.v < 0 {
+			bad("%s (%v) must not be negative", d.name, d.v)
+		}
+	}
+	d := c.WithDefaults()
+	if d.MaxFrameSize > 0 && (d.MaxFrameSize < minFrameSize || d.MaxFrameSize > maxFrameSize) {
+		bad("MaxFrameSize (%d) must be between %d and %d", d.MaxFrameSize, minFrameSize, maxFrameSize)
+	}
+	if d.SnapshotChunkSize > d.MaxFrameSize {
+		bad("SnapshotChunkSize (%d) must not exceed MaxFrameSize (%d)", d.SnapshotChunkSize, d.MaxFrameSize)
+	}
+	if d.PingInterval > 0 && d.ReadTimeout > 0 && d.ReadTimeout < 2*d.PingInterval {
+		bad("ReadTimeout (%v) must be at least twice PingInterval (%v)", d.ReadTimeout, d.PingInterval)
+	}
+	if d.MinBackoff > d.MaxBackoff {
+		bad("MinBackoff (%v) must not exceed MaxBackoff (%v)", d.MinBackoff, d.MaxBackoff)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,164 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/understudy-raft/understudy/internal/wire"
+)
+
+// helloLimit bounds the payload of the first frame on a connection, read
+// before the peer is known: a hello or hello reply is a few dozen bytes.
+const helloLimit = 4096
+
+// conn is an established, accepted connection.
+type conn struct {
+	net.Conn
+	dr    *deadlineReader // under br; set dr.timeout for idle cut-off
+	r     *wire.Reader    // frames up to MaxFrameSize
+	reply wire.HelloReply
+}
+
+// dial connects to addr, runs the TLS handshake if configured and the
+// hello exchange, and returns the connection once the peer accepted it. A
+// refusal is a *RefusedError. ctx bounds the whole exchange.
+func (t *Transport) dial(ctx context.Context, addr string, kind wire.Kind, to uint64) (*conn, error) {
+	d := net.Dialer{Timeout: t.cfg.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dialing %s: %w", addr, err)
+	}
+	c, err := t.handshake(ctx, nc, addr, kind, to)
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kind wire.Kind, to uint64) (*conn, error) {
+	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	if t.cfg.TLS != nil {
+		cfg := t.cfg.TLS
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			t.connErrors.add(ReasonTLS)
+			return nil, fmt.Errorf("transport: TLS handshake with %s: %w", addr, err)
+		}
+		nc = tc
+	}
+	hello := wire.AppendFrame(nil, wire.TypeHello, t.cfg.GroupID, wire.AppendHello(nil, wire.Hello{
+		MinVersion: wire.MinVersion,
+		MaxVersion: wire.MaxVersion,
+		Kind:       kind,
+		Group:      t.cfg.GroupID,
+		Cluster:    t.cluster.Load(),
+		From:       t.cfg.ID,
+		To:         to,
+	}))
+	if _, err := nc.Write(hello); err != nil {
+		return nil, t.ctxErr(ctx, fmt.Errorf("transport: sending hello to %s: %w", addr, err))
+	}
+	dr := &deadlineReader{c: nc}
+	br := bufio.NewReaderSize(dr, 32<<10)
+	f, err := wire.NewReader(br, helloLimit).Next()
+	if err != nil {
+		return nil, t.ctxErr(ctx, fmt.Errorf("transport: reading hello reply from %s: %w", addr, err))
+	}
+	if f.Type != wire.TypeHelloReply {
+		return nil, fmt.Errorf("%w: %s sent a %s frame instead of a hello reply", ErrProtocol, addr, f.Type)
+	}
+	reply, err := wire.ParseHelloReply(f.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("transport: hello reply from %s: %w", addr, err)
+	}
+	if reply.Code != wire.CodeAccepted {
+		return nil, refusedError(to, addr, reply)
+	}
+	if reply.Version < wire.MinVersion || reply.Version > wire.MaxVersion {
+		return nil, fmt.Errorf("%w: %s chose protocol version %d", ErrProtocol, addr, reply.Version)
+	}
+	if to != 0 && reply.Member != to {
+		return nil, fmt.Errorf("%w: dialed member %x at %s, member %x answered", ErrProtocol, to, addr, reply.Member)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return &conn{Conn: nc, dr: dr, r: wire.NewReader(br, uint32(t.cfg.MaxFrameSize)), reply: reply}, nil
+}
+
+// ctxErr prefers the context's error, so a canceled call reports
+// context.Canceled rather than the I/O error the cancellation caused.
+func (t *Transport) ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	// The connection's deadline is the context's: its timeout can fire a
+	// moment before the context notices.
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+	}
+	return err
+}
+
+// reasonOf classifies a connection error for Stats.ConnErrors.
+func reasonOf(err error) string {
+	var ne net.Error
+	var alert tls.AlertError
+	var rhe tls.RecordHeaderError
+	var cve *tls.CertificateVerificationError
+	var uae x509.UnknownAuthorityError
+	switch {
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		return ReasonFrameTooLarge
+	case errors.Is(err, wire.ErrChecksum):
+		return ReasonChecksum
+	case errors.Is(err, wire.ErrMalformed):
+		return ReasonMalformed
+	case errors.Is(err, ErrProtocol):
+		return ReasonProtocol
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return ReasonUnexpectedEOF
+	case errors.As(err, &alert), errors.As(err, &rhe), errors.As(err, &cve), errors.As(err, &uae):
+		return ReasonTLS
+	case errors.As(err, &ne) && ne.Timeout():
+		return ReasonTimeout
+	}
+	return ReasonIO
+}
+
+// deadlineReader sets a read deadline before every read of the underlying
+// connection when timeout is set, so that a peer that goes silent
+// mid-stream (or never sends its next frame) is cut off after timeout.
+// Reads go through a bufio.Reader, so the deadline is set once per buffer
+// fill, not once per frame. With timeout 0 the connection's own deadline
+// applies.
+type deadlineReader struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	if r.timeout > 0 {
+		if err := r.c.SetReadDeadline(time.Now().Add(r.timeout)); err != nil {
+			return 0, err
+		}
+	}
+	return r.c.Read(p)
+}

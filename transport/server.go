@@ -1,0 +1,299 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/internal/wire"
+)
+
+// acceptLoop accepts connections until the listener is closed.
+func (t *Transport) acceptLoop() {
+	defer t.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := t.ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t.log.Warn("accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			continue
+		}
+		delay = 0
+		if !t.track(nc) {
+			return
+		}
+		if !t.goTracked(func() { t.serveConn(nc) }) {
+			t.untrack(nc)
+			_ = nc.Close()
+		}
+	}
+}
+
+// accepted is an inbound connection past the handshake.
+type accepted struct {
+	nc    net.Conn // the TLS connection when TLS is on
+	dr    *deadlineReader
+	r     *wire.Reader
+	hello wire.Hello
+	peer  *peer
+}
+
+// serveConn runs the server side of one connection: the TLS handshake,
+// the hello exchange and then the connection's kind.
+func (t *Transport) serveConn(raw net.Conn) {
+	defer t.untrack(raw)
+	defer func() { _ = raw.Close() }()
+	a, err := t.accept(raw)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			reason := reasonOf(err)
+			t.connErrors.add(reason)
+			t.logOnce(0, "handshake_"+reason, "inbound connection failed before the handshake completed", "remote", raw.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	if a == nil { // refused, already counted
+		return
+	}
+	defer a.peer.removeInbound(a.nc)
+	switch a.hello.Kind {
+	case wire.KindStream:
+		err = t.serveStream(a)
+	case wire.KindSnapshot:
+		defer func() { <-t.snapRecv }()
+		err = t.receiveSnapshot(a)
+	case wire.KindRequest:
+		err = t.serveRequests(a)
+	}
+	if err != nil && t.ctx.Err() == nil && a.peer.ctx.Err() == nil && !isClosed(err) {
+		reason := reasonOf(err)
+		t.connErrors.add(reason)
+		t.logOnce(a.hello.From, a.hello.Kind.String()+"_"+reason, "inbound connection from peer failed", "kind", a.hello.Kind.String(), "err", err)
+	}
+}
+
+// isClosed reports the errors of a connection closed cleanly between
+// frames, by either side.
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF)
+}
+
+// accept runs the TLS handshake and the hello exchange within
+// HandshakeTimeout. It returns nil, nil if it refused the hello.
+func (t *Transport) accept(raw net.Conn) (*accepted, error) {
+	_ = raw.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	nc := raw
+	if t.cfg.TLS != nil {
+		tc := tls.Server(raw, t.cfg.TLS)
+		if err := tc.HandshakeContext(t.ctx); err != nil {
+			return nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		nc = tc
+	}
+	dr := &deadlineReader{c: nc}
+	br := bufio.NewReaderSize(dr, 32<<10)
+	f, err := wire.NewReader(br, helloLimit).Next()
+	if err != nil {
+		return nil, fmt.Errorf("reading hello: %w", err)
+	}
+	if f.Type != wire.TypeHello {
+		return nil, fmt.Errorf("%w: %s frame instead of a hello", ErrProtocol, f.Type)
+	}
+	h, err := wire.ParseHello(f.Payload)
+	if err != nil {
+		t.reply(nc, wire.HelloReply{Code: wire.CodeBadHello, Reason: err.Error()})
+		return nil, err
+	}
+	version, p, code, why := t.check(h)
+	if code != wire.CodeAccepted {
+		reason := codeErrors[code].reason
+		t.refused.add(reason)
+		t.logOnce(h.From, "refused_"+reason, "refused inbound connection", "kind", h.Kind.String(), "remote", raw.RemoteAddr().String(), "detail", why)
+		t.reply(nc, wire.HelloReply{Code: code, Cluster: t.cluster.Load(), Member: t.cfg.ID, Reason: why})
+		return nil, nil
+	}
+	if !p.addInbound(nc, h.Kind) {
+		if h.Kind == wire.KindSnapshot {
+			<-t.snapRecv
+		}
+		return nil, nil
+	}
+	if err := t.reply(nc, wire.HelloReply{Version: version, Cluster: t.cluster.Load(), Member: t.cfg.ID}); err != nil {
+		p.removeInbound(nc)
+		if h.Kind == wire.KindSnapshot {
+			<-t.snapRecv
+		}
+		return nil, fmt.Errorf("sending hello reply: %w", err)
+	}
+	_ = raw.SetDeadline(time.Time{})
+	return &accepted{nc: nc, dr: dr, r: wire.NewReader(br, uint32(t.cfg.MaxFrameSize)), hello: h, peer: p}, nil
+}
+
+func (t *Transport) reply(nc net.Conn, r wire.HelloReply) error {
+	_, err := nc.Write(wire.AppendFrame(nil, wire.TypeHelloReply, t.cfg.GroupID, wire.AppendHelloReply(nil, r)))
+	return err
+}
+
+// check decides whether to accept a hello. On acceptance it returns the
+// protocol version to speak and the sender's peer; for a snapshot it has
+// also taken a receive slot (the caller releases it).
+//
+// The checks, in order: a common version; a known kind; the group; the
+// cluster (a request with cluster 0 from a known member is a joiner's
+// discovery call and is allowed; a member that has no cluster ID yet
+// accepts only requests); the receiver (0 is allowed on requests, for
+// CallAddr); the sender not removed; the sender a known peer; for a
+// snapshot, a free receive slot.
+func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code, why string) {
+	version = min(h.MaxVersion, wire.MaxVersion)
+	if version < max(h.MinVersion, wire.MinVersion) || h.MinVersion > h.MaxVersion {
+		return 0, nil, wire.CodeVersion, fmt.Sprintf("peer speaks versions %d..%d, this member %d..%d", h.MinVersion, h.MaxVersion, wire.MinVersion, wire.MaxVersion)
+	}
+	if h.Kind != wire.KindStream && h.Kind != wire.KindSnapshot && h.Kind != wire.KindRequest {
+		return 0, nil, wire.CodeBadHello, fmt.Sprintf("unknown connection kind %d", h.Kind)
+	}
+	if h.Group != t.cfg.GroupID {
+		return 0, nil, wire.CodeGroupMismatch, fmt.Sprintf("group %d, this member serves group %d", h.Group, t.cfg.GroupID)
+	}
+	cluster := t.cluster.Load()
+	switch {
+	case cluster == 0 && h.Kind != wire.KindRequest:
+		return 0, nil, wire.CodeClusterMismatch, "this member has not joined a cluster yet"
+	case h.Cluster != cluster && !(h.Cluster == 0 && h.Kind == wire.KindRequest):
+		return 0, nil, wire.CodeClusterMismatch, fmt.Sprintf("cluster %x, this member is in cluster %x", h.Cluster, cluster)
+	}
+	if h.To != t.cfg.ID && !(h.To == 0 && h.Kind == wire.KindRequest) {
+		return 0, nil, wire.CodeWrongReceiver, fmt.Sprintf("connection for member %x reached member %x", h.To, t.cfg.ID)
+	}
+	t.mu.Lock()
+	removed := t.removed[h.From]
+	t.mu.Unlock()
+	if removed {
+		return 0, nil, wire.CodeRemoved, fmt.Sprintf("member %x was removed from the cluster", h.From)
+	}
+	p = t.peer(h.From)
+	if p == nil {
+		return 0, nil, wire.CodeUnknownSender, fmt.Sprintf("member %x is not a member known to member %x", h.From, t.cfg.ID)
+	}
+	if h.Kind == wire.KindSnapshot {
+		select {
+		case t.snapRecv <- struct{}{}:
+		default:
+			return 0, nil, wire.CodeBusy, fmt.Sprintf("already receiving %d snapshots", cap(t.snapRecv))
+		}
+	}
+	return version, p, wire.CodeAccepted, ""
+}
+
+// serveStream reads raft messages from a peer's stream and hands them to
+// the Handler, answering pings, until the stream closes or stays silent
+// for ReadTimeout.
+func (t *Transport) serveStream(a *accepted) error {
+	a.dr.timeout = t.cfg.ReadTimeout
+	from := a.hello.From
+	for {
+		f, err := a.r.Next()
+		if err != nil {
+			return err
+		}
+		if f.Group != t.cfg.GroupID {
+			return fmt.Errorf("%w: frame for group %d", ErrProtocol, f.Group)
+		}
+		switch f.Type {
+		case wire.TypeMessage:
+			m, err := wire.UnmarshalMessage(f.Payload)
+			if err != nil {
+				return err
+			}
+			if err := t.checkMessage(m, from); err != nil {
+				return err
+			}
+			a.peer.c.msgsRecv.Add(1)
+			a.peer.c.bytesRecv.Add(uint64(wire.HeaderSize + len(f.Payload)))
+			t.handler.Process(m)
+		case wire.TypePing:
+			if _, err := wire.ParsePing(f.Payload); err != nil {
+				return err
+			}
+			_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+			if _, err := a.nc.Write(wire.AppendFrame(nil, wire.TypePong, t.cfg.GroupID, f.Payload)); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%w: %s frame on a raft stream", ErrProtocol, f.Type)
+		}
+	}
+}
+
+// checkMessage refuses a message that does not come from the stream's
+// sender, is not for this member, or is a MsgSnap without its file.
+func (t *Transport) checkMessage(m *raftpb.Message, from uint64) error {
+	switch {
+	case m.GetFrom() != from:
+		return fmt.Errorf("%w: message from %x on the stream of member %x", ErrProtocol, m.GetFrom(), from)
+	case m.GetTo() != t.cfg.ID:
+		return fmt.Errorf("%w: message for member %x", ErrProtocol, m.GetTo())
+	case m.GetType() == raftpb.MsgSnap:
+		return fmt.Errorf("%w: MsgSnap on a raft stream", ErrProtocol)
+	}
+	return nil
+}
+
+// serveRequests answers requests on a request connection until the caller
+// closes it or it stays idle for ReadTimeout.
+func (t *Transport) serveRequests(a *accepted) error {
+	a.dr.timeout = t.cfg.ReadTimeout
+	for {
+		f, err := a.r.Next()
+		if err != nil {
+			return err
+		}
+		if f.Type != wire.TypeRequest || f.Group != t.cfg.GroupID {
+			return fmt.Errorf("%w: %s frame on a request connection", ErrProtocol, f.Type)
+		}
+		budget, req, err := wire.ParseRequest(f.Payload)
+		if err != nil {
+			return err
+		}
+		timeout := t.cfg.MaxRequestDuration
+		if budget > 0 && time.Duration(budget) < timeout {
+			timeout = time.Duration(budget)
+		}
+		ctx, cancel := context.WithTimeout(a.peer.ctx, timeout)
+		resp, rerr := t.handler.ServeRequest(ctx, a.hello.From, req)
+		cancel()
+		var out []byte
+		if rerr != nil {
+			if rerr.Error() == "" {
+				rerr = errors.New("error with no text")
+			}
+			out = wire.AppendStatus(nil, nil, rerr.Error())
+		} else {
+			out = wire.AppendStatus(nil, resp, "")
+		}
+		if len(out) > t.cfg.MaxFrameSize {
+			out = wire.AppendStatus(nil, nil, fmt.Sprintf("response of %d bytes exceeds MaxFrameSize", len(out)))
+		}
+		_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+		if _, err := a.nc.Write(wire.AppendFrame(nil, wire.TypeResponse, t.cfg.GroupID, out)); err != nil {
+			return err
+		}
+	}
+}

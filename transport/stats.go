@@ -1,0 +1,171 @@
+package transport
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a point-in-time copy of the transport's counters, for the node
+// to publish as metrics. Counters only grow, for the life of the Transport
+// (a removed peer's counters go with it).
+type Stats struct {
+	// Peers are the known peers, by ascending ID.
+	Peers []PeerStats
+	// DroppedUnknownPeer counts messages sent to a member that is not a peer.
+	DroppedUnknownPeer uint64
+	// Refused counts inbound connections this member refused, by reason
+	// (ReasonRemoved, ReasonClusterMismatch, …).
+	Refused map[string]uint64
+	// ConnErrors counts inbound and outbound connections closed on an error,
+	// by reason (ReasonTLS, ReasonTimeout, ReasonChecksum, …). Dial failures
+	// are in PeerStats.DialFailures.
+	ConnErrors map[string]uint64
+}
+
+// PeerStats are the counters of one peer.
+type PeerStats struct {
+	ID        uint64
+	Addr      string
+	Learner   bool
+	Connected bool // the outbound raft stream is up
+
+	MessagesSent, BytesSent         uint64 // raft messages written (frames included in bytes)
+	MessagesReceived, BytesReceived uint64 // raft messages read from the peer's stream
+	DroppedQueueFull                uint64 // messages dropped because the queue was full
+	DroppedDisconnected             uint64 // messages dropped because the stream was down or broke
+	DroppedTooLarge                 uint64 // messages over MaxFrameSize, never sent
+	QueuedMessages                  int    // in the queue now
+	QueuedBytes                     int64  // in the queue now, as counted against the budget
+
+	Dials        uint64 // successful connections of the raft stream (the first one included)
+	DialFailures uint64 // failed attempts: dial, TLS, refusal
+	Refusals     uint64 // attempts the peer refused (any connection kind)
+	LastRefusal  string // the reason of the last refusal, "" if none
+
+	RTT        time.Duration // last measured round trip (ping to pong on the raft stream)
+	RTTHistory Histogram
+
+	SnapshotsSent, SnapshotsFailed, SnapshotsReceived uint64
+	SnapshotBytesSent, SnapshotBytesReceived          uint64
+	SnapshotSendDuration                              Histogram // from dial to the receiver's ack, successes only
+}
+
+// Histogram is a distribution of durations in fixed buckets, in the shape
+// Prometheus wants: Buckets are cumulative and ascending; observations
+// above the last bound count only in Count.
+type Histogram struct {
+	Count   uint64
+	Sum     time.Duration
+	Buckets []Bucket
+}
+
+// Bucket counts the observations at most UpperBound.
+type Bucket struct {
+	UpperBound time.Duration
+	Count      uint64
+}
+
+func (h Histogram) String() string {
+	if h.Count == 0 {
+		return "n=0"
+	}
+	return fmt.Sprintf("n=%d mean=%v", h.Count, h.Sum/time.Duration(h.Count))
+}
+
+var (
+	rttBounds = []time.Duration{
+		50 * time.Microsecond, 100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+		time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+		25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+		500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+	}
+	snapshotBounds = []time.Duration{
+		10 * time.Millisecond, 100 * time.Millisecond, time.Second, 5 * time.Second, 15 * time.Second,
+		time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour,
+	}
+)
+
+// histogram is the concurrent, lock-free recorder behind a Histogram.
+type histogram struct {
+	bounds []time.Duration
+	counts []atomic.Uint64 // per bucket, not cumulative; one extra for +Inf
+	count  atomic.Uint64
+	sum    atomic.Int64
+}
+
+func newHistogram(bounds []time.Duration) *histogram {
+	return &histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(d time.Duration) {
+	i, _ := slices.BinarySearch(h.bounds, d)
+	h.counts[i].Add(1)
+	h.sum.Add(int64(d))
+	h.count.Add(1)
+}
+
+func (h *histogram) snapshot() Histogram {
+	out := Histogram{Count: h.count.Load(), Sum: time.Duration(h.sum.Load()), Buckets: make([]Bucket, len(h.bounds))}
+	var cum uint64
+	for i, b := range h.bounds {
+		cum += h.counts[i].Load()
+		out.Buckets[i] = Bucket{UpperBound: b, Count: cum}
+	}
+	return out
+}
+
+// peerCounters are one peer's counters, updated without locks.
+type peerCounters struct {
+	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Uint64
+	dropFull, dropDown, dropLarge            atomic.Uint64
+	dials, dialFailures, refusals            atomic.Uint64
+	rtt                                      atomic.Int64
+	snapsSent, snapsFailed, snapsRecv        atomic.Uint64
+	snapBytesSent, snapBytesRecv             atomic.Uint64
+	lastRefusal                              atomic.Pointer[string]
+	rttHist, snapHist                        *histogram
+	connected                                atomic.Bool
+}
+
+func newPeerCounters() *peerCounters {
+	return &peerCounters{rttHist: newHistogram(rttBounds), snapHist: newHistogram(snapshotBounds)}
+}
+
+// reasonCounter counts by reason.
+type reasonCounter struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (c *reasonCounter) add(reason string) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[string]uint64)
+	}
+	c.m[reason]++
+	c.mu.Unlock()
+}
+
+func (c *reasonCounter) snapshot() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.m)
+}
+
+// String formats the stats on a few lines, for logs and debugging.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dropped(unknown peer)=%d refused=%v conn_errors=%v\n", s.DroppedUnknownPeer, s.Refused, s.ConnErrors)
+	for _, p := range s.Peers {
+		fmt.Fprintf(&b, "peer %x %s learner=%t connected=%t sent=%d/%dB recv=%d/%dB dropped(full=%d down=%d large=%d) dials=%d/%d failed refusals=%d rtt=%v snapshots(sent=%d failed=%d recv=%d)\n",
+			p.ID, p.Addr, p.Learner, p.Connected, p.MessagesSent, p.BytesSent, p.MessagesReceived, p.BytesReceived,
+			p.DroppedQueueFull, p.DroppedDisconnected, p.DroppedTooLarge, p.Dials, p.DialFailures, p.Refusals, p.RTT,
+			p.SnapshotsSent, p.SnapshotsFailed, p.SnapshotsReceived)
+	}
+	return b.String()
+}

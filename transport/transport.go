@@ -1,0 +1,360 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Transport carries raft messages, snapshots and member-to-member requests
+// between the members of one cluster. Its methods are safe for concurrent
+// use.
+type Transport struct {
+	cfg     Config // with defaults
+	log     *slog.Logger
+	handler Handler
+	ln      net.Listener
+	cluster atomic.Uint64
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the transport starts
+
+	// peers is replaced, never modified, under mu: Send reads it without
+	// locking.
+	peers atomic.Pointer[map[uint64]*peer]
+
+	// mu guards the fields below. It is never held while doing I/O or
+	// calling the Handler.
+	mu      sync.Mutex
+	closed  bool
+	removed map[uint64]bool
+	conns   map[io.Closer]struct{} // every open connection, closed by Close
+
+	snapSend chan struct{} // semaphore: snapshots being sent
+	snapRecv chan struct{} // semaphore: snapshots being received
+
+	unreachable unreachableSet
+
+	// Counters not tied to a peer.
+	droppedUnknown atomic.Uint64
+	refused        reasonCounter
+	connErrors     reasonCounter
+
+	logged sync.Map // logKey: (peer, reason) already logged at warning level
+	start  time.Time
+}
+
+// New validates cfg, starts listening (on cfg.ListenAddr if cfg.Listener is
+// nil) and serves peers until Close.
+func New(cfg Config) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("transport: listening on %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	t := &Transport{
+		cfg:      cfg,
+		log:      cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
+		handler:  cfg.Handler,
+		ln:       ln,
+		removed:  make(map[uint64]bool),
+		conns:    make(map[io.Closer]struct{}),
+		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		start:    time.Now(),
+	}
+	t.cluster.Store(cfg.ClusterID)
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.unreachable.wake = make(chan struct{}, 1)
+	t.peers.Store(&map[uint64]*peer{})
+	t.wg.Add(2)
+	go t.acceptLoop()
+	go t.reportUnreachableLoop()
+	t.log.Info("transport serving", "addr", ln.Addr().String(), "tls", cfg.TLS != nil)
+	return t, nil
+}
+
+// Addr returns the address the transport listens on.
+func (t *Transport) Addr() net.Addr { return t.ln.Addr() }
+
+// SetClusterID sets the cluster ID once a joiner has learned it. Inbound
+// raft and snapshot connections are refused until it is set.
+func (t *Transport) SetClusterID(id uint64) { t.cluster.Store(id) }
+
+// ClusterID returns the cluster ID, 0 if not known yet.
+func (t *Transport) ClusterID() uint64 { return t.cluster.Load() }
+
+// Close stops the transport: it closes the listener and every connection,
+// drops the queued messages and waits for every goroutine it started. The
+// Handler is not called after Close returns. Close is idempotent; later
+// calls return nil.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	peers := *t.peers.Load()
+	t.peers.Store(&map[uint64]*peer{})
+	conns := slices.Collect(maps.Keys(t.conns))
+	t.mu.Unlock()
+
+	t.cancel()
+	err := t.ln.Close()
+	for _, p := range peers {
+		p.stop()
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	t.wg.Wait()
+	t.log.Info("transport closed")
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// goTracked runs f on a new goroutine that Close waits for. It reports
+// false, without running f, once the transport is closed.
+func (t *Transport) goTracked(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// track registers an open connection for Close; it reports false (and
+// closes c) if the transport is closed. untrack removes it.
+func (t *Transport) track(c io.Closer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = c.Close()
+		return false
+	}
+	t.conns[c] = struct{}{}
+	return true
+}
+
+func (t *Transport) untrack(c io.Closer) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
+
+// AddPeer adds member id at address addr (host:port): messages can be sent
+// to it and its connections are accepted. Adding a known peer updates its
+// address. Adding a removed member undoes the removal (the node decides
+// membership). Adding this member itself is ignored.
+func (t *Transport) AddPeer(id uint64, addr string) {
+	if id == 0 || id == t.cfg.ID {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.removed, id)
+	if p := (*t.peers.Load())[id]; p != nil {
+		t.mu.Unlock()
+		p.setAddr(addr)
+		return
+	}
+	p := newPeer(t, id, addr)
+	next := maps.Clone(*t.peers.Load())
+	next[id] = p
+	t.peers.Store(&next)
+	t.wg.Add(1)
+	go p.run()
+	t.mu.Unlock()
+	t.log.Info("peer added", "peer", fmt.Sprintf("%x", id), "addr", addr)
+}
+
+// UpdatePeer changes the address of member id: the raft stream reconnects
+// to the new address at once. Unknown members are ignored.
+func (t *Transport) UpdatePeer(id uint64, addr string) {
+	if p := t.peer(id); p != nil {
+		p.setAddr(addr)
+	}
+}
+
+// SetLearner marks member id as a learner (its queue gets
+// MaxLearnerQueueBytes) or as a voter (MaxQueueBytes).
+func (t *Transport) SetLearner(id uint64, learner bool) {
+	if p := t.peer(id); p != nil {
+		p.mu.Lock()
+		p.learner = learner
+		p.mu.Unlock()
+	}
+}
+
+// RemovePeer forgets member id: its queue is dropped, its connections in
+// both directions are closed, and from then on its connections are refused
+// with reason "removed" (it learns so through Handler.ReportRefused), until
+// it is added again.
+func (t *Transport) RemovePeer(id uint64) {
+	if id == 0 || id == t.cfg.ID {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.removed[id] = true
+	p := (*t.peers.Load())[id]
+	if p != nil {
+		next := maps.Clone(*t.peers.Load())
+		delete(next, id)
+		t.peers.Store(&next)
+	}
+	t.mu.Unlock()
+	if p != nil {
+		p.stop()
+		t.log.Info("peer removed", "peer", fmt.Sprintf("%x", id))
+	}
+}
+
+func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
+
+// Send queues messages for their recipients (m.To) and returns at once: it
+// never blocks and never calls the Handler. Messages are only read, never
+// modified, and may be shared with the caller.
+//
+// A message for an unknown member is dropped. A message that does not fit
+// in its peer's queue (MaxQueueMessages, the byte budget), or whose peer's
+// stream is down, is dropped and the member is reported to
+// Handler.ReportUnreachable shortly after. A MsgSnap goes on its own
+// connection with the file from the SnapshotStore; its outcome is reported
+// to Handler.ReportSnapshot.
+func (t *Transport) Send(msgs []*raftpb.Message) {
+	peers := *t.peers.Load()
+	for _, m := range msgs {
+		p := peers[m.GetTo()]
+		if p == nil {
+			t.droppedUnknown.Add(1)
+			continue
+		}
+		if m.GetType() == raftpb.MsgSnap {
+			p.sendSnapshot(m)
+			continue
+		}
+		p.enqueue(m)
+	}
+}
+
+// Stats returns a copy of the transport's counters.
+func (t *Transport) Stats() Stats {
+	peers := *t.peers.Load()
+	s := Stats{
+		DroppedUnknownPeer: t.droppedUnknown.Load(),
+		Refused:            t.refused.snapshot(),
+		ConnErrors:         t.connErrors.snapshot(),
+		Peers:              make([]PeerStats, 0, len(peers)),
+	}
+	for _, p := range peers {
+		s.Peers = append(s.Peers, p.stats())
+	}
+	slices.SortFunc(s.Peers, func(a, b PeerStats) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return s
+}
+
+// logOnce logs msg at warning level the first time for (peer, reason) and
+// at debug level after that, so a peer retrying a refused connection every
+// few seconds does not flood the log.
+func (t *Transport) logOnce(peer uint64, reason, msg string, args ...any) {
+	args = append(args, "peer", fmt.Sprintf("%x", peer), "reason", reason)
+	if _, seen := t.logged.LoadOrStore(logKey{peer, reason}, true); seen {
+		t.log.Debug(msg, args...)
+		return
+	}
+	t.log.Warn(msg, args...)
+}
+
+type logKey struct {
+	peer   uint64
+	reason string
+}
+
+// epoch is the transport's monotonic time origin; ping tokens are
+// durations since it.
+func (t *Transport) epoch() time.Time { return t.start }
+
+// unreachableSet collects members to report unreachable, so that Send
+// never calls the Handler: one goroutine reports them, each once per batch.
+type unreachableSet struct {
+	mu   sync.Mutex
+	ids  map[uint64]struct{}
+	wake chan struct{}
+}
+
+func (t *Transport) markUnreachable(id uint64) {
+	u := &t.unreachable
+	u.mu.Lock()
+	if u.ids == nil {
+		u.ids = make(map[uint64]struct{})
+	}
+	u.ids[id] = struct{}{}
+	u.mu.Unlock()
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (t *Transport) reportUnreachableLoop() {
+	defer t.wg.Done()
+	u := &t.unreachable
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-u.wake:
+		}
+		u.mu.Lock()
+		ids := u.ids
+		u.ids = nil
+		u.mu.Unlock()
+		for id := range ids {
+			if t.ctx.Err() != nil {
+				return
+			}
+			t.handler.ReportUnreachable(id)
+		}
+	}
+}
