@@ -20,6 +20,9 @@ func (n *Node) runAppend() {
 		ents  []*raftpb.Entry
 		out   []*raftpb.Message
 	)
+	if hs, _, err := n.store.InitialState(); err == nil {
+		n.saved = appendState{term: hs.GetTerm(), vote: hs.GetVote()}
+	}
 	for {
 		select {
 		case m := <-n.appendc:
@@ -69,10 +72,26 @@ func (n *Node) saveBatch(batch []*raftpb.Message, ents []*raftpb.Entry, out *[]*
 		}
 		ents = mergeEntries(ents, m.GetEntries())
 	}
-	if hs != nil || len(ents) > 0 || snap != nil {
+	commitOnly := hs != nil && len(ents) == 0 && snap == nil &&
+		hs.GetTerm() == n.saved.term && hs.GetVote() == n.saved.vote
+	switch {
+	case commitOnly:
+		// Only the commit index moved. Raft does not need it durable (a
+		// restarted member learns it again; etcd raft's MustSync says the
+		// same), so it rides along with the next write instead of costing
+		// a commit of its own.
+		n.saved.pending = hs
+	case hs != nil || len(ents) > 0 || snap != nil:
+		if hs == nil {
+			hs = n.saved.pending
+		}
 		if err := n.store.Save(hs, ents, snap); err != nil {
 			n.fail("persisting the log", err)
 			return false
+		}
+		n.saved.pending = nil
+		if hs != nil {
+			n.saved.term, n.saved.vote = hs.GetTerm(), hs.GetVote()
 		}
 	}
 	clear(ents)
@@ -102,6 +121,13 @@ func (n *Node) saveBatch(batch []*raftpb.Message, ents []*raftpb.Entry, out *[]*
 	clear(o)
 	*out = o[:0]
 	return true
+}
+
+// appendState is what the append goroutine knows about the persisted hard
+// state.
+type appendState struct {
+	term, vote uint64
+	pending    *raftpb.HardState // a commit-only update not written yet
 }
 
 // mergeEntries appends next to acc, truncating the entries of acc that next

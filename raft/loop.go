@@ -63,7 +63,7 @@ func (n *Node) restore() (err error) {
 		ID:                        c.ID,
 		ElectionTick:              c.ElectionTicks,
 		HeartbeatTick:             c.HeartbeatTicks,
-		Storage:                   n.store,
+		Storage:                   raftStorage{n.store},
 		Applied:                   applied,
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             c.MaxSizePerMsg,
@@ -483,6 +483,28 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 		return
 	}
 	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
+}
+
+// raftStorage is the node's Storage as etcd raft reads it. The node writes a
+// commit-only hard state lazily (see saveBatch), so the persisted commit
+// index may trail the latest snapshot, whose entries were all committed:
+// InitialState reports at least the snapshot's index, as raft requires
+// Config.Applied <= commit.
+type raftStorage struct{ Storage }
+
+func (s raftStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	hs, cs, err := s.Storage.InitialState()
+	if err != nil {
+		return hs, cs, err
+	}
+	snap, err := s.Storage.Snapshot()
+	if err != nil {
+		return hs, cs, err
+	}
+	if idx := snap.GetMetadata().GetIndex(); hs != nil && hs.GetCommit() < idx {
+		hs = &raftpb.HardState{Term: hs.Term, Vote: hs.Vote, Commit: &idx}
+	}
+	return hs, cs, nil
 }
 
 // panicError turns a recovered panic value into an error.

@@ -52,8 +52,9 @@ type Node struct {
 	events   eventHub
 	transfer atomic.Bool // a leadership transfer on Stop is in progress
 
-	loop  loopState  // owned by the run loop
-	apply applyState // owned by the apply goroutine
+	loop  loopState   // owned by the run loop
+	apply applyState  // owned by the apply goroutine
+	saved appendState // owned by the append goroutine
 }
 
 // NewNode validates cfg and returns a node that is not started yet. store

@@ -1,0 +1,194 @@
+package raft_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+)
+
+// A member partitioned while the others write far past compaction catches up
+// through the leader's snapshot, streamed beside the MsgSnap.
+func TestSnapshotInstallAfterPartition(t *testing.T) {
+	c := cluster.New(t, cluster.Options{SnapshotCount: 100, SnapshotCatchUpEntries: 20})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	var lagger uint64
+	for _, id := range c.Members() {
+		if id != lead.ID {
+			lagger = id
+			break
+		}
+	}
+	events, cancel := c.Member(lagger).Node.Subscribe(64)
+	defer cancel()
+	c.Net.Isolate(lagger)
+	for i := range 400 {
+		propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("k%d", i), "v"))
+	}
+	first, err := lead.Storage.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first <= 2 {
+		t.Fatalf("leader's log was not compacted: first index %d", first)
+	}
+	c.Net.Heal()
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	for !restored {
+		select {
+		case e := <-events:
+			restored = e.Type == raft.EventSnapshotRestored
+		default:
+			t.Fatalf("member %d caught up without a snapshot (network: %+v)", lagger, c.Net.Stats())
+		}
+	}
+	if got := c.Member(lagger).SM.Len(); got != 400 {
+		t.Fatalf("lagger has %d keys, want 400", got)
+	}
+}
+
+// Every member restarts from its latest snapshot plus the log after it.
+func TestRestartFromSnapshotAndLog(t *testing.T) {
+	c := cluster.New(t, cluster.Options{SnapshotCount: 50, SnapshotCatchUpEntries: 10})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	for i := range 175 {
+		propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("k%d", i%60), fmt.Sprint(i)))
+	}
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := lead.SM.Clone()
+	for _, id := range c.Members() {
+		snap, err := c.Member(id).Storage.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.GetMetadata().GetIndex() == 0 {
+			t.Fatalf("member %d took no snapshot", id)
+		}
+		c.Crash(id)
+	}
+	for _, id := range c.Members() {
+		c.Restart(id)
+	}
+	lead = c.WaitLeader()
+	propose(ctx, t, lead.Node, testkv.Put("after", "restart"))
+	want["after"] = "restart"
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Running() {
+		got := m.SM.Clone()
+		if len(got) != len(want) {
+			t.Fatalf("member %d has %d keys after restart, want %d", m.ID, len(got), len(want))
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("member %d: %s = %q, want %q", m.ID, k, got[k], v)
+			}
+		}
+	}
+}
+
+// A leader stopped cleanly hands leadership to another voter first.
+func TestStopHandsOffLeadership(t *testing.T) {
+	c := cluster.New(t, cluster.Options{})
+	ctx := ctxT(t, 20*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, testkv.Put("k", "v"))
+	events, cancel := c.Member(lead.ID%3 + 1).Node.Subscribe(16)
+	defer cancel()
+	c.Stop(lead.ID)
+	if err := lead.Node.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if _, err := lead.Node.Propose(ctx, testkv.Put("k", "w")); !errors.Is(err, raft.ErrStopped) {
+		t.Fatalf("Propose after Stop: %v, want ErrStopped", err)
+	}
+	next := c.WaitLeader()
+	if next.ID == lead.ID {
+		t.Fatal("stopped member still leads")
+	}
+	for {
+		select {
+		case e := <-events:
+			if e.Type == raft.EventLeaderChanged && e.Leader == next.ID {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no leader change event")
+		}
+	}
+}
+
+// failingStorage fails every Save once armed.
+type failingStorage struct {
+	raft.Storage
+	fail chan struct{}
+}
+
+var errDiskFull = errors.New("disk full")
+
+func (f *failingStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
+	select {
+	case <-f.fail:
+		return errDiskFull
+	default:
+		return f.Storage.Save(hs, ents, snap)
+	}
+}
+
+// A member whose disk fails stops with the error instead of going on: its
+// callers get ErrStopped, Err says why, and the others keep serving.
+func TestFailedPersistStopsTheNode(t *testing.T) {
+	arm := make(chan struct{})
+	var broken uint64 = 2
+	c := cluster.New(t, cluster.Options{WrapStorage: func(id uint64, s *storage.Store) raft.Storage {
+		if id == broken {
+			return &failingStorage{Storage: s, fail: arm}
+		}
+		return s
+	}})
+	ctx := ctxT(t, 20*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, testkv.Put("before", "1"))
+	close(arm)
+	propose(ctx, t, lead.Node, testkv.Put("after", "1"))
+	m := c.Member(broken)
+	select {
+	case <-m.Node.Done():
+	case <-ctx.Done():
+		t.Fatal("node with a failing disk did not stop")
+	}
+	if err := m.Node.Err(); !errors.Is(err, errDiskFull) {
+		t.Fatalf("Err() = %v, want disk full", err)
+	}
+	var fe *raft.FatalError
+	if !errors.As(m.Node.Err(), &fe) {
+		t.Fatalf("Err() = %T, want *FatalError", m.Node.Err())
+	}
+	if _, err := m.Node.Propose(ctx, testkv.Put("x", "y")); !errors.Is(err, raft.ErrStopped) {
+		t.Fatalf("Propose on the stopped node: %v", err)
+	}
+	// The other two still form a quorum.
+	other := lead
+	if other.ID == broken {
+		other = c.Member(broken%3 + 1)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	propose(wctx, t, other.Node, testkv.Put("still", "works"))
+}
