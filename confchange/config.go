@@ -194,18 +194,28 @@ func idList(ids []uint64) string {
 	return b.String()
 }
 
-// validate checks c with etcd's own invariants (the ones raft enforces when it
-// restores a ConfState) and that it has a voter.
+// validate checks that c has a voter and keeps etcd's invariants (the ones
+// raft enforces when it restores a ConfState): a learner is in neither half
+// of the voters nor in LearnersNext; LearnersNext are outgoing voters that
+// are not incoming voters; a configuration that is not joint has no
+// LearnersNext and no AutoLeave. c must be normalized.
 func (c Config) validate() error {
+	bad := func(why string) error { return fmt.Errorf("configuration %s is invalid: %s", c, why) }
 	if len(c.Voters) == 0 {
-		return fmt.Errorf("configuration %s has no voters", c)
+		return bad("no voters")
 	}
-	trk, err := c.tracker()
-	if err != nil {
-		return fmt.Errorf("configuration %s is invalid: %w", c, err)
+	for _, id := range c.Learners {
+		if slices.Contains(c.Voters, id) || slices.Contains(c.VotersOutgoing, id) || slices.Contains(c.LearnersNext, id) {
+			return bad(strconv.FormatUint(id, 10) + " is a learner and a voter")
+		}
 	}
-	if got := configFromTracker(trk.Config); !got.Equal(c) {
-		return fmt.Errorf("configuration %s is invalid: raft reads it as %s", c, got)
+	for _, id := range c.LearnersNext {
+		if !slices.Contains(c.VotersOutgoing, id) || slices.Contains(c.Voters, id) {
+			return bad(strconv.FormatUint(id, 10) + " is in learners_next but not only an outgoing voter")
+		}
+	}
+	if !c.Joint() && c.AutoLeave {
+		return bad("autoleave without a joint configuration")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package confchange
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,35 @@ func TestConfigValidate(t *testing.T) {
 		c, err := parseConfig(s)
 		require.NoError(t, err)
 		assert.NoError(t, c.validate(), s)
+	}
+}
+
+// TestQuickValidate compares validate with what raft itself does: restore
+// the ConfState and read it back unchanged.
+func TestQuickValidate(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	pick := func() []uint64 {
+		var out []uint64
+		for id := uint64(1); id <= 5; id++ {
+			if r.IntN(3) == 0 {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	for range 5000 {
+		c := Config{Voters: pick(), VotersOutgoing: pick(), Learners: pick(), LearnersNext: pick(), AutoLeave: r.IntN(4) == 0}.Normalize()
+		if r.IntN(2) == 0 {
+			c.LearnersNext = nil
+		}
+		trk, err := c.tracker()
+		raftOK := err == nil && len(c.Voters) > 0 && configFromTracker(trk.Config).Equal(c)
+		if got := c.validate() == nil; got != raftOK {
+			t.Fatalf("validate(%s) = %v, raft: %v (%v)", c, got, raftOK, err)
+		}
+		if got := naiveValid(c); got != raftOK {
+			t.Fatalf("naiveValid(%s) = %v, raft: %v", c, got, raftOK)
+		}
 	}
 }
 
