@@ -192,8 +192,8 @@ func (c *checker) add(r Request) next {
 	c.addrInUse(m)
 	if r.Op == OpAddLearner {
 		if l := len(cfg.Learners) + len(cfg.LearnersNext); l >= c.s.MaxLearners {
-			c.refuse(ErrTooManyLearners, m.ID, "the cluster has "+strconv.Itoa(l)+
-				" learners, at most "+strconv.Itoa(c.s.MaxLearners))
+			c.refuse(ErrTooManyLearners, m.ID, "the cluster has "+plural(l, "learner")+
+				", at most "+strconv.Itoa(c.s.MaxLearners))
 		}
 		return n
 	}
@@ -349,4 +349,12 @@ func (c *checker) quorum(op Op, n next) {
 // counts prints "1 of 3 voters active, needs 2".
 func (q Quorum) counts() string {
 	return strconv.Itoa(q.Active) + " of " + strconv.Itoa(q.Count) + " voters active, needs " + strconv.Itoa(q.Need)
+}
+
+// plural prints "1 learner", "2 learners".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }
