@@ -19,7 +19,7 @@ func TestPurity(t *testing.T) {
 		"go.etcd.io/raft/v3/raftpb": true, "go.etcd.io/raft/v3/quorum": true,
 		"go.etcd.io/raft/v3/tracker": true, "go.etcd.io/raft/v3/confchange": true,
 		"google.golang.org/protobuf/proto": true,
-		"encoding/binary": true, "errors": true, "fmt": true, "maps": true, "slices": true,
+		"encoding/binary":                  true, "errors": true, "fmt": true, "maps": true, "slices": true,
 		"strconv": true, "strings": true, "time": true, "cmp": true, "sort": true, "math": true,
 	}
 	files, err := filepath.Glob("*.go")
