@@ -138,6 +138,3 @@ func idsString(ids []uint64) string {
 	}
 	return strings.Join(s, " ")
 }
-
-// isConfChange reports whether the op becomes a conf change.
-func (o Op) isConfChange() bool { return o != OpTransferLeader }
