@@ -60,8 +60,9 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			t.connErrors.add(ReasonTLS)
-			return nil, fmt.Errorf("transport: TLS handshake with %s: %w", addr, err)
+			err = fmt.Errorf("%w with %s: %w", errTLS, addr, err)
+			t.connErrors.add(reasonOf(err))
+			return nil, err
 		}
 		nc = tc
 	}
@@ -117,6 +118,9 @@ func (t *Transport) ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
+// errTLS marks the errors of a failed TLS handshake.
+var errTLS = errors.New("transport: TLS handshake")
+
 // reasonOf classifies a connection error for Stats.ConnErrors.
 func reasonOf(err error) string {
 	var ne net.Error
@@ -125,6 +129,10 @@ func reasonOf(err error) string {
 	var cve *tls.CertificateVerificationError
 	var uae x509.UnknownAuthorityError
 	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return ReasonTimeout
+	case errors.Is(err, errTLS):
+		return ReasonTLS
 	case errors.Is(err, wire.ErrFrameTooLarge):
 		return ReasonFrameTooLarge
 	case errors.Is(err, wire.ErrChecksum):
@@ -137,8 +145,6 @@ func reasonOf(err error) string {
 		return ReasonUnexpectedEOF
 	case errors.As(err, &alert), errors.As(err, &rhe), errors.As(err, &cve), errors.As(err, &uae):
 		return ReasonTLS
-	case errors.As(err, &ne) && ne.Timeout():
-		return ReasonTimeout
 	}
 	return ReasonIO
 }

@@ -103,7 +103,7 @@ func (t *Transport) accept(raw net.Conn) (*accepted, error) {
 	if t.cfg.TLS != nil {
 		tc := tls.Server(raw, t.cfg.TLS)
 		if err := tc.HandshakeContext(t.ctx); err != nil {
-			return nil, fmt.Errorf("TLS handshake: %w", err)
+			return nil, fmt.Errorf("%w: %w", errTLS, err)
 		}
 		nc = tc
 	}
