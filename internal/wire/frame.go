@@ -118,6 +118,13 @@ func sealFrame(dst []byte, start int, typ Type, group uint64) []byte {
 	return dst
 }
 
+// SealFrame completes a frame built in place: frame[HeaderSize:] holds the
+// payload and frame[:HeaderSize] is overwritten with the header. It lets a
+// writer read a payload straight into its send buffer.
+func SealFrame(frame []byte, typ Type, group uint64) []byte {
+	return sealFrame(frame, 0, typ, group)
+}
+
 // ParseHeader decodes a frame header. It checks the type and the reserved
 // bytes but not the CRC, which needs the payload.
 func ParseHeader(b *[HeaderSize]byte) (Header, error) {

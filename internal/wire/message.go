@@ -163,6 +163,14 @@ type messageBacking struct {
 	reject bool
 }
 
+// messageBacking1 is messageBacking for the most common message with
+// entries, a MsgApp carrying one: a single allocation holds it all.
+type messageBacking1 struct {
+	messageBacking
+	ents [1]entryBacking
+	ptrs [1]*raftpb.Entry
+}
+
 // entryBacking is messageBacking for an entry; all entries of a message
 // share one []entryBacking allocation.
 type entryBacking struct {
@@ -181,7 +189,8 @@ type entryBacking struct {
 // go through proto.Unmarshal.
 //
 // The fast path does not copy: Entry.Data and Context alias b, so the caller
-// must hand b over with the message and not reuse it.
+// must hand b over with the message and not reuse it. It allocates once
+// for a message with at most one entry, three times for more.
 func UnmarshalMessage(b []byte) (*raftpb.Message, error) {
 	nEntries, ok := scanMessage(b)
 	if ok {
@@ -233,13 +242,21 @@ func scanMessage(b []byte) (nEntries int, ok bool) {
 // decodeMessage decodes b, which scanMessage accepted. It reports false
 // when an entry needs the general decoder.
 func decodeMessage(b []byte, nEntries int) (*raftpb.Message, bool) {
-	mb := new(messageBacking)
-	m := &mb.m
+	var mb *messageBacking
 	var ents []entryBacking
-	if nEntries > 0 {
-		ents = make([]entryBacking, nEntries)
-		m.Entries = make([]*raftpb.Entry, 0, nEntries)
+	var ptrs []*raftpb.Entry
+	switch nEntries {
+	case 0:
+		mb = new(messageBacking)
+	case 1:
+		mb1 := new(messageBacking1)
+		mb, ents, ptrs = &mb1.messageBacking, mb1.ents[:], mb1.ptrs[:0:1]
+	default:
+		mb = new(messageBacking)
+		ents, ptrs = make([]entryBacking, nEntries), make([]*raftpb.Entry, 0, nEntries)
 	}
+	m := &mb.m
+	m.Entries = ptrs
 	for len(b) > 0 {
 		num, _, n := protowire.ConsumeTag(b)
 		b = b[n:]

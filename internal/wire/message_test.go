@@ -136,6 +136,16 @@ func TestMessageAllocations(t *testing.T) {
 	}); n > 3 {
 		t.Errorf("UnmarshalMessage of 8 entries: %v allocations, want at most 3", n)
 	}
+	for _, m := range []*raftpb.Message{appMsg(1, 256), testMessages()[4]} {
+		payload, _ := AppendMessage(nil, m)
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := UnmarshalMessage(payload); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 1 {
+			t.Errorf("UnmarshalMessage of %v: %v allocations, want 1", m.GetType(), n)
+		}
+	}
 }
 
 // FuzzMessageCodec checks that the fast decoder and proto.Unmarshal agree
