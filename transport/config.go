@@ -40,6 +40,8 @@ type Handler interface {
 	// ErrGroupMismatch or ErrBadHello. It is called on every refused
 	// attempt of the raft stream and of snapshots (not for Call, whose
 	// caller gets the error), so the node can react, e.g. stop when removed.
+	// Only ErrRemoved is final: ErrUnknownSender is normal for a moment
+	// while members add each other, and the transport keeps retrying.
 	ReportRefused(id uint64, err error)
 }
 

@@ -169,12 +169,27 @@ func newTestTransport(t testing.TB, id uint64, h Handler, opts ...func(*Config))
 	return tr
 }
 
-// connect makes every transport a peer of every other.
-func connect(ts ...*Transport) {
+// addPeers makes every transport a peer of every other.
+func addPeers(ts ...*Transport) {
 	for _, a := range ts {
 		for _, b := range ts {
 			if a != b {
 				a.AddPeer(b.cfg.ID, b.Addr().String())
+			}
+		}
+	}
+}
+
+// connect makes every transport a peer of every other, and waits until
+// every raft stream is up (a stream dialed before the other side added its
+// peer is refused at first, and its messages dropped).
+func connect(ts ...*Transport) {
+	addPeers(ts...)
+	deadline := time.Now().Add(20 * time.Second)
+	for _, a := range ts {
+		for _, p := range a.Stats().Peers {
+			for !a.peer(p.ID).c.connected.Load() && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
 			}
 		}
 	}

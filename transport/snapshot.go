@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -108,6 +109,8 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return 0, ErrClosed
 	}
 	defer t.untrack(c)
+	stop := context.AfterFunc(p.ctx, func() { _ = c.Close() }) // RemovePeer
+	defer stop()
 
 	write := func(b []byte) error {
 		_ = c.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))

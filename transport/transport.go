@@ -102,8 +102,9 @@ func (t *Transport) SetClusterID(id uint64) { t.cluster.Store(id) }
 func (t *Transport) ClusterID() uint64 { return t.cluster.Load() }
 
 // Close stops the transport: it closes the listener and every connection,
-// drops the queued messages and waits for every goroutine it started. The
-// Handler is not called after Close returns. Close is idempotent; later
+// drops the queued messages and waits for every goroutine it started,
+// including Handler calls in progress. The Handler is not called after
+// Close returns. Close is idempotent; later
 // calls return nil.
 func (t *Transport) Close() error {
 	t.mu.Lock()

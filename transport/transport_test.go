@@ -19,7 +19,6 @@ func TestSendReceiveTwoTransports(t *testing.T) {
 	b := newTestTransport(t, 2, hb)
 	connect(a, b)
 
-	// The first messages queue while the stream is being dialed.
 	const n = 1000
 	var msgs []*raftpb.Message
 	for i := uint64(1); i <= n; i++ {
@@ -290,7 +289,7 @@ func TestHandshakeRefusals(t *testing.T) {
 			if tt.wire != nil {
 				to = tt.wire(a, b)
 			} else {
-				connect(a, b)
+				addPeers(a, b)
 			}
 			sendUntil(t, a, []*raftpb.Message{heartbeat(1, to)}, "the refusal", func() bool { return ha.refusedWith(tt.want) })
 			if got := b.Stats().Refused[tt.reason]; got == 0 {

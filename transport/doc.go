@@ -1,0 +1,130 @@
+// Package transport carries etcd raft messages, snapshots and
+// member-to-member requests between the members of a cluster, over TCP
+// with optional mutual TLS.
+//
+// # Use
+//
+// The node creates one Transport with New, adds every other member with
+// AddPeer (and UpdatePeer, SetLearner, RemovePeer as membership changes),
+// and hands each Ready's messages to Send. Received messages, and reports
+// for raft (unreachable peers, snapshot outcomes), arrive through the
+// Handler it supplies; snapshot files through its SnapshotStore.
+//
+//	tr, err := transport.New(transport.Config{
+//		ID: 1, ClusterID: cid, ListenAddr: "10.0.0.1:7001",
+//		TLS: tlsCfg, Handler: node, Snapshots: snapStore,
+//	})
+//	tr.AddPeer(2, "10.0.0.2:7001")
+//	tr.Send(rd.Messages) // never blocks
+//
+// # Connections
+//
+// For each peer there is one long-lived raft stream per direction: member
+// A writes its messages to B on the stream A dialed, B to A on the stream
+// B dialed, so appends pipeline without head-of-line blocking behind
+// responses. A goroutine per peer owns the outgoing stream: it dials (with
+// exponential backoff and jitter between attempts), then drains the peer's
+// queue, encoding every queued message into one buffer and writing it at
+// once — many messages per write under load, flushed as soon as the queue
+// runs dry. It pings every PingInterval; the listener answers with a pong
+// on the same connection, which gives the round-trip time and keeps an
+// idle stream within the listener's ReadTimeout.
+//
+// Send never blocks: each peer's queue is bounded in messages and bytes
+// (a lower byte budget for learners), and a message that does not fit, or
+// whose peer's stream is down, is dropped, counted, and the peer reported
+// to Handler.ReportUnreachable, as raft expects of a lossy network.
+//
+// A MsgSnap travels on a connection of its own, with the file from
+// SnapshotStore.OpenSnapshot streamed behind it in checksummed chunks,
+// so a snapshot never delays heartbeats or appends. The receiver hands the
+// stream to SnapshotStore.ReceiveSnapshot, verifying the size and the
+// whole-file CRC-32C as it goes; only once the store has the file does it
+// pass the MsgSnap to Handler.Process and acknowledge, and only then does
+// the sender report raft.SnapshotFinish. Neither side holds the file in
+// memory, and MaxConcurrentSnapshots bounds both directions.
+//
+// Call and CallAddr send an opaque request to a peer's
+// Handler.ServeRequest on a short-lived connection of a third kind, with
+// the same handshake and TLS: a joiner discovers the cluster through it,
+// a follower forwards a membership request to the leader.
+//
+// # Handshake and refusals
+//
+// Every connection opens with a hello: protocol version range, connection
+// kind, group ID, cluster ID, sender and receiver member IDs. The listener
+// refuses, with a reason sent back, logged once per peer and reason and
+// counted in Stats.Refused:
+//
+//   - a version range with no version in common (ErrVersion);
+//   - another group (ErrGroupMismatch) or cluster (ErrClusterMismatch);
+//   - a receiver ID that is not its own (ErrWrongReceiver);
+//   - a sender it has removed (ErrRemoved) or does not know (ErrUnknownSender);
+//   - a snapshot beyond its concurrency limit (ErrBusy).
+//
+// Two exceptions serve joiners: a request connection with cluster ID 0
+// from a known member is accepted (discovery: the reply carries the
+// listener's cluster and member IDs), and so is one with receiver ID 0
+// (CallAddr, which does not know whom it dials). A member whose own
+// cluster ID is still 0 accepts only request connections.
+//
+// The dialer passes a refusal to Handler.ReportRefused as a *RefusedError
+// that matches the reason's sentinel with errors.Is: that is how a removed
+// member learns it was removed.
+//
+// # Wire format
+//
+// A connection is a sequence of frames, each a 20-byte header and a
+// payload of at most MaxFrameSize bytes:
+//
+//	offset size field
+//	0      4    payload length, big endian
+//	4      1    type: 1 hello, 2 hello reply, 3 raft message, 4 ping, 5 pong,
+//	            6 snapshot header, 7 snapshot chunk, 8 snapshot end,
+//	            9 snapshot ack, 10 request, 11 response
+//	5      3    reserved, zero
+//	8      8    group ID, big endian
+//	16     4    CRC-32C (Castagnoli) of bytes 0..15 and the payload, big endian
+//
+// The length is checked against the limit before anything is allocated
+// (4 KiB for the first frame, before the peer is known), the CRC before the
+// payload is used. Payloads:
+//
+//	hello        "USTW", min version u16, max version u16, kind u8 (1 raft
+//	             stream, 2 snapshot, 3 request), 7 reserved bytes, group u64,
+//	             cluster u64, sender u64, receiver u64 (48 bytes; later
+//	             versions may append)
+//	hello reply  version u16 (0 if refused), code u8 (0 accepted, 1 version,
+//	             2 cluster, 3 group, 4 wrong receiver, 5 unknown sender,
+//	             6 removed, 7 busy, 8 bad hello), 5 reserved bytes, cluster u64,
+//	             member u64, then a UTF-8 reason of up to 1 KiB
+//	raft message the protobuf encoding of raftpb.Message
+//	ping, pong   an 8-byte token (the pinger's monotonic clock)
+//	snapshot     file size u64, then the MsgSnap's protobuf encoding
+//	chunk        the next bytes of the file
+//	snapshot end file size u64, CRC-32C of the whole file u32
+//	ack/response status u8 (0 ok: the response follows; 1 error: UTF-8 text)
+//	request      the caller's remaining time in nanoseconds u64 (0: none),
+//	             then the request
+//
+// All integers are big endian. On a raft stream, the dialer sends
+// messages and pings and the listener only pongs; on a snapshot
+// connection, the dialer sends the header, the chunks and the end, the
+// listener the ack; on a request connection, requests and responses
+// alternate. Any decoding error, checksum mismatch, oversized frame,
+// unexpected frame, or a silence longer than HandshakeTimeout (before the
+// hello) or ReadTimeout (after) closes the connection and is counted in
+// Stats.ConnErrors; nothing from such a connection reaches raft.
+//
+// Raft messages are encoded by a hand-written protowire codec for every
+// type but MsgSnap (byte-identical to proto.Marshal, about twice as fast,
+// and decoding with one allocation per message of at most one entry),
+// falling back to the protobuf package otherwise.
+//
+// # Security
+//
+// With Config.TLS from NewMutualTLS, every connection is TLS 1.3 and both
+// sides present a certificate signed by the cluster's CA, optionally
+// restricted to a list of names. Member IDs in the hello are not bound to
+// certificates: any holder of a valid certificate may claim any member ID.
+package transport
