@@ -45,13 +45,16 @@ type Reason struct {
 	For time.Duration
 	// Need is the stabilization period (ReasonStabilizing, ReasonReady).
 	Need time.Duration
+	// LastContact is when the leader last heard from the member
+	// (ReasonNoContact; zero when never).
+	LastContact time.Time
 }
 
 // Ready reports whether the member may be promoted (or is the leader).
 func (r Reason) Ready() bool { return r.Code == ReasonReady || r.Code == ReasonLeader }
 
 // String returns the human sentence: "ready", "leader", "not a member",
-// "no progress known", "no contact for 12s", "never contacted",
+// "no progress known", "no contact for 12s", "never contacted", "not recently active",
 // "snapshot in flight", "probing, not replicating",
 // "lag 4,210 entries > 1,000", "stable for 3s of 10s".
 func (r Reason) String() string {
@@ -65,8 +68,11 @@ func (r Reason) String() string {
 	case ReasonNoProgress:
 		return "no progress known"
 	case ReasonNoContact:
-		if r.For <= 0 {
+		switch {
+		case r.LastContact.IsZero():
 			return "never contacted"
+		case r.For <= 0:
+			return "not recently active"
 		}
 		return "no contact for " + formatDuration(r.For)
 	case ReasonSnapshot:
@@ -121,7 +127,7 @@ func instantReadiness(v View, s Settings, id uint64) Reason {
 		return Reason{Code: ReasonNoProgress}
 	}
 	if !pr.RecentActive {
-		r := Reason{Code: ReasonNoContact}
+		r := Reason{Code: ReasonNoContact, LastContact: pr.LastContact}
 		if !pr.LastContact.IsZero() {
 			r.For = v.Now.Sub(pr.LastContact)
 		}
