@@ -112,7 +112,8 @@ type Config struct {
 	// same on every member. Default 64 MiB; at least 64 KiB.
 	MaxFrameSize int
 	// SnapshotChunkSize is the size, in bytes, of the chunks a snapshot
-	// file is streamed in. Default 256 KiB; at most MaxFrameSize.
+	// file is streamed in. Default 256 KiB, or MaxFrameSize if smaller;
+	// at most MaxFrameSize.
 	SnapshotChunkSize int
 	// MaxConcurrentSnapshots bounds the snapshots sent at once (further
 	// MsgSnaps wait their turn) and, separately, those received at once
@@ -199,7 +200,9 @@ func (c Config) WithDefaults() Config {
 	def64(&c.MaxQueueBytes, DefaultMaxQueueBytes)
 	def64(&c.MaxLearnerQueueBytes, DefaultMaxLearnerQueueBytes)
 	def(&c.MaxFrameSize, DefaultMaxFrameSize)
-	def(&c.SnapshotChunkSize, DefaultSnapshotChunkSize)
+	if c.SnapshotChunkSize == 0 && c.MaxFrameSize > 0 {
+		c.SnapshotChunkSize = min(DefaultSnapshotChunkSize, c.MaxFrameSize)
+	}
 	def(&c.MaxConcurrentSnapshots, DefaultMaxConcurrentSnapshots)
 	defDur(&c.DialTimeout, DefaultDialTimeout)
 	defDur(&c.HandshakeTimeout, DefaultHandshakeTimeout)

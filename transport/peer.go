@@ -172,9 +172,17 @@ func (p *peer) run() {
 			}
 			continue
 		}
-		bo.reset()
+		connected := time.Now()
 		err = p.stream(c)
 		p.disconnected(c, err)
+		// A stream that breaks at once (a peer crashing in a loop, two
+		// processes claiming one member ID) must not become a dial storm:
+		// only a stream that lived longer than MaxBackoff resets the backoff.
+		if time.Since(connected) > p.t.cfg.MaxBackoff {
+			bo.reset()
+		} else if !p.wait(bo.next()) {
+			return
+		}
 	}
 }
 

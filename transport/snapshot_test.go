@@ -245,3 +245,46 @@ func TestSnapshotLarge(t *testing.T) {
 	}
 	t.Logf("%d MiB streamed; heap peak %d MiB above the start", size>>20, (peak-min(peak, base))>>20)
 }
+
+func TestCloseDuringSnapshot(t *testing.T) {
+	ha, hb := &fakeHandler{}, &fakeHandler{}
+	sb := &patternStore{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	a := newTestTransport(t, 1, ha, func(c *Config) { c.Snapshots = &patternStore{} })
+	b := newTestTransport(t, 2, hb, func(c *Config) { c.Snapshots = sb })
+	connect(a, b)
+	a.Send([]*raftpb.Message{snapMsg(1, 2, 8<<20)})
+	<-sb.entered
+	if err := a.Close(); err != nil { // must not wait for the receiver
+		t.Fatal(err)
+	}
+	if n := len(ha.snapReports()); n != 0 {
+		t.Fatalf("%d snapshot reports after Close", n)
+	}
+	close(sb.gate) // b's store now reads a broken stream
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hb.count() != 0 || len(sb.received) != 0 {
+		t.Fatal("a cut snapshot was delivered or stored")
+	}
+}
+
+func TestRemovePeerAbortsSnapshot(t *testing.T) {
+	ha := &fakeHandler{}
+	sb := &patternStore{gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	a := newTestTransport(t, 1, ha, func(c *Config) { c.Snapshots = &patternStore{} })
+	b := newTestTransport(t, 2, &fakeHandler{}, func(c *Config) { c.Snapshots = sb })
+	connect(a, b)
+	a.Send([]*raftpb.Message{snapMsg(1, 2, 8<<20)})
+	<-sb.entered
+	a.RemovePeer(2)
+	close(sb.gate)
+	waitFor(t, "the snapshot sender to finish", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.conns) == 0
+	})
+	if n := len(ha.snapReports()); n != 0 {
+		t.Fatalf("%d snapshot reports for a removed peer", n)
+	}
+}

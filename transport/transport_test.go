@@ -242,8 +242,13 @@ func TestRemovedPeerIsRefused(t *testing.T) {
 	if s := a.Stats().Peers[0]; s.LastRefusal != ReasonRemoved || s.Refusals == 0 {
 		t.Fatalf("a's stats of b: %+v", s)
 	}
+	var err error
 	ha.mu.Lock()
-	err := ha.refused[0].err
+	for _, r := range ha.refused {
+		if errors.Is(r.err, ErrRemoved) {
+			err = r.err
+		}
+	}
 	ha.mu.Unlock()
 	var re *RefusedError
 	if !errors.As(err, &re) || !errors.Is(err, ErrRefused) || re.Peer != 2 || !strings.Contains(err.Error(), "removed") {
@@ -424,5 +429,20 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if d := ok.WithDefaults(); d.GroupID != 1 || d.MaxFrameSize != DefaultMaxFrameSize || d.Logger == nil {
 		t.Fatalf("defaults: %+v", d)
+	}
+}
+
+func TestOversizedMessageDropped(t *testing.T) {
+	hb := &fakeHandler{}
+	a := newTestTransport(t, 1, &fakeHandler{}, func(c *Config) { c.MaxFrameSize = 64 << 10 })
+	b := newTestTransport(t, 2, hb)
+	connect(a, b)
+	a.Send([]*raftpb.Message{appMsg(1, 2, 1, 100<<10), heartbeat(1, 2)})
+	waitFor(t, "the heartbeat", func() bool { return hb.count() == 1 })
+	if got := hb.received()[0].GetType(); got != raftpb.MsgHeartbeat {
+		t.Fatalf("delivered %v", got)
+	}
+	if s := a.Stats().Peers[0]; s.DroppedTooLarge != 1 || !s.Connected {
+		t.Fatalf("stats: %+v", s)
 	}
 }
