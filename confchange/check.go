@@ -106,7 +106,7 @@ func countWord(w [2]int) string {
 	case w[1] == 0:
 		return "no IDs"
 	case w[0] == w[1]:
-		return strconv.Itoa(w[0]) + " ID(s)"
+		return plural(w[0], "ID")
 	}
 	return strconv.Itoa(w[0]) + " to " + strconv.Itoa(w[1]) + " IDs"
 }

@@ -1,6 +1,7 @@
 package confchange
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -41,15 +42,7 @@ const flagReadOnly = 1
 // (ErrBadContext).
 func (c Context) Encode() ([]byte, error) {
 	ms := slices.Clone(c.Members)
-	slices.SortFunc(ms, func(a, b Member) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ms, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 	b := []byte{contextVersion}
 	b = binary.AppendUvarint(b, c.ChangeID)
 	b = binary.AppendUvarint(b, uint64(len(ms)))

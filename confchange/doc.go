@@ -52,7 +52,8 @@
 // a sentinel error with a stable code:
 //
 //   - A request that names no member, the wrong number of members or one
-//     twice, or leaves a configuration that is not joint: ErrInvalidRequest.
+//     twice, or leaves a configuration that is not joint; a view whose
+//     configuration breaks raft's invariants: ErrInvalidRequest.
 //   - A member record with ID 0, a peer address that is not host:port, or an
 //     empty metadata key; promoting a voter, demoting a learner: ErrInvalidMember.
 //   - Adding an ID that is a member or was ever removed (IDs are never reused),
@@ -65,7 +66,7 @@
 //   - Adding a learner when there are already MaxLearners learners (default 2):
 //     ErrTooManyLearners. Demoted voters become learners even above the
 //     maximum; adds are refused until the count is below it again.
-//   - More than 9 voters: ErrTooManyVoters.
+//   - A change that grows the voters past 9 (MaxVoters): ErrTooManyVoters.
 //   - A change while another is proposed but not applied, or while the
 //     configuration is joint (only leaving it is allowed): ErrChangeInProgress.
 //   - A change without an active majority in the current configuration (in

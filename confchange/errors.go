@@ -29,7 +29,7 @@ var (
 	// ErrInvalidMember: ID 0, a bad peer address, or a member in the wrong
 	// role for the request (promoting a voter, demoting a learner).
 	ErrInvalidMember = errors.New("confchange: invalid member")
-	// ErrTooManyVoters: more than MaxVoters voters.
+	// ErrTooManyVoters: a change that grows the voters past MaxVoters.
 	ErrTooManyVoters = errors.New("confchange: too many voters")
 	// ErrMemberReadOnly: making a read-only member a voter.
 	ErrMemberReadOnly = errors.New("confchange: member is read-only")

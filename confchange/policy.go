@@ -1,6 +1,7 @@
 package confchange
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -49,8 +50,10 @@ func (p DefaultPolicy) Next(v View) (Request, bool) {
 	}
 	ok := func(r Request) bool { return len(Check(v, s, r)) == 0 }
 	if cfg.Joint() {
-		r := LeaveJoint()
-		return r, ok(r)
+		if r := LeaveJoint(); ok(r) {
+			return r, true
+		}
+		return Request{}, false
 	}
 
 	standbys := p.standbys(v, s)
@@ -90,16 +93,7 @@ func (p DefaultPolicy) standbys(v View, s Settings) []uint64 {
 		}
 	}
 	slices.SortFunc(out, func(a, b uint64) int {
-		la, lb := v.Progress[a].Lag(v.LastIndex), v.Progress[b].Lag(v.LastIndex)
-		switch {
-		case la != lb && la < lb:
-			return -1
-		case la != lb:
-			return 1
-		case a < b:
-			return -1
-		}
-		return 1
+		return cmp.Or(cmp.Compare(v.Progress[a].Lag(v.LastIndex), v.Progress[b].Lag(v.LastIndex)), cmp.Compare(a, b))
 	})
 	return out
 }
@@ -116,14 +110,7 @@ func silent(v View, ids []uint64, d time.Duration) []uint64 {
 		}
 	}
 	slices.SortFunc(out, func(a, b uint64) int {
-		ta, tb := v.Progress[a].LastContact, v.Progress[b].LastContact
-		if c := ta.Compare(tb); c != 0 {
-			return c
-		}
-		if a < b {
-			return -1
-		}
-		return 1
+		return cmp.Or(v.Progress[a].LastContact.Compare(v.Progress[b].LastContact), cmp.Compare(a, b))
 	})
 	return out
 }
