@@ -1,0 +1,83 @@
+package confchange
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestDefaultPolicy has one row per default decision.
+func TestDefaultPolicy(t *testing.T) {
+	tests := []struct {
+		name string
+		view string
+		opts func(*View)
+		s    Settings
+		want string // the request, "" for none
+	}{
+		{name: "odd count: promote two at once", view: "voters=(1) learners=(2 3)", want: "promote 2 3"},
+		{name: "odd count, one ready: wait", view: "voters=(1) learners=(2 3)\n3 probe", want: ""},
+		{name: "even count: promote one", view: "voters=(1 2) learners=(3 4)", want: "promote 3"},
+		{name: "target reached: standbys stay", view: "voters=(1 2 3) learners=(4 5)", want: ""},
+		{name: "target 5: two more", view: "voters=(1 2 3) learners=(4 5)", s: Settings{TargetVoters: 5}, want: "promote 4 5"},
+		{name: "target 1: nothing", view: "voters=(1) learners=(2 3)", s: Settings{TargetVoters: 1}, want: ""},
+		{name: "above target: no scale-down", view: "voters=(1 2 3 4 5)", want: ""},
+		{name: "tie-break: least lag", view: "voters=(1) learners=(2 3 4)\n2 lag=9\n3 lag=3\n4 lag=5", want: "promote 3 4"},
+		{name: "tie-break: lowest ID", view: "voters=(1 2) learners=(5 4 3)", want: "promote 3"},
+		{name: "read-only never promoted", view: "voters=(1 2) learners=(3 4)\n3 readonly", want: "promote 4"},
+		{name: "not stable yet", view: "voters=(1 2) learners=(3)\n3 ready=9s", want: ""},
+		{name: "failover after 30s", view: "voters=(1 2 3) learners=(4)\n3 down contact=30s", want: "swap 3 for 4"},
+		{name: "no failover before 30s", view: "voters=(1 2 3) learners=(4)\n3 down contact=29s", want: ""},
+		{name: "failover after a custom period", view: "voters=(1 2 3) learners=(4)\n3 down contact=6s", s: Settings{FailoverAfter: 5 * time.Second}, want: "swap 3 for 4"},
+		{name: "no failover without known contact", view: "voters=(1 2 3) learners=(4)\n3 down", want: ""},
+		{name: "no failover to a read-only standby", view: "voters=(1 2 3) learners=(4)\n3 down contact=1m\n4 readonly", want: ""},
+		{name: "failover: longest silent first", view: "voters=(1 2 3 4 5) learners=(6)\n4 down contact=50s\n5 down contact=40s", want: "swap 4 for 6"},
+		{name: "failover: equal silence, lowest ID", view: "voters=(1 2 3 4 5) learners=(6)\n5 down contact=40s\n4 down contact=40s", want: "swap 4 for 6"},
+		{name: "failover: least-lag standby", view: "voters=(1 2 3) learners=(4 5)\n3 down contact=1m\n4 lag=7", want: "swap 3 for 5"},
+		{name: "fill seats before failover", view: "voters=(1 2 3 4) learners=(5 6)\n4 down contact=1m", s: Settings{TargetVoters: 5}, want: "promote 5"},
+		{name: "no active quorum: nothing", view: "voters=(1 2 3) learners=(4)\n2 down contact=1m\n3 down contact=1m", want: ""},
+		{name: "joint first", view: "voters=(1 2 4)&&(1 2 3) learners=(5)", want: "leave-joint"},
+		{name: "joint without quorum: wait", view: "voters=(1 4 5)&&(1 2 3)\n2 down\n3 down", want: ""},
+		{name: "pending: nothing", view: "voters=(1) learners=(2 3)", opts: pending, want: ""},
+		{name: "invalid view: nothing", view: "voters=(1 2) learners=(2 3)", want: ""},
+		{name: "remove dead learner when set", view: "voters=(1 2 3) learners=(4)\n4 down contact=2m", s: Settings{RemoveDeadAfter: time.Minute}, want: "remove 4"},
+		{name: "keep dead learner by default", view: "voters=(1 2 3) learners=(4)\n4 down contact=2h", want: ""},
+		{name: "never remove the demoted voter too early", view: "voters=(1 2 3) learners=(4)\n4 down contact=30s", s: Settings{RemoveDeadAfter: time.Minute}, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []func(*View)
+			if tt.opts != nil {
+				opts = append(opts, tt.opts)
+			}
+			v := mustView(t, tt.view, opts...)
+			v.ReadySince = UpdateReadySince(v, tt.s)
+			r, ok := DefaultPolicy{Settings: tt.s}.Next(v)
+			if tt.want == "" {
+				assert.False(t, ok, "got %s", r)
+				assert.Equal(t, Request{}, r)
+				return
+			}
+			if assert.True(t, ok) {
+				assert.Equal(t, tt.want, r.String())
+				assert.Empty(t, Check(v, tt.s, r))
+			}
+		})
+	}
+}
+
+// TestPolicyInterface: a host policy replaces the default.
+func TestPolicyInterface(t *testing.T) {
+	var p Policy = DefaultPolicy{}
+	_, ok := p.Next(mustView(t, "voters=(1)"))
+	assert.False(t, ok)
+	p = fixedPolicy{Remove(3)}
+	r, ok := p.Next(View{})
+	assert.True(t, ok)
+	assert.Equal(t, "remove 3", r.String())
+}
+
+type fixedPolicy struct{ r Request }
+
+func (f fixedPolicy) Next(View) (Request, bool) { return f.r, true }
