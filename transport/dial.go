@@ -49,7 +49,8 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 		deadline = d
 	}
 	_ = nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	raw := nc // nc becomes the TLS connection below
+	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
 	if t.cfg.TLS != nil {

@@ -201,12 +201,15 @@ func (t *Transport) receiveSnapshot(a *accepted) error {
 		err = sr.finish()
 	}
 	if err != nil {
-		_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
-		_, _ = a.nc.Write(wire.AppendFrame(nil, wire.TypeSnapshotAck, t.cfg.GroupID, wire.AppendStatus(nil, nil, err.Error())))
-		if errors.Is(err, errSnapshotStore) {
+		storeErr := errors.Is(err, errSnapshotStore)
+		if storeErr {
 			t.connErrors.add(ReasonSnapshotStore)
 			t.log.Error("storing a received snapshot failed", "peer", fmt.Sprintf("%x", a.hello.From), "err", err)
-			return nil
+		}
+		_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
+		_, _ = a.nc.Write(wire.AppendFrame(nil, wire.TypeSnapshotAck, t.cfg.GroupID, wire.AppendStatus(nil, nil, err.Error())))
+		if storeErr {
+			return nil // counted; the stream itself was fine
 		}
 		return err
 	}

@@ -42,9 +42,10 @@
 // AppendMessage and UnmarshalMessage are a hand-written protowire codec for
 // raftpb.Message, byte-compatible with proto.Marshal and proto.Unmarshal
 // (a fuzz test checks both agree). Every message but MsgSnap takes the fast
-// path: encoding is a single pass with no allocation and about half the
-// time of proto.Marshal; decoding makes three allocations per message
-// whatever its number of entries (proto.Unmarshal makes five per entry and
-// one per set field) and aliases entry data into the frame's payload rather
+// path: encoding is a single pass with no allocation in about half the time
+// of proto.Marshal; decoding allocates once for a message with at most one
+// entry and three times for more, whatever the number of fields and entries
+// (proto.Unmarshal allocates once per set field and five times per entry),
+// and aliases entry data and context into the frame's payload rather
 // than copying it. Anything else falls back to the proto package.
 package wire
