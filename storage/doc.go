@@ -22,8 +22,9 @@
 //	group/<16 hex>/state          hardstate → term, vote, commit
 //	                              snapshot  → the latest raftpb.Snapshot, with
 //	                                          its Descriptor in Data
-//	                              first     → index and term of the entry
-//	                                          before the first (FirstIndex()-1)
+//	                              bounds    → index and term of the entry
+//	                                          before the first (FirstIndex()-1),
+//	                                          and the last index
 //	                              identity  → cluster ID, member ID
 //	                              removed   → tombstone (MarkRemoved)
 //	group/<16 hex>/log            8-byte big-endian index → entry record

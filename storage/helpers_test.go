@@ -107,3 +107,12 @@ func rewriteKey(t testing.TB, path string, bucket, key, value []byte) {
 	require.NoError(t, db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put(key, value) }))
 	require.NoError(t, db.Close())
 }
+
+type boltTx = bolt.Tx
+
+func openRaw(t testing.TB, path string) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	return db
+}

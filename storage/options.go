@@ -47,6 +47,13 @@ type Options struct {
 	// directory (the newest by index, and always the recorded one). Zero means
 	// DefaultKeepSnapshots (2).
 	KeepSnapshots int
+
+	// NoOpenCheck skips the check of bbolt's page structure at Open. bbolt
+	// checksums only its meta pages; the check reads every page in use once
+	// (about as long as reading the file) so that a damaged page is reported
+	// as ErrCorrupt instead of crashing bbolt, which can descend a corrupt
+	// tree forever. Skip it only for very large files you trust.
+	NoOpenCheck bool
 }
 
 // Validate reports every invalid field of o, each naming the field and its

@@ -32,7 +32,7 @@ var (
 
 	hardStateKey = []byte("hardstate")
 	snapshotKey  = []byte("snapshot")
-	firstKey     = []byte("first")
+	boundsKey    = []byte("bounds")
 	identityKey  = []byte("identity")
 	removedKey   = []byte("removed")
 )
@@ -56,6 +56,12 @@ type Store struct {
 	opts    Options
 	log     *slog.Logger
 	db      *bolt.DB
+	file    *os.File // bbolt's file, closed directly if bbolt panicked
+
+	// poisoned is set when bbolt panicked: its locks may be held and its
+	// state is unknown, so no later call enters bbolt (they return the
+	// panic's *CorruptError) and Close closes the file instead of the DB.
+	poisoned atomic.Pointer[CorruptError]
 
 	logBucket, stateBucket []byte
 
@@ -119,17 +125,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data dir: %w", err)
 	}
-	db, err := openBolt(s.dbPath, opts)
+	db, file, err := openBolt(s.dbPath, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.db = db
+	s.db, s.file = db, file
+	if !opts.NoOpenCheck {
+		if err := checkBoltStructure(file); err != nil {
+			_ = s.closeDB()
+			return nil, &CorruptError{File: s.dbPath, Detail: "damaged page structure", Err: err}
+		}
+	}
 	if err := s.load(); err != nil {
-		_ = db.Close()
+		_ = s.closeDB()
 		return nil, err
 	}
 	if err := s.cleanSnapDir(); err != nil {
-		_ = db.Close()
+		_ = s.closeDB()
 		return nil, err
 	}
 	s.log.Debug("storage opened", "dir", dir, "first", s.dummy+1, "last", s.last,
@@ -139,14 +151,14 @@ func Open(dir string, opts Options) (*Store, error) {
 
 // openBolt opens the bbolt file, turning a held lock into ErrLocked and a
 // bad file (including a bbolt panic) into a *CorruptError.
-func openBolt(path string, opts Options) (db *bolt.DB, err error) {
-	var file *os.File
+func openBolt(path string, opts Options) (db *bolt.DB, file *os.File, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			if file != nil {
-				_ = file.Close() // releases the flock bbolt took
+			if file != nil { // release the flock bbolt took
+				_ = unlockFile(file)
+				_ = file.Close()
 			}
-			db, err = nil, &CorruptError{File: path, Detail: fmt.Sprintf("bbolt panicked while opening: %v", r)}
+			db, file, err = nil, nil, &CorruptError{File: path, Detail: fmt.Sprintf("bbolt panicked while opening: %v", r)}
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -166,14 +178,14 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	})
 	switch {
 	case err == nil:
-		return db, nil
+		return db, file, nil
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		return nil, nil, fmt.Errorf("%w: %s", ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, &CorruptError{File: path, Detail: "bbolt cannot open it", Err: err}
+		return nil, nil, &CorruptError{File: path, Detail: "bbolt cannot open it", Err: err}
 	default:
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		return nil, nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
 }
 
@@ -201,8 +213,14 @@ func (s *Store) load() error {
 		if vs[0] != FormatVersion {
 			return fmt.Errorf("%w: %s has format version %d, this code reads %d", ErrVersion, s.dbPath, vs[0], FormatVersion)
 		}
-		fresh = tx.Bucket(s.stateBucket) == nil || tx.Bucket(s.logBucket) == nil
-		return nil
+		// A group seen for the first time has neither bucket; one without
+		// the other is damage, not a new group.
+		hasState, hasLog := tx.Bucket(s.stateBucket) != nil, tx.Bucket(s.logBucket) != nil
+		if hasState != hasLog {
+			return s.corrupt(string(s.stateBucket), fmt.Sprintf("state bucket present: %t, log bucket present: %t", hasState, hasLog), nil)
+		}
+		fresh = !hasState
+		return s.checkNames(tx)
 	})
 	if err != nil {
 		return err
@@ -247,12 +265,16 @@ func (s *Store) load() error {
 			}
 			s.snap = snap
 		}
-		if v := sb.Get(firstKey); v != nil {
-			vs, err := decodeUvarints(v, 2)
+		recordedLast := uint64(0)
+		if v := sb.Get(boundsKey); v != nil {
+			vs, err := decodeUvarints(v, 3)
 			if err != nil {
-				return s.corruptKey(s.stateBucket, firstKey, err)
+				return s.corruptKey(s.stateBucket, boundsKey, err)
 			}
-			s.dummy, s.dummyTerm = vs[0], vs[1]
+			s.dummy, s.dummyTerm, recordedLast = vs[0], vs[1], vs[2]
+			if recordedLast < s.dummy {
+				return s.corruptKey(s.stateBucket, boundsKey, fmt.Errorf("last index %d before first index %d", recordedLast, s.dummy+1))
+			}
 		}
 		if v := sb.Get(identityKey); v != nil {
 			vs, err := decodeUvarints(v, 2)
@@ -261,7 +283,15 @@ func (s *Store) load() error {
 			}
 			s.identity = Identity{ClusterID: vs[0], MemberID: vs[1]}
 		}
-		return s.loadLog(tx)
+		if err := s.loadLog(tx); err != nil {
+			return err
+		}
+		if s.last != recordedLast {
+			// bbolt has no page checksums: a damaged page count can hide
+			// the end of the log. The bounds record says where it ends.
+			return s.corrupt(string(s.logBucket), fmt.Sprintf("log ends at index %d, but %d was written", s.last, recordedLast), nil)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -270,6 +300,45 @@ func (s *Store) load() error {
 }
 
 var errNotEmpty = errors.New("not empty")
+
+// checkNames checks that the file holds only the buckets and keys this
+// format writes. bbolt has no page checksums, so a damaged key would
+// otherwise make a record (the hard state, say) silently disappear.
+func (s *Store) checkNames(tx *bolt.Tx) error {
+	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		var g uint64
+		var kind string
+		switch {
+		case string(name) == string(metaBucket):
+			return checkKeys(b, versionKey)
+		case len(name) == len("group/0000000000000000/state") || len(name) == len("group/0000000000000000/log"):
+			if _, err := fmt.Sscanf(string(name), "group/%016x/%s", &g, &kind); err == nil {
+				if string(name) == string(stateBucketName(g)) {
+					return checkKeys(b, hardStateKey, snapshotKey, boundsKey, identityKey, removedKey)
+				}
+				if string(name) == string(logBucketName(g)) {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("unknown bucket %q", name)
+	})
+	if err != nil {
+		return s.corrupt("", "", err)
+	}
+	return nil
+}
+
+func checkKeys(b *bolt.Bucket, known ...[]byte) error {
+	return b.ForEach(func(k, _ []byte) error {
+		for _, kk := range known {
+			if string(k) == string(kk) {
+				return nil
+			}
+		}
+		return fmt.Errorf("unknown key %q", k)
+	})
+}
 
 // loadLog finds the last index and fills the tail from the end of the log.
 func (s *Store) loadLog(tx *bolt.Tx) error {
@@ -326,6 +395,20 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.tail.reset()
+	return s.closeDB()
+}
+
+// closeDB closes bbolt, or only its file if bbolt panicked: bbolt's own
+// locks may then be held, so DB.Close could block forever. The file lock is
+// released; bbolt's memory map stays mapped until the process exits.
+func (s *Store) closeDB() error {
+	if s.poisoned.Load() != nil {
+		_ = unlockFile(s.file)
+		if err := s.file.Close(); err != nil {
+			return fmt.Errorf("storage: close %s: %w", s.dbPath, err)
+		}
+		return nil
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("storage: close %s: %w", s.dbPath, err)
 	}
@@ -338,6 +421,9 @@ func (s *Store) Dir() string { return s.dir }
 // view runs fn in a bbolt read transaction, turning a bbolt panic into a
 // *CorruptError.
 func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+	if p := s.poisoned.Load(); p != nil {
+		return p
+	}
 	defer s.recoverCorrupt(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	return s.db.View(fn)
@@ -346,6 +432,9 @@ func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 // update runs fn in a bbolt write transaction and commits it, turning a bbolt
 // panic into a *CorruptError. The caller holds wmu (or is Open).
 func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
+	if p := s.poisoned.Load(); p != nil {
+		return p
+	}
 	defer s.recoverCorrupt(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	err = s.db.Update(fn)
@@ -357,8 +446,10 @@ func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 
 func (s *Store) recoverCorrupt(err *error) {
 	if r := recover(); r != nil {
-		*err = &CorruptError{File: s.dbPath, Detail: fmt.Sprintf("bbolt panicked: %v", r)}
-		s.log.Error("bbolt panicked", "file", s.dbPath, "panic", r)
+		ce := &CorruptError{File: s.dbPath, Detail: fmt.Sprintf("bbolt panicked: %v", r)}
+		s.poisoned.CompareAndSwap(nil, ce)
+		*err = ce
+		s.log.Error("bbolt panicked; the store will not use bbolt again", "file", s.dbPath, "panic", r)
 	}
 }
 

@@ -128,9 +128,6 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 				if err := sb.Put(snapshotKey, snapRec); err != nil {
 					return err
 				}
-				if err := sb.Put(firstKey, appendUvarints(nil, dummy, dummyTerm)); err != nil {
-					return err
-				}
 				if s.last > s.dummy { // the log holds entries: drop them all
 					if err := tx.DeleteBucket(s.logBucket); err != nil {
 						return err
@@ -157,6 +154,15 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 					return err
 				}
 				off += n
+			}
+			if hasSnap || len(ents) > 0 {
+				newLast := dummy
+				if len(ents) > 0 {
+					newLast = ents[len(ents)-1].GetIndex()
+				}
+				if err := sb.Put(boundsKey, appendUvarints(nil, dummy, dummyTerm, newLast)); err != nil {
+					return err
+				}
 			}
 			if hasHS {
 				return sb.Put(hardStateKey, hsRec)
@@ -235,7 +241,7 @@ func (s *Store) Compact(index uint64) error {
 	if err != nil {
 		return err
 	}
-	oldDummy := s.dummy
+	oldDummy, last := s.dummy, s.last
 	// Publish first: from now on no reader asks bbolt for what the commit
 	// deletes. If the commit fails, memory shows a shorter log than the disk
 	// holds, which is safe.
@@ -251,7 +257,7 @@ func (s *Store) Compact(index uint64) error {
 				return err
 			}
 		}
-		return tx.Bucket(s.stateBucket).Put(firstKey, appendUvarints(nil, index, term))
+		return tx.Bucket(s.stateBucket).Put(boundsKey, appendUvarints(nil, index, term, last))
 	})
 	if err != nil {
 		return s.fail("compact", err)

@@ -1,0 +1,130 @@
+package storage
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The crash test runs a child process (this test binary, running
+// TestCrashChild) that writes to a store as the node does, printing each
+// acknowledged Save, and kills it with SIGKILL at a random point, several
+// times on one data dir. After each kill the store must reopen to a
+// consistent state holding every acknowledged write: the hard state (its
+// commit is the last index written with it, in the same Save) matches the
+// log, every entry decodes and carries its own index and term, and the
+// recorded snapshot reads back.
+const crashChildEnv = "UNDERSTUDY_STORAGE_CRASH_CHILD"
+
+func TestCrashRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	dir := t.TempDir()
+	var ackedLast uint64
+	for round := range 6 {
+		killAfter := 5 + round*17%60
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v=false")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		sc := bufio.NewScanner(out)
+		acks := 0
+		for acks < killAfter && sc.Scan() {
+			var last, term uint64
+			if _, err := fmt.Sscanf(sc.Text(), "ack %d %d", &last, &term); err == nil {
+				ackedLast = last
+				acks++
+			}
+		}
+		require.Equal(t, killAfter, acks, "round %d: child stopped early", round)
+		require.NoError(t, cmd.Process.Kill())
+		_, _ = io.Copy(io.Discard, out)
+		_ = cmd.Wait()
+
+		s, err := Open(dir, Options{})
+		require.NoError(t, err, "round %d", round)
+		verifyCrashed(t, s, ackedLast)
+		require.NoError(t, s.Close())
+	}
+}
+
+func verifyCrashed(t *testing.T, s *Store, ackedLast uint64) {
+	t.Helper()
+	hs, _, err := s.InitialState()
+	require.NoError(t, err)
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	require.GreaterOrEqual(t, last, ackedLast, "an acknowledged entry was lost")
+	require.Equal(t, last, hs.GetCommit(), "hard state and entries of one Save must land together")
+	es, err := s.Entries(first, last+1, raftNoLimit)
+	require.NoError(t, err)
+	prevTerm := uint64(0)
+	for j, e := range es {
+		require.Equal(t, first+uint64(j), e.GetIndex())
+		require.Equal(t, crashData(e.GetIndex(), e.GetTerm()), string(e.GetData()))
+		require.GreaterOrEqual(t, e.GetTerm(), prevTerm)
+		prevTerm = e.GetTerm()
+	}
+	snap, err := s.Snapshot()
+	require.NoError(t, err)
+	if !raft.IsEmptySnap(snap) {
+		b, err := readSnapshot(t, s, snap)
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("snapshot at %d", snap.GetMetadata().GetIndex()), string(b))
+	}
+}
+
+func crashData(index, term uint64) string { return fmt.Sprintf("entry %d of term %d", index, term) }
+
+// TestCrashChild is the child of TestCrashRestart; it runs until killed.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv(crashChildEnv)
+	if dir == "" {
+		t.Skip("run by TestCrashRestart")
+	}
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, _, _ := s.InitialState()
+	term := hs.GetTerm() + 1
+	last, _ := s.LastIndex()
+	w := bufio.NewWriter(os.Stdout)
+	for i := 0; ; i++ {
+		at := last + 1
+		if i%7 == 6 && last >= 3 {
+			term++
+			at = last - 2 // a conflicting suffix
+		}
+		var es []*raftpb.Entry
+		for j := at; j < at+4; j++ {
+			es = append(es, &raftpb.Entry{Index: proto.Uint64(j), Term: proto.Uint64(term), Data: []byte(crashData(j, term))})
+		}
+		last = at + 3
+		if err := s.Save(hardState(term, 1, last), es, nil); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(w, "ack %d %d\n", last, term)
+		_ = w.Flush()
+		if i%11 == 10 {
+			idx := last - 1
+			if _, err := s.CreateSnapshot(idx, confState(1), writeBytes([]byte(fmt.Sprintf("snapshot at %d", idx)))); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Compact(idx - 5); err != nil && err != raft.ErrCompacted {
+				t.Fatal(err)
+			}
+		}
+	}
+}
