@@ -207,7 +207,8 @@ func (t *Transport) UpdatePeer(id uint64, addr string) {
 }
 
 // SetLearner marks member id as a learner (its queue gets
-// MaxLearnerQueueBytes) or as a voter (MaxQueueBytes).
+// MaxLearnerQueueBytes) or as a voter (MaxQueueBytes, the default for a
+// new peer). Unknown members are ignored: call it after AddPeer.
 func (t *Transport) SetLearner(id uint64, learner bool) {
 	if p := t.peer(id); p != nil {
 		p.mu.Lock()
