@@ -470,7 +470,11 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 			if id == n.cfg.ID {
 				continue
 			}
-			if pr, ok := st.Progress[id]; ok && (target == 0 || pr.Match > best || (pr.Match == best && id < target)) {
+			pr, ok := st.Progress[id]
+			if !ok || !pr.RecentActive {
+				continue // a member that cannot answer cannot take over
+			}
+			if target == 0 || pr.Match > best || (pr.Match == best && id < target) {
 				target, best = id, pr.Match
 			}
 		}
@@ -482,6 +486,9 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 	if target == 0 {
 		return
 	}
+	// Raft abandons a transfer after an election timeout; so do we.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
+	defer cancel()
 	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
 }
 

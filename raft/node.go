@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -104,6 +105,11 @@ func (n *Node) Start(tr Transport) error {
 		return errors.New("raft: node already started")
 	}
 	n.tr = tr
+	// Request IDs must not repeat across restarts (the dedup window, restored
+	// from the snapshot and the log, would skip a reused one): each run
+	// numbers its proposals from the wall clock at start, in nanoseconds,
+	// which no earlier run of this member can have reached.
+	n.seq.Store(uint64(time.Now().UnixNano()))
 	if err := n.restore(); err != nil {
 		n.stopOnce.Do(func() { close(n.stopc) })
 		close(n.donec)

@@ -28,14 +28,16 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 // unknown; puts are idempotent).
 func propose(ctx context.Context, t *testing.T, n *raft.Node, cmd []byte) {
 	t.Helper()
+	var last error
 	for {
 		_, err := n.Propose(ctx, cmd)
 		if err == nil {
 			return
 		}
 		if ctx.Err() != nil || !(errors.Is(err, raft.ErrLeaderChanged) || errors.Is(err, raft.ErrProposalDropped)) {
-			t.Fatalf("propose: %v", err)
+			t.Fatalf("propose: %v (last retried error: %v)", err, last)
 		}
+		last = err
 	}
 }
 

@@ -84,9 +84,14 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 	for _, id := range c.Members() {
 		c.Restart(id)
 	}
-	lead = c.WaitLeader()
-	propose(ctx, t, lead.Node, testkv.Put("after", "restart"))
-	want["after"] = "restart"
+	c.WaitLeader()
+	// Every restarted member proposes: its request IDs must not collide with
+	// the ones it used before the crash (they are in the restored dedup window).
+	for _, m := range c.Running() {
+		key := fmt.Sprintf("after-%d", m.ID)
+		propose(ctx, t, m.Node, testkv.Put(key, "restart"))
+		want[key] = "restart"
+	}
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -154,18 +159,18 @@ func (f *failingStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *
 // A member whose disk fails stops with the error instead of going on: its
 // callers get ErrStopped, Err says why, and the others keep serving.
 func TestFailedPersistStopsTheNode(t *testing.T) {
-	arm := make(chan struct{})
-	var broken uint64 = 2
+	arms := map[uint64]chan struct{}{}
+	for id := uint64(1); id <= 3; id++ {
+		arms[id] = make(chan struct{})
+	}
 	c := cluster.New(t, cluster.Options{WrapStorage: func(id uint64, s *storage.Store) raft.Storage {
-		if id == broken {
-			return &failingStorage{Storage: s, fail: arm}
-		}
-		return s
+		return &failingStorage{Storage: s, fail: arms[id]}
 	}})
 	ctx := ctxT(t, 20*time.Second)
 	lead := c.WaitLeader()
 	propose(ctx, t, lead.Node, testkv.Put("before", "1"))
-	close(arm)
+	broken := lead.ID%3 + 1 // a follower
+	close(arms[broken])
 	propose(ctx, t, lead.Node, testkv.Put("after", "1"))
 	m := c.Member(broken)
 	select {
@@ -185,9 +190,6 @@ func TestFailedPersistStopsTheNode(t *testing.T) {
 	}
 	// The other two still form a quorum.
 	other := lead
-	if other.ID == broken {
-		other = c.Member(broken%3 + 1)
-	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	propose(wctx, t, other.Node, testkv.Put("still", "works"))

@@ -1,0 +1,201 @@
+// Command demo starts a three-member understudy cluster on 127.0.0.1 with
+// durable storage (in a temporary directory) and the TCP transport, writes
+// through a follower, reads linearizably from every member, stops the leader
+// (which hands leadership over first), writes again, restarts the old leader
+// from its data directory, and prints what happened at each step.
+//
+//	go run ./examples/demo
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
+)
+
+const clusterID = 0x5ca1ab1e
+
+// member is one running member: its node, storage, transport and state machine.
+type member struct {
+	id    uint64
+	dir   string
+	ln    net.Listener
+	node  *raft.Node
+	store *storage.Store
+	tr    *transport.Transport
+	sm    *testkv.Store
+}
+
+func main() {
+	verbose := flag.Bool("v", false, "log what the nodes do to stderr")
+	dataDir := flag.String("data-dir", "", "where the members keep their data (default: a new temporary directory, removed at exit)")
+	flag.Parse()
+	logger := slog.New(slog.DiscardHandler)
+	if *verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if err := run(*dataDir, logger); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dataDir string, logger *slog.Logger) error {
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "understudy-demo")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = tmp
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Listen first, so that every member knows the others' addresses.
+	var initial []raft.Member
+	lns := map[uint64]net.Listener{}
+	for id := uint64(1); id <= 3; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		lns[id] = ln
+		initial = append(initial, raft.Member{ID: id, PeerAddr: ln.Addr().String()})
+	}
+	members := map[uint64]*member{}
+	for _, m := range initial {
+		mem, err := start(m.ID, filepath.Join(dataDir, fmt.Sprint(m.ID)), lns[m.ID], initial, logger)
+		if err != nil {
+			return err
+		}
+		members[m.ID] = mem
+		fmt.Printf("member %d: listening on %s, data in %s\n", m.ID, m.PeerAddr, mem.dir)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, m := range members {
+			m.stop(sctx)
+		}
+		fmt.Println("stopped every member")
+	}()
+
+	leader, err := waitLeader(ctx, members)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("member %d was elected leader\n", leader)
+
+	follower := members[leader%3+1]
+	for i, kv := range [][2]string{{"color", "green"}, {"shape", "circle"}, {"size", "7"}} {
+		t0 := time.Now()
+		if _, err := follower.node.Propose(ctx, testkv.Put(kv[0], kv[1])); err != nil {
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+		fmt.Printf("wrote %s=%s through follower %d (forwarded to the leader) in %s\n", kv[0], kv[1], follower.id, time.Since(t0).Round(time.Microsecond))
+	}
+	for id := uint64(1); id <= 3; id++ {
+		v, err := members[id].node.Read(ctx, []byte("color"))
+		if err != nil {
+			return fmt.Errorf("read on %d: %w", id, err)
+		}
+		fmt.Printf("member %d reads color=%s (linearizable, ReadIndex)\n", id, v)
+	}
+
+	old := members[leader]
+	fmt.Printf("stopping leader %d (it hands leadership to the most caught-up voter first)\n", leader)
+	old.stop(ctx)
+	delete(members, leader)
+	leader, err = waitLeader(ctx, members)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("member %d leads now\n", leader)
+	if _, err := members[leader].node.Propose(ctx, testkv.Put("color", "blue")); err != nil {
+		return fmt.Errorf("write after the leader stopped: %w", err)
+	}
+	fmt.Println("wrote color=blue with two of three members up")
+
+	ln, err := net.Listen("tcp", old.ln.Addr().String())
+	if err != nil {
+		return fmt.Errorf("re-listening on %s: %w", old.ln.Addr(), err)
+	}
+	back, err := start(old.id, old.dir, ln, initial, logger)
+	if err != nil {
+		return err
+	}
+	members[old.id] = back
+	fmt.Printf("restarted member %d from %s\n", old.id, old.dir)
+	v, err := back.node.Read(ctx, []byte("color"))
+	if err != nil {
+		return fmt.Errorf("read on the restarted member: %w", err)
+	}
+	fmt.Printf("member %d caught up and reads color=%s (%d keys)\n", old.id, v, back.sm.Len())
+	return nil
+}
+
+func start(id uint64, dir string, ln net.Listener, initial []raft.Member, logger *slog.Logger) (*member, error) {
+	store, err := storage.Open(dir, storage.Options{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	sm := testkv.New()
+	node, err := raft.NewNode(raft.Config{ID: id, InitialMembers: initial, Logger: logger}, sm, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	tr, err := transport.New(transport.Config{
+		ID: id, ClusterID: clusterID, Listener: ln,
+		Handler: node.PeerHandler(), Snapshots: store, Logger: logger,
+	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	if err := node.Start(tr); err != nil {
+		tr.Close()
+		store.Close()
+		return nil, err
+	}
+	return &member{id: id, dir: dir, ln: ln, node: node, store: store, tr: tr, sm: sm}, nil
+}
+
+func (m *member) stop(ctx context.Context) {
+	if err := m.node.Stop(ctx); err != nil && !errors.Is(err, raft.ErrStopped) {
+		fmt.Fprintf(os.Stderr, "member %d: %v\n", m.id, err)
+	}
+	m.tr.Close()
+	m.store.Close()
+}
+
+func waitLeader(ctx context.Context, members map[uint64]*member) (uint64, error) {
+	for {
+		for _, m := range members {
+			st, err := m.node.Status(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if st.Leader != 0 && members[st.Leader] != nil && st.Role == raft.RoleLeader {
+				return m.id, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("no leader elected: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
