@@ -1,0 +1,133 @@
+package raft
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestCommandRoundTrip(t *testing.T) {
+	id := requestID{proposer: 7, seq: 1 << 60}
+	gotID, cmd, err := decodeCommand(encodeCommand(id, []byte("hello")))
+	if err != nil || gotID != id || string(cmd) != "hello" {
+		t.Fatalf("round trip: %v %v %q", err, gotID, cmd)
+	}
+	for _, bad := range [][]byte{nil, {1}, bytes.Repeat([]byte{9}, 20)} {
+		if _, _, err := decodeCommand(bad); !errors.Is(err, ErrCorruptEntry) {
+			t.Fatalf("decodeCommand(%x) = %v, want ErrCorruptEntry", bad, err)
+		}
+	}
+}
+
+func TestDedupWindowEvictsOldest(t *testing.T) {
+	d := newDedupWindow(3)
+	for seq := uint64(1); seq <= 4; seq++ {
+		if !d.add(requestID{1, seq}) {
+			t.Fatalf("seq %d reported as duplicate", seq)
+		}
+	}
+	if d.add(requestID{1, 4}) {
+		t.Fatal("seq 4 not reported as duplicate")
+	}
+	if !d.add(requestID{1, 1}) {
+		t.Fatal("seq 1 should have been evicted")
+	}
+	c := newDedupWindow(3)
+	c.reset(d.ids())
+	if c.add(requestID{1, 1}) || c.add(requestID{1, 4}) || !c.add(requestID{1, 2}) {
+		t.Fatal("reset did not restore the same window")
+	}
+}
+
+func TestSnapHeaderRoundTrip(t *testing.T) {
+	h := &snapHeader{
+		members: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001", Metadata: map[string]string{"client_addr": "127.0.0.1:8001"}}, {ID: 2, PeerAddr: "h:1", ReadOnly: true}},
+		dedup:   []requestID{{1, 2}, {3, 4}},
+	}
+	var buf bytes.Buffer
+	if err := h.writeTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	buf.WriteString("state machine bytes")
+	got, err := readSnapHeader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.members) != 2 || got.members[0].Metadata["client_addr"] != "127.0.0.1:8001" || !got.members[1].ReadOnly || len(got.dedup) != 2 || got.dedup[1] != (requestID{3, 4}) {
+		t.Fatalf("round trip: %+v", got)
+	}
+	if rest := buf.String(); rest != "state machine bytes" {
+		t.Fatalf("reader left at %q", rest)
+	}
+	// Flip each byte of the framed header: always an error, never a panic.
+	var framed bytes.Buffer
+	_ = h.writeTo(&framed)
+	for i := range framed.Len() {
+		b := bytes.Clone(framed.Bytes())
+		b[i] ^= 0x40
+		if _, err := readSnapHeader(bytes.NewReader(b)); !errors.Is(err, ErrCorruptSnapshot) {
+			t.Fatalf("flipped byte %d: err = %v, want ErrCorruptSnapshot", i, err)
+		}
+	}
+}
+
+func FuzzDecodeCommand(f *testing.F) {
+	f.Add(encodeCommand(requestID{1, 2}, []byte("x")))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, cmd, err := decodeCommand(b)
+		if err == nil && !bytes.Equal(encodeCommand(id, cmd), b) {
+			t.Fatalf("decoded %x does not re-encode", b)
+		}
+	})
+}
+
+func FuzzDecodeSnapHeader(f *testing.F) {
+	h := &snapHeader{members: []Member{{ID: 1, PeerAddr: "a:1", Metadata: map[string]string{"k": "v"}}}, dedup: []requestID{{1, 1}}}
+	f.Add(h.encode())
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeSnapHeader(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorruptSnapshot) {
+				t.Fatalf("error %v does not wrap ErrCorruptSnapshot", err)
+			}
+			return
+		}
+		if _, err := decodeSnapHeader(got.encode()); err != nil {
+			t.Fatalf("re-encoding a decoded header fails: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeMemberContext(f *testing.F) {
+	f.Add(encodeMemberContext([]Member{{ID: 1, PeerAddr: "a:1"}}))
+	f.Add([]byte{memberContextVersion, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ms, err := decodeMemberContext(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorruptEntry) {
+				t.Fatalf("error %v does not wrap ErrCorruptEntry", err)
+			}
+			return
+		}
+		if _, err := decodeMemberContext(encodeMemberContext(ms)); err != nil {
+			t.Fatalf("re-encoding decoded members fails: %v", err)
+		}
+	})
+}
+
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	err := Config{ElectionTicks: 1, HeartbeatTicks: 2, InitialMembers: []Member{{ID: 2}, {ID: 2, PeerAddr: "x:1"}}}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"ID must be non-zero", "ElectionTicks (1)", "duplicate member ID 2", "member 2 has no PeerAddr", "must contain this member's ID"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("Validate error lacks %q:\n%v", want, err)
+		}
+	}
+	if err := (Config{ID: 1}).WithDefaults().Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
