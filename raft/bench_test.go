@@ -20,7 +20,7 @@ import (
 // allocs/op counts the whole process: all three members and the in-process
 // network (which clones every message, as serialization would).
 func BenchmarkPropose(b *testing.B) {
-	for _, p := range []int{1, 16, 256} {
+	for _, p := range []int{1, 16, 64, 256} {
 		b.Run(fmt.Sprintf("proposers=%d", p), func(b *testing.B) { benchPropose(b, p) })
 	}
 }
