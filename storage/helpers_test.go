@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -116,3 +117,5 @@ func openRaw(t testing.TB, path string) *bolt.DB {
 	require.NoError(t, err)
 	return db
 }
+
+func isCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
