@@ -51,7 +51,6 @@ type Node struct {
 	applied  *indexNotifier
 	state    *stateNotifier
 	events   eventHub
-	transfer atomic.Bool // a leadership transfer on Stop is in progress
 
 	loop  loopState   // owned by the run loop
 	apply applyState  // owned by the apply goroutine
