@@ -46,11 +46,11 @@ type Node struct {
 	errMu    sync.Mutex
 	err      error // the fatal error the node stopped with, if any
 
-	seq      atomic.Uint64 // last proposal sequence number
-	waiters  waiterSet
-	applied  *indexNotifier
-	state    *stateNotifier
-	events   eventHub
+	seq     atomic.Uint64 // last proposal sequence number
+	waiters waiterSet
+	applied *indexNotifier
+	state   *stateNotifier
+	events  eventHub
 
 	loop  loopState   // owned by the run loop
 	apply applyState  // owned by the apply goroutine
