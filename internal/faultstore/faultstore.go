@@ -57,16 +57,16 @@ var _ Storage = (*storage.Store)(nil)
 type Store struct {
 	inner Storage
 
-	mu          sync.Mutex
-	failSaves   int           // Saves left to fail
-	failSnaps   int           // CreateSnapshots left to fail
-	failRecvs   int           // ReceiveSnapshots left to fail
-	budget      int64         // bytes left before writes fail; < 0: no limit
-	delay       time.Duration // added to every Save
-	hold        *gate         // non-nil: Saves wait until it opens
-	beforeSave  func(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
-	saves       atomic.Uint64
-	injected    atomic.Uint64
+	mu           sync.Mutex
+	failSaves    int           // Saves left to fail
+	failSnaps    int           // CreateSnapshots left to fail
+	failRecvs    int           // ReceiveSnapshots left to fail
+	budget       int64         // bytes left before writes fail; < 0: no limit
+	delay        time.Duration // added to every Save
+	hold         *gate         // non-nil: Saves wait until it opens
+	beforeSave   func(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error
+	saves        atomic.Uint64
+	injected     atomic.Uint64
 	bytesWritten atomic.Int64
 }
 
