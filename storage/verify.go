@@ -49,10 +49,10 @@ type boltVerifier struct {
 }
 
 type boltMeta struct {
-	pageSize         uint32
-	root, freelist   uint64
-	hwm, txid        uint64
-	magicOK, validOK bool
+	pageSize       uint32
+	root, freelist uint64
+	hwm, txid      uint64
+	validOK        bool
 }
 
 func (v *boltVerifier) readMeta(off int64) boltMeta {
