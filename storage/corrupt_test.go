@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -238,4 +239,44 @@ func TestGarbageFile(t *testing.T) {
 	_, err := Open(dir, testOpts())
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorContains(t, err, dbFileName)
+}
+
+// TestBoltPanicIsCorrupt skips the structure check at Open and damages page
+// types, on which bbolt panics: the panic is an ErrCorrupt naming the file,
+// and the store lets go of the file (a second Open is not ErrLocked).
+func TestBoltPanicIsCorrupt(t *testing.T) {
+	src := t.TempDir()
+	populate(t, src)
+	want, err := readAll(t, src)
+	require.NoError(t, err)
+	orig, err := os.ReadFile(filepath.Join(src, dbFileName))
+	require.NoError(t, err)
+	d, err := ParseDescriptor(want.snap.GetData())
+	require.NoError(t, err)
+	snapBytes, err := os.ReadFile(filepath.Join(src, snapDirName, d.Name))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, snapDirName), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, snapDirName, d.Name), snapBytes, 0o600))
+	panics := 0
+	for p := 2; p*4096 < len(orig); p++ {
+		damaged := bytes.Clone(orig)
+		damaged[p*4096+8] ^= 0x03 // branch <-> leaf
+		require.NoError(t, os.WriteFile(filepath.Join(dir, dbFileName), damaged, 0o600))
+		for range 2 { // the second time shows the lock was released
+			s, err := Open(dir, Options{NoSync: true, NoOpenCheck: true, TailCacheBytes: -1})
+			if err == nil {
+				_, err = s.Entries(201, 301, raftNoLimit)
+				_ = s.Close()
+			}
+			if err != nil {
+				require.ErrorIs(t, err, ErrCorrupt, "page %d", p)
+				require.ErrorContains(t, err, dbFileName)
+				if strings.Contains(err.Error(), "panicked") {
+					panics++
+				}
+			}
+		}
+	}
+	require.NotZero(t, panics)
 }

@@ -31,10 +31,14 @@
 //
 // Every value ends with the CRC-32C of the rest (bbolt checksums only its meta
 // pages). An entry record is a flags byte (which protobuf fields are set), the
-// term and type as uvarints, and the payload; the index is the key. This
-// encodes and decodes several times faster than proto.Marshal, with fewer
-// allocations, and decodes to a proto.Equal entry. The other records are
-// uvarints, except the snapshot's, which is protobuf.
+// term and type as uvarints, and the payload; the index is the key. It
+// decodes to a proto.Equal entry (field presence included) whose proto.Size,
+// which raft's size limits use, is computed without reflection. Against
+// protobuf (BenchmarkCodec, 256-byte entry): encoding takes 0.6 of
+// proto.Marshal's time; decoding takes 0.7 of proto.Unmarshal's, with the
+// entry, its pointer fields and payload carved from per-batch chunks instead
+// of five allocations per entry. The other records are uvarints, except the
+// snapshot's, which is protobuf.
 //
 // A snapshot's raftpb.Snapshot.Data is a Descriptor (file name, size,
 // CRC-32C; see Descriptor for the choice of checksum), not the state machine:
@@ -43,7 +47,8 @@
 //
 // # Crash guarantees
 //
-// Each Save, Compact, SetIdentity and MarkRemoved is one bbolt transaction:
+// Each Save, Compact, CreateSnapshot's record, SetIdentity and MarkRemoved is
+// one bbolt transaction (one commit: two fdatasyncs, more when the file grows):
 // after a crash the store reopens to the last one committed, with nothing of
 // a later one. In particular a Save's snapshot, entries and hard state are
 // durable together or not at all, and an acknowledged (returned) Save is
@@ -62,17 +67,34 @@
 //
 // The raft.Storage methods return etcd's ErrCompacted and ErrUnavailable
 // unwrapped, since raft compares them with ==. Everything else is wrapped and
-// names its file. Data that fails a check — a checksum, a record that does
-// not decode, a gap in the log, a snapshot file of the wrong size or
-// checksum, a newer format — is an error (ErrCorrupt with a *CorruptError,
-// or ErrVersion), never a panic and never skipped. bbolt panics on some
-// corrupt pages; every call into bbolt recovers such a panic (and a fault on
-// its memory map) at this package's boundary and returns a *CorruptError
-// naming the file. Corruption is detected when the damaged data is read: Open
-// reads the records of the state bucket, the ends of the log and the entries
-// it caches, the rest is checked as it is read. One limit: bbolt walks its
-// pages in a goroutine of its own only when the freelist is not synced, so
-// the store keeps bbolt's freelist synced and that walk never runs.
+// names its file. Data that fails a check is an error — ErrCorrupt with a
+// *CorruptError saying which file, bucket and key, or ErrVersion for a newer
+// format — never a panic, and never skipped or repaired. The checks:
+//
+//   - Open walks bbolt's page tree once (see Options.NoOpenCheck): bbolt
+//     checksums only its meta pages, and a damaged page count or child id
+//     can make it descend forever or read out of bounds. Page ids, types,
+//     element bounds, depth and the freelist are checked.
+//   - Open accepts only the buckets and keys this format writes (a flipped
+//     key would otherwise make a record such as the hard state vanish),
+//     decodes every record of the state bucket, checks that the log starts
+//     right after the bounds record's first index and ends at its last index,
+//     that the recorded snapshot's file is there with its size, and decodes
+//     the entries it caches.
+//   - Every value carries a CRC-32C; entries are checked, and the log checked
+//     for holes, whenever they are read.
+//   - Snapshot files are checked against their descriptor's size and CRC-32C
+//     as they are read (OpenSnapshot) or received (ReceiveSnapshot).
+//
+// bbolt also panics on some damage. Every call into bbolt recovers such a
+// panic (and a fault on its memory map) at this package's boundary and
+// returns a *CorruptError; the store then never enters bbolt again, since
+// bbolt's locks may be held, and Close releases the file without it.
+//
+// One limit remains: when the newest of bbolt's two meta pages is damaged,
+// bbolt silently opens the previous transaction, losing the last commit.
+// Flipping single bytes all over a store's file (TestCorruptBoltFile,
+// FuzzCorruptBolt) otherwise gives either the original answers or ErrCorrupt.
 //
 // # Concurrency and memory
 //

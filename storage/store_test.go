@@ -341,3 +341,53 @@ func TestConcurrent(t *testing.T) {
 	}()
 	wg.Wait()
 }
+
+// TestFailedCommitStopsWrites: after a commit fails (here bbolt's file is
+// closed under it, so its writes fail with EBADF), every write returns
+// ErrFailed, reads still answer from what was committed, and reopening
+// recovers the last committed state.
+func TestFailedCommitStopsWrites(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, testOpts())
+	require.NoError(t, err)
+	require.NoError(t, s.Save(hardState(1, 1, 2), ents(1, 3, 1), nil))
+	require.NoError(t, s.file.Close())
+	err = s.Save(hardState(1, 1, 3), ents(3, 4, 1), nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), dbFileName)
+	for _, err := range []error{
+		s.Save(nil, ents(3, 4, 1), nil),
+		s.Compact(1),
+		s.SetIdentity(Identity{1, 1}),
+		s.MarkRemoved(),
+	} {
+		require.ErrorIs(t, err, ErrFailed)
+	}
+	_, err = s.CreateSnapshot(2, nil, writeBytes([]byte("x")))
+	require.ErrorIs(t, err, ErrFailed)
+	li, err := s.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), li, "the failed Save is not visible")
+	_ = s.Close() // bbolt's Close reports the closed file
+
+	s = open(t, dir, testOpts())
+	hs, _, err := s.InitialState()
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), hs.GetCommit())
+	li, _ = s.LastIndex()
+	require.Equal(t, uint64(2), li)
+}
+
+func TestApplySnapshotAndMetrics(t *testing.T) {
+	s := open(t, t.TempDir(), testOpts())
+	require.NoError(t, s.Save(nil, ents(1, 5, 1), nil))
+	snap := receive(t, s, 10, 2, confState(1), []byte("leader state"))
+	require.NoError(t, s.ApplySnapshot(snap))
+	fi, _ := s.FirstIndex()
+	require.Equal(t, uint64(11), fi)
+	m := s.Metrics()
+	require.Equal(t, uint64(2), m.Saves)
+	require.Equal(t, uint64(4), m.Entries)
+	require.Contains(t, m.String(), "commits=")
+	require.Contains(t, (&IdentityError{Stored: Identity{1, 2}, Requested: Identity{3, 2}}).Error(), "cluster 1 member 2")
+}
