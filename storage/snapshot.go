@@ -32,12 +32,9 @@ const tmpMarker = ".tmp-"
 // It returns ErrSnapOutOfDate if index is not past the latest snapshot's,
 // ErrCompacted if entry index was compacted, an error wrapping ErrOutOfBounds
 // if index is past the last index, and write's error (wrapped) if write
-// fails, leaving no file behind. write runs without any lock held that
-// Save, Entries or the other readers need; it must not call CreateSnapshot.
+// fails, leaving no file behind. write runs without any lock of the store
+// held: Save, Entries and the other methods proceed while it streams.
 func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io.Writer) error) (*raftpb.Snapshot, error) {
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
-
 	s.mu.RLock()
 	if s.closed.Load() {
 		s.mu.RUnlock()
@@ -108,7 +105,7 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io
 	s.wmu.Unlock()
 	s.m.snapshots.Add(1)
 
-	s.pruneSnapshotsLocked()
+	s.pruneSnapshots()
 	return proto.Clone(snap).(*raftpb.Snapshot), nil
 }
 

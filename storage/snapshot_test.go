@@ -303,3 +303,31 @@ func flipByte(t testing.TB, path string, off int64) {
 	_, err = f.WriteAt(b, off)
 	require.NoError(t, err)
 }
+
+// TestCreateSnapshotDoesNotBlock: while the state machine streams a
+// snapshot, appends, reads, received snapshots and pruning go on.
+func TestCreateSnapshotDoesNotBlock(t *testing.T) {
+	s := open(t, t.TempDir(), testOpts())
+	require.NoError(t, s.Save(nil, ents(1, 11, 1), nil))
+	inWrite, unblock := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.CreateSnapshot(5, confState(1), func(w io.Writer) error {
+			close(inWrite)
+			<-unblock
+			_, err := w.Write([]byte("slow state machine"))
+			return err
+		})
+		done <- err
+	}()
+	<-inWrite
+	require.NoError(t, s.Save(hardState(1, 1, 10), ents(11, 21, 1), nil))
+	_, err := s.Entries(1, 21, raftNoLimit)
+	require.NoError(t, err)
+	snap := receive(t, s, 30, 2, confState(1), []byte("from the leader"))
+	require.NoError(t, s.Save(nil, nil, snap))
+	close(unblock)
+	require.Equal(t, raft.ErrSnapOutOfDate, <-done, "the leader's snapshot is newer")
+	cur, _ := s.Snapshot()
+	require.True(t, proto.Equal(snap, cur))
+}

@@ -67,9 +67,8 @@ type Store struct {
 
 	closed atomic.Bool
 
-	// snapMu serialises CreateSnapshot's file writing and the pruning of
-	// snapshot files. It is never held while waiting for wmu's holders to
-	// finish anything but a short bbolt transaction.
+	// snapMu serialises the pruning of snapshot files. It is held for a
+	// directory listing and a few removals, never across a bbolt call.
 	snapMu sync.Mutex
 
 	// wmu serialises writers (bbolt allows one write transaction at a time

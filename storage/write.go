@@ -34,9 +34,7 @@ var errMissing = errors.New("entry missing")
 func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
 	pruned, err := s.save(hs, ents, snap)
 	if pruned {
-		// Outside wmu: pruning takes snapMu, which CreateSnapshot holds
-		// while it waits for wmu.
-		s.pruneSnapshots()
+		s.pruneSnapshots() // outside wmu: appends need not wait for it
 	}
 	return err
 }
