@@ -15,7 +15,9 @@ import (
 
 // Benchmarks. The figures in the issue note come from
 //
-//	go test -run '^$' -bench . -benchmem -benchtime 2000x ./storage
+//	go test -run '^$' -bench 'Save|BoltCeiling' -benchmem -benchtime 500x -count 3 ./storage
+//	go test -run '^$' -bench 'Entries|Term|Codec' -benchmem ./storage
+//	go test -run '^$' -bench 'Snapshot' -benchmem -benchtime 5x -count 3 ./storage
 //
 // BenchmarkSave and BenchmarkBoltCeiling write the same bytes (256-byte
 // entries, batches of 1, 16 and 256 per Save), with fsync, so their ratio is
