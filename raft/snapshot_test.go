@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
-
 	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/internal/faultstore"
 	"github.com/understudy-raft/understudy/internal/testkv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
@@ -139,38 +139,19 @@ func TestStopHandsOffLeadership(t *testing.T) {
 	}
 }
 
-// failingStorage fails every Save once armed.
-type failingStorage struct {
-	raft.Storage
-	fail chan struct{}
-}
-
-var errDiskFull = errors.New("disk full")
-
-func (f *failingStorage) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) error {
-	select {
-	case <-f.fail:
-		return errDiskFull
-	default:
-		return f.Storage.Save(hs, ents, snap)
-	}
-}
-
 // A member whose disk fails stops with the error instead of going on: its
 // callers get ErrStopped, Err says why, and the others keep serving.
 func TestFailedPersistStopsTheNode(t *testing.T) {
-	arms := map[uint64]chan struct{}{}
-	for id := uint64(1); id <= 3; id++ {
-		arms[id] = make(chan struct{})
-	}
+	disks := map[uint64]*faultstore.Store{}
 	c := cluster.New(t, cluster.Options{WrapStorage: func(id uint64, s *storage.Store) raft.Storage {
-		return &failingStorage{Storage: s, fail: arms[id]}
+		disks[id] = faultstore.Wrap(s)
+		return disks[id]
 	}})
 	ctx := ctxT(t, 20*time.Second)
 	lead := c.WaitLeader()
 	propose(ctx, t, lead.Node, testkv.Put("before", "1"))
 	broken := lead.ID%3 + 1 // a follower
-	close(arms[broken])
+	disks[broken].FailSaves(1 << 30)
 	propose(ctx, t, lead.Node, testkv.Put("after", "1"))
 	m := c.Member(broken)
 	select {
@@ -178,8 +159,8 @@ func TestFailedPersistStopsTheNode(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("node with a failing disk did not stop")
 	}
-	if err := m.Node.Err(); !errors.Is(err, errDiskFull) {
-		t.Fatalf("Err() = %v, want disk full", err)
+	if err := m.Node.Err(); !errors.Is(err, faultstore.ErrInjected) {
+		t.Fatalf("Err() = %v, want the injected disk error", err)
 	}
 	var fe *raft.FatalError
 	if !errors.As(m.Node.Err(), &fe) {
@@ -193,4 +174,37 @@ func TestFailedPersistStopsTheNode(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	propose(wctx, t, other.Node, testkv.Put("still", "works"))
+}
+
+// A follower with a slow disk (every write takes 30 ms) neither stalls the
+// others nor diverges: writes commit on the fast majority, and the slow one
+// catches up.
+func TestSlowDiskFollower(t *testing.T) {
+	disks := map[uint64]*faultstore.Store{}
+	c := cluster.New(t, cluster.Options{WrapStorage: func(id uint64, s *storage.Store) raft.Storage {
+		disks[id] = faultstore.Wrap(s)
+		return disks[id]
+	}})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	slow := lead.ID%3 + 1
+	disks[slow].SetSaveDelay(30 * time.Millisecond)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("w%d-%d", w, i), "v"))
+			}
+		}()
+	}
+	wg.Wait()
+	disks[slow].SetSaveDelay(0)
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Member(slow).SM.Len(); got != 200 {
+		t.Fatalf("slow member has %d keys, want 200", got)
+	}
 }
