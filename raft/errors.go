@@ -3,6 +3,8 @@ package raft
 import (
 	"errors"
 	"fmt"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // Errors returned by the Node. They are sentinels: compare them with errors.Is.
@@ -32,11 +34,13 @@ var (
 	// while no leader was known.
 	ErrNoLeader = errors.New("raft: no leader")
 
-	// ErrLearnerCannotLead is returned by TransferLeadership to a learner.
-	ErrLearnerCannotLead = errors.New("raft: a learner cannot lead")
+	// ErrLearnerCannotLead is returned by TransferLeadership to a learner. It
+	// is confchange's sentinel: one error per refusal reason, library-wide.
+	ErrLearnerCannotLead = confchange.ErrLearnerCannotLead
 
-	// ErrUnknownMember is returned for a member ID that is not in the configuration.
-	ErrUnknownMember = errors.New("raft: unknown member")
+	// ErrUnknownMember is returned for a member ID that is not in the
+	// configuration (confchange's sentinel).
+	ErrUnknownMember = confchange.ErrUnknownMember
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raft: invalid config")
