@@ -36,7 +36,7 @@ func (n *Node) runAppend() {
 			case m := <-n.appendc:
 				if m.GetSnapshot() != nil {
 					// A snapshot is saved on its own, after what came before.
-					if !n.saveBatch(batch, ents[:0], &out) {
+					if !n.saveBatch(batch, &ents, &out) {
 						return
 					}
 					batch = batch[:0]
@@ -46,7 +46,7 @@ func (n *Node) runAppend() {
 				break drain
 			}
 		}
-		if !n.saveBatch(batch, ents[:0], &out) {
+		if !n.saveBatch(batch, &ents, &out) {
 			return
 		}
 		clear(batch)
@@ -55,13 +55,14 @@ func (n *Node) runAppend() {
 
 // saveBatch persists the merged batch with one Save and delivers the
 // responses. It returns false if the node must stop.
-func (n *Node) saveBatch(batch []*raftpb.Message, ents []*raftpb.Entry, out *[]*raftpb.Message) bool {
+func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out *[]*raftpb.Message) bool {
 	if len(batch) == 0 {
 		return true
 	}
 	var (
 		hs   *raftpb.HardState
 		snap *raftpb.Snapshot
+		ents = (*entsBuf)[:0]
 	)
 	for _, m := range batch {
 		if m.Term != nil { // Term, Vote and Commit are set together or not at all
@@ -95,6 +96,7 @@ func (n *Node) saveBatch(batch []*raftpb.Message, ents []*raftpb.Entry, out *[]*
 		}
 	}
 	clear(ents)
+	*entsBuf = ents[:0]
 	if snap != nil {
 		// The state machine must be restored from the snapshot before any
 		// later entry is applied; raft emits those only after it steps the

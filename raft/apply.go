@@ -125,7 +125,7 @@ func (n *Node) applyEntries(t applyTask) error {
 			a.applied = last
 		}
 	}
-	n.applied.advance(a.applied)
+	advanceTo(n.applied, a.applied)
 	n.local.put(t.msg.GetResponses()...)
 	n.maybeSnapshot()
 	return nil
@@ -250,7 +250,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	a.applied = index
 	a.snapIndex = index
 	if n.applied != nil {
-		n.applied.advance(index)
+		advanceTo(n.applied, index)
 	}
 	n.syncPeers()
 	n.events.emit(Event{Type: EventSnapshotRestored, Index: index})

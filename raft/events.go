@@ -1,7 +1,6 @@
 package raft
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -118,48 +117,4 @@ func (h *eventHub) emit(e Event) {
 type nodeState struct {
 	leader, term uint64
 	role         Role
-}
-
-// stateNotifier publishes nodeState changes to waiting goroutines.
-type stateNotifier struct {
-	mu sync.Mutex
-	st nodeState
-	ch chan struct{}
-}
-
-func newStateNotifier() *stateNotifier { return &stateNotifier{ch: make(chan struct{})} }
-
-func (s *stateNotifier) get() nodeState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st
-}
-
-func (s *stateNotifier) set(st nodeState) {
-	s.mu.Lock()
-	if st != s.st {
-		s.st = st
-		close(s.ch)
-		s.ch = make(chan struct{})
-	}
-	s.mu.Unlock()
-}
-
-// wait returns nil once ok(state) holds.
-func (s *stateNotifier) wait(ctx context.Context, stop <-chan struct{}, ok func(nodeState) bool) error {
-	for {
-		s.mu.Lock()
-		st, ch := s.st, s.ch
-		s.mu.Unlock()
-		if ok(st) {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return ErrStopped
-		}
-	}
 }

@@ -57,7 +57,7 @@ func (n *Node) restore() (err error) {
 			return err
 		}
 	}
-	n.applied = newIndexNotifier(applied)
+	n.applied = newWatched(applied)
 	c := n.cfg
 	rn, err := etcdraft.NewRawNode(&etcdraft.Config{
 		ID:                        c.ID,

@@ -48,8 +48,8 @@ type Node struct {
 
 	seq     atomic.Uint64 // last proposal sequence number
 	waiters waiterSet
-	applied *indexNotifier
-	state   *stateNotifier
+	applied *watched[uint64]
+	state   *watched[nodeState]
 	events  eventHub
 
 	loop  loopState   // owned by the run loop
@@ -85,7 +85,7 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		applyc:  make(chan applyTask, cfg.ApplyQueueSize),
 		stopc:   make(chan struct{}),
 		donec:   make(chan struct{}),
-		state:   newStateNotifier(),
+		state:   newWatched(nodeState{}),
 	}
 	n.waiters.m = make(map[uint64]*proposal)
 	return n, nil
@@ -212,7 +212,7 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 	if res.err != nil {
 		return res.err
 	}
-	if err := n.applied.wait(ctx, res.index, n.stopc); err != nil {
+	if err := n.applied.wait(ctx, n.stopc, func(i uint64) bool { return i >= res.index }); err != nil {
 		if errors.Is(err, ErrStopped) {
 			return n.stopErr()
 		}

@@ -7,42 +7,46 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// indexNotifier lets goroutines wait until a monotonically increasing index
-// (the applied index) reaches a value.
-type indexNotifier struct {
-	mu  sync.Mutex
-	idx uint64
-	ch  chan struct{} // closed and replaced on every advance
+// watched is a value that goroutines can wait on: the applied index, the
+// leadership state. Every change closes the current channel and makes a new
+// one, waking every waiter to check its condition again.
+type watched[T comparable] struct {
+	mu sync.Mutex
+	v  T
+	ch chan struct{}
 }
 
-func newIndexNotifier(idx uint64) *indexNotifier {
-	return &indexNotifier{idx: idx, ch: make(chan struct{})}
+func newWatched[T comparable](v T) *watched[T] {
+	return &watched[T]{v: v, ch: make(chan struct{})}
 }
 
-func (a *indexNotifier) get() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.idx
+func (w *watched[T]) get() T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.v
 }
 
-func (a *indexNotifier) advance(idx uint64) {
-	a.mu.Lock()
-	if idx > a.idx {
-		a.idx = idx
-		close(a.ch)
-		a.ch = make(chan struct{})
+// update replaces the value with f's result if f says so and it differs.
+func (w *watched[T]) update(f func(cur T) (T, bool)) {
+	w.mu.Lock()
+	if v, ok := f(w.v); ok && v != w.v {
+		w.v = v
+		close(w.ch)
+		w.ch = make(chan struct{})
 	}
-	a.mu.Unlock()
+	w.mu.Unlock()
 }
 
-// wait returns nil once the index is at least idx, ctx.Err() when ctx ends,
-// and ErrStopped when stop is closed first.
-func (a *indexNotifier) wait(ctx context.Context, idx uint64, stop <-chan struct{}) error {
+func (w *watched[T]) set(v T) { w.update(func(T) (T, bool) { return v, true }) }
+
+// wait returns nil once ok(value) holds, ctx.Err() when ctx ends, and
+// ErrStopped when stop is closed first.
+func (w *watched[T]) wait(ctx context.Context, stop <-chan struct{}, ok func(T) bool) error {
 	for {
-		a.mu.Lock()
-		cur, ch := a.idx, a.ch
-		a.mu.Unlock()
-		if cur >= idx {
+		w.mu.Lock()
+		v, ch := w.v, w.ch
+		w.mu.Unlock()
+		if ok(v) {
 			return nil
 		}
 		select {
@@ -53,6 +57,11 @@ func (a *indexNotifier) wait(ctx context.Context, idx uint64, stop <-chan struct
 			return ErrStopped
 		}
 	}
+}
+
+// advanceTo raises a watched index to idx (never lowers it).
+func advanceTo(w *watched[uint64], idx uint64) {
+	w.update(func(cur uint64) (uint64, bool) { return idx, idx > cur })
 }
 
 // mailbox carries messages from the append and apply goroutines back to the
