@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // dedupWindowSize is how many recently applied request IDs every member
@@ -31,8 +34,7 @@ type applyTask struct {
 // applyState is owned by the apply goroutine (and by Start, before it runs).
 type applyState struct {
 	applied      uint64
-	confState    *raftpb.ConfState
-	members      memberTable
+	members      *memberTable
 	dedup        *dedupWindow
 	snapIndex    uint64 // index of the last snapshot taken or restored
 	snapshotting atomic.Bool
@@ -42,12 +44,15 @@ type applyState struct {
 }
 
 func (a *applyState) init(n *Node) {
-	a.members = make(memberTable)
 	a.dedup = newDedupWindow(dedupWindowSize)
-	a.confState = &raftpb.ConfState{}
+	n.setMembers(newMemberTable())
 }
 
-func (a *applyState) setMember(m Member) { a.members[m.ID] = m }
+// setMembers installs t as the applied membership and publishes it.
+func (n *Node) setMembers(t *memberTable) {
+	n.apply.members = t
+	n.members.Store(t)
+}
 
 func (n *Node) runApply() {
 	defer n.wg.Done()
@@ -83,7 +88,7 @@ func (n *Node) applyEntries(t applyTask) error {
 	ci := 0
 	for _, e := range ents {
 		idx := e.GetIndex()
-		isConf := e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2
+		isConf := isConfChange(e)
 		if idx <= a.applied {
 			if isConf {
 				ci++
@@ -169,49 +174,53 @@ func (n *Node) flushCommands() (err error) {
 	return nil
 }
 
-// applyMembership records the member records a conf change carries and
-// brings the transport's peers in line with the new configuration.
+// applyMembership records the member records a conf change carries and its
+// configuration, brings the transport's peers in line, and resolves the
+// change's waiter once the change is complete (a joint change when it is
+// left).
 func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 	a := &n.apply
 	cc, err := decodeConfChange(e)
 	if err != nil {
 		return err
 	}
-	records, err := decodeMemberContext(confChangeContext(cc))
+	ctx, err := changeContext(cc)
 	if err != nil {
 		// The context is replicated data: every member sees the same bytes
 		// and ignores them the same way, so this cannot diverge.
 		n.log.Warn("ignoring the member records of a conf change", slog.Uint64("index", e.GetIndex()), slog.Any("err", err))
 	}
-	for _, m := range records {
-		a.members[m.ID] = m
-	}
-	a.confState = cs
+	t := a.members.clone()
+	removed := t.apply(e.GetIndex(), ctx, cs)
+	n.setMembers(t)
 	a.applied = e.GetIndex()
-	n.syncPeers()
+	n.syncPeers(removed)
+	joint := len(cs.GetVotersOutgoing()) > 0
+	n.log.Info("membership changed", slog.Uint64("index", e.GetIndex()),
+		slog.String("config", confchange.ConfigFromConfState(cs).String()))
+	if ctx.ChangeID != 0 && !joint {
+		n.changes.resolve(ctx.ChangeID, changeResult{index: e.GetIndex()})
+	}
+	n.events.emit(Event{Type: EventMembershipChanged, Index: e.GetIndex()})
+	if slices.Contains(removed, n.cfg.ID) {
+		n.events.emit(Event{Type: EventRemoved, Index: e.GetIndex()})
+		n.log.Warn("this member was removed from the cluster", slog.Uint64("index", e.GetIndex()))
+	}
 	return nil
 }
 
-// syncPeers removes the members that left the configuration from the member
-// table and the transport, and adds or updates the others.
-func (n *Node) syncPeers() {
-	a := &n.apply
-	inConfig := make(map[uint64]bool)
-	for _, ids := range [][]uint64{a.confState.GetVoters(), a.confState.GetLearners(), a.confState.GetVotersOutgoing(), a.confState.GetLearnersNext()} {
-		for _, id := range ids {
-			inConfig[id] = true
+// syncPeers forgets the removed members in the transport and adds (or
+// updates) every other member with a record.
+func (n *Node) syncPeers(removed []uint64) {
+	for _, id := range removed {
+		if id != n.cfg.ID {
+			n.tr.RemovePeer(id)
 		}
 	}
-	for id, m := range a.members {
-		if id == n.cfg.ID {
-			continue
+	for id, m := range n.apply.members.records {
+		if id != n.cfg.ID {
+			n.tr.AddPeer(id, m.PeerAddr)
 		}
-		if !inConfig[id] {
-			delete(a.members, id)
-			n.tr.RemovePeer(id)
-			continue
-		}
-		n.tr.AddPeer(id, m.PeerAddr)
 	}
 }
 
@@ -241,18 +250,31 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	if err := n.sm.Restore(r); err != nil {
 		return fmt.Errorf("restoring the state machine from snapshot %d: %w", index, err)
 	}
-	a.members = make(memberTable)
+	t := newMemberTable()
 	for _, m := range h.members {
-		a.members[m.ID] = m
+		t.records[m.ID] = m
 	}
+	for _, id := range h.removed {
+		t.removed[id] = true
+	}
+	t.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
+	t.index = index
+	var removed []uint64
+	if old := a.members; old != nil {
+		for id := range old.records {
+			if t.removed[id] {
+				removed = append(removed, id)
+			}
+		}
+	}
+	n.setMembers(t)
 	a.dedup.reset(h.dedup)
-	a.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
 	a.applied = index
 	a.snapIndex = index
 	if n.applied != nil {
 		advanceTo(n.applied, index)
 	}
-	n.syncPeers()
+	n.syncPeers(removed)
 	n.events.emit(Event{Type: EventSnapshotRestored, Index: index})
 	n.log.Info("restored the state machine from a snapshot", slog.Uint64("index", index), slog.Int64("bytes", size))
 	return nil
@@ -287,8 +309,8 @@ func (n *Node) maybeSnapshot() {
 		return
 	}
 	index := a.applied
-	cs := proto.Clone(a.confState).(*raftpb.ConfState)
-	h := &snapHeader{members: a.members.sorted(), dedup: a.dedup.ids()}
+	cs := proto.Clone(a.members.confState).(*raftpb.ConfState)
+	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids()}
 	a.snapIndex = index
 	a.snapshotting.Store(true)
 	n.wg.Add(1)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // Defaults applied by Config.WithDefaults to zero-valued fields.
@@ -83,6 +85,20 @@ type Config struct {
 	// memory. Default 256.
 	ApplyQueueSize int
 
+	// Membership holds the membership rules' settings (target voter count,
+	// maximum learners, readiness thresholds, failover and removal delays):
+	// every membership change is checked against them and the policy uses
+	// them. Zero fields are confchange's defaults; MaxLag defaults to a tenth
+	// of this node's SnapshotCount.
+	Membership confchange.Settings
+	// Policy decides membership changes on its own on the leader (promote
+	// ready learners, fail over to a standby, leave a joint configuration).
+	// Default: confchange.DefaultPolicy with the Membership settings.
+	Policy confchange.Policy
+	// ManualMembership turns the policy off: only explicit calls change the
+	// membership. (The leader still leaves a joint configuration on its own.)
+	ManualMembership bool
+
 	// Logger receives the node's logs (and etcd raft's, through an adapter).
 	// Default: discard.
 	Logger *slog.Logger
@@ -129,6 +145,13 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Membership.SnapshotCount == 0 {
+		c.Membership.SnapshotCount = c.SnapshotCount
+	}
+	c.Membership = c.Membership.WithDefaults()
+	if c.Policy == nil {
+		c.Policy = confchange.DefaultPolicy{Settings: c.Membership}
+	}
 	return c
 }
 
@@ -171,6 +194,9 @@ func (c Config) Validate() error {
 	}
 	if c.ApplyQueueSize < 0 {
 		bad("ApplyQueueSize (%d) must be positive", c.ApplyQueueSize)
+	}
+	if err := c.Membership.Validate(); err != nil {
+		bad("Membership: %v", err)
 	}
 	seen := make(map[uint64]bool)
 	self := false

@@ -18,8 +18,8 @@ var (
 
 	// ErrLeaderChanged is returned to a caller waiting for a proposal when the
 	// term changed before the proposal was applied. The outcome is unknown: the
-	// command may or may not be applied later. Retry only what is idempotent,
-	// or retry with the same request ID (ProposeWithID), which is applied once.
+	// command may or may not be applied later: retry only what is idempotent
+	// (or read first whether it took effect).
 	ErrLeaderChanged = errors.New("raft: leader changed, outcome unknown")
 
 	// ErrProposalDropped is returned when raft refused a proposal before it
@@ -41,6 +41,11 @@ var (
 	// ErrUnknownMember is returned for a member ID that is not in the
 	// configuration (confchange's sentinel).
 	ErrUnknownMember = confchange.ErrUnknownMember
+
+	// ErrChangeDropped is returned by a membership change that raft refused
+	// to append (it replaces a conf change it cannot take, e.g. while another
+	// is pending, by an empty entry): nothing changed, a retry is safe.
+	ErrChangeDropped = errors.New("raft: membership change dropped")
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raft: invalid config")

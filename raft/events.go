@@ -44,6 +44,11 @@ const (
 	// EventSnapshotRestored: Index holds the index of a snapshot the state
 	// machine was just restored from (from the leader, or at start).
 	EventSnapshotRestored
+	// EventMembershipChanged: Index holds the index of a configuration
+	// change just applied (see Node.Membership for the new membership).
+	EventMembershipChanged
+	// EventRemoved: this member was removed from the cluster at Index.
+	EventRemoved
 )
 
 func (t EventType) String() string {
@@ -56,6 +61,10 @@ func (t EventType) String() string {
 		return "snapshot-created"
 	case EventSnapshotRestored:
 		return "snapshot-restored"
+	case EventMembershipChanged:
+		return "membership-changed"
+	case EventRemoved:
+		return "removed"
 	}
 	return "unknown"
 }

@@ -50,6 +50,10 @@ type Transport interface {
 	UpdatePeer(id uint64, addr string)
 	// RemovePeer forgets a member; its connections are refused from now on.
 	RemovePeer(id uint64)
+	// Call sends a member-to-member request to member to and returns the
+	// answer of its PeerHandler.ServeRequest, waiting within ctx. The node
+	// uses it to forward membership requests to the leader.
+	Call(ctx context.Context, to uint64, req []byte) ([]byte, error)
 }
 
 // PeerHandler is what a Transport delivers to. Node.PeerHandler returns the

@@ -26,6 +26,8 @@ type loopState struct {
 	lastContact map[uint64]time.Time
 	out         []*raftpb.Message // reused buffer for network messages
 	localBuf    []*raftpb.Message // reused buffer for mailbox messages
+	ms          membershipLoop
+	nowLeader   bool // became leader in the Ready being handled
 }
 
 // readRound is one ReadIndex request shared by many reads.
@@ -42,7 +44,7 @@ func (n *Node) restore() (err error) {
 			err = &FatalError{Op: "start", Err: panicError(r)}
 		}
 	}()
-	hs, _, err := n.store.InitialState()
+	hs, cs, err := n.store.InitialState()
 	if err != nil {
 		return fmt.Errorf("raft: reading initial state: %w", err)
 	}
@@ -86,26 +88,31 @@ func (n *Node) restore() (err error) {
 	}
 	if last == 0 && etcdraft.IsEmptyHardState(hs) && len(c.InitialMembers) > 0 {
 		peers := make([]etcdraft.Peer, len(c.InitialMembers))
+		t := n.apply.members.clone()
 		for i, m := range c.InitialMembers {
-			peers[i] = etcdraft.Peer{ID: m.ID, Context: encodeMemberContext([]Member{m})}
-			n.apply.setMember(m)
+			ctx, err := bootstrapContext(m)
+			if err != nil {
+				return fmt.Errorf("%w: InitialMembers: %w", ErrInvalidConfig, err)
+			}
+			peers[i] = etcdraft.Peer{ID: m.ID, Context: ctx}
+			t.records[m.ID] = m
 		}
+		n.setMembers(t)
 		if err := rn.Bootstrap(peers); err != nil {
 			return fmt.Errorf("raft: bootstrapping: %w", err)
 		}
 		n.log.Info("bootstrapping a new cluster", slog.Int("members", len(peers)))
 	}
-	for id, m := range n.apply.members {
-		if id != c.ID {
-			n.tr.AddPeer(id, m.PeerAddr)
-		}
-	}
+	n.syncPeers(nil)
 	n.loop = loopState{
 		rn:          rn,
 		readRounds:  make(map[uint64]*readRound),
 		lastContact: make(map[uint64]time.Time),
 	}
 	n.loop.term = hs.GetTerm()
+	n.loop.ms.confState = cs
+	n.loop.ms.lastIndex, _ = n.store.LastIndex()
+	n.loop.ms.nextChangeID = uint64(time.Now().UnixNano())
 	return nil
 }
 
@@ -129,6 +136,7 @@ func (n *Node) runLoop() {
 			l.rn.Tick()
 			l.ticks++
 			n.retryReads(false)
+			n.membershipTick()
 		case m := <-n.recvc:
 			now := time.Now()
 			n.stepPeer(m, now)
@@ -307,6 +315,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 	if hs := rd.HardState; hs != nil && hs.GetTerm() > l.term {
 		l.term = hs.GetTerm()
 		n.waiters.failOlder(l.term, ErrLeaderChanged)
+		n.changes.failOlder(l.term, ErrLeaderChanged)
 		n.publishState()
 	}
 	if len(rd.ReadStates) > 0 {
@@ -316,6 +325,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
+			n.noteAppend(m)
 			select {
 			case n.appendc <- m:
 			case <-n.stopc:
@@ -324,7 +334,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 		case etcdraft.LocalApplyThread:
 			task := applyTask{msg: m}
 			for _, e := range m.GetEntries() {
-				if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
+				if isConfChange(e) {
 					task.confStates = append(task.confStates, n.applyConfChange(e))
 				}
 			}
@@ -342,6 +352,10 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 	}
 	clear(out)
 	l.out = out[:0]
+	if l.nowLeader {
+		l.nowLeader = false
+		n.becameLeader()
+	}
 	return true
 }
 
@@ -355,6 +369,14 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 		panic(err)
 	}
 	cs := n.loop.rn.ApplyConfChange(cc)
+	ms := &n.loop.ms
+	ms.confState = cs
+	if len(cs.GetVotersOutgoing()) > 0 {
+		ms.jointChangeID = 0
+		if ctx, err := changeContext(cc); err == nil {
+			ms.jointChangeID = ctx.ChangeID
+		}
+	}
 	n.updateRole(cs)
 	return cs
 }
@@ -369,7 +391,11 @@ func (n *Node) updateSoftState(ss *etcdraft.SoftState) {
 			n.log.Info("leader changed", slog.Uint64("leader", ss.Lead), slog.Uint64("term", l.term))
 		}
 	}
-	n.setRole(n.roleOf(ss.RaftState))
+	role := n.roleOf(ss.RaftState)
+	if role == RoleLeader && l.role != RoleLeader {
+		l.nowLeader = true
+	}
+	n.setRole(role)
 	n.publishState()
 }
 
@@ -471,7 +497,7 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 				continue
 			}
 			pr, ok := st.Progress[id]
-			if !ok || !pr.RecentActive {
+			if !ok || !n.recentlyActive(n.loop.lastContact[id], time.Now()) {
 				continue // a member that cannot answer cannot take over
 			}
 			if target == 0 || pr.Match > best || (pr.Match == best && id < target) {

@@ -1,7 +1,6 @@
 package raft
 
 import (
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // decodeConfChange decodes a committed configuration change entry.
@@ -30,28 +31,78 @@ func decodeConfChange(e *raftpb.Entry) (raftpb.ConfChangeI, error) {
 	return nil, fmt.Errorf("%w: entry %d is not a conf change", ErrCorruptEntry, e.GetIndex())
 }
 
-// confChangeContext returns the context of a conf change (where the member
-// records travel).
-func confChangeContext(cc raftpb.ConfChangeI) []byte {
-	switch c := cc.(type) {
-	case *raftpb.ConfChange:
-		return c.GetContext()
-	case *raftpb.ConfChangeV2:
-		return c.GetContext()
-	}
-	return nil
+// isConfChange reports whether e is a configuration change entry.
+func isConfChange(e *raftpb.Entry) bool {
+	t := e.GetType()
+	return t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2
 }
 
-// memberTable is the apply goroutine's view of every member's record,
-// derived from the log (conf change contexts) and snapshots.
-type memberTable map[uint64]Member
-
-func (t memberTable) sorted() []Member {
-	out := make([]Member, 0, len(t))
-	for _, m := range t {
-		out = append(out, m)
+// changeContext decodes the confchange.Context of a conf change: the change
+// ID and the member records it carries. Bootstrap entries (ConfChange V1,
+// written by RawNode.Bootstrap) carry the same encoding.
+func changeContext(cc raftpb.ConfChangeI) (confchange.Context, error) {
+	var b []byte
+	switch c := cc.(type) {
+	case *raftpb.ConfChange:
+		b = c.GetContext()
+	case *raftpb.ConfChangeV2:
+		b = c.GetContext()
 	}
-	slices.SortFunc(out, func(a, b Member) int {
+	return confchange.DecodeContext(b)
+}
+
+// memberTable is the membership as of the last applied entry: every
+// member's record (from conf change contexts and snapshots) and the IDs
+// removed from the cluster (never reused). The apply goroutine builds a new
+// table on every change and publishes it; a published table is never
+// modified, so the run loop reads it without a lock.
+type memberTable struct {
+	// index is the log index the table is current at.
+	index     uint64
+	confState *raftpb.ConfState
+	records   map[uint64]Member
+	removed   map[uint64]bool
+}
+
+func newMemberTable() *memberTable {
+	return &memberTable{confState: &raftpb.ConfState{}, records: map[uint64]Member{}, removed: map[uint64]bool{}}
+}
+
+// clone returns a copy that can be changed.
+func (t *memberTable) clone() *memberTable {
+	return &memberTable{
+		index:     t.index,
+		confState: t.confState,
+		records:   maps.Clone(t.records),
+		removed:   maps.Clone(t.removed),
+	}
+}
+
+// apply records a conf change's member records and its new configuration,
+// and returns the members it removed: they are forgotten and remembered as
+// removed. (A record of an ID not yet in the configuration is kept: at
+// bootstrap every initial member's record is known before its entry.)
+func (t *memberTable) apply(index uint64, ctx confchange.Context, cs *raftpb.ConfState) (removed []uint64) {
+	for _, m := range ctx.Members {
+		t.records[m.ID] = m
+	}
+	before := confchange.ConfigFromConfState(t.confState)
+	after := confchange.ConfigFromConfState(cs)
+	for _, id := range before.IDs() {
+		if !after.Contains(id) {
+			t.removed[id] = true
+			delete(t.records, id)
+			removed = append(removed, id)
+		}
+	}
+	t.confState = cs
+	t.index = index
+	return removed
+}
+
+// sorted returns the records in ID order.
+func (t *memberTable) sorted() []Member {
+	return slices.SortedFunc(maps.Values(t.records), func(a, b Member) int {
 		switch {
 		case a.ID < b.ID:
 			return -1
@@ -60,83 +111,12 @@ func (t memberTable) sorted() []Member {
 		}
 		return 0
 	})
-	return out
 }
 
-// Member records are encoded as:
-//
-//	uvarint n, then n members: uvarint id, bytes peer address, uvarint flags
-//	(bit 0: read-only), uvarint k, then k metadata pairs: bytes key, bytes value
-//
-// where bytes is a uvarint length followed by the bytes; metadata keys are
-// sorted so the encoding is deterministic.
-func appendMembers(b []byte, members []Member) []byte {
-	b = binary.AppendUvarint(b, uint64(len(members)))
-	for _, m := range members {
-		b = binary.AppendUvarint(b, m.ID)
-		b = appendBytes(b, m.PeerAddr)
-		var flags uint64
-		if m.ReadOnly {
-			flags |= 1
-		}
-		b = binary.AppendUvarint(b, flags)
-		keys := slices.Sorted(maps.Keys(m.Metadata))
-		b = binary.AppendUvarint(b, uint64(len(keys)))
-		for _, k := range keys {
-			b = appendBytes(b, k)
-			b = appendBytes(b, m.Metadata[k])
-		}
-	}
-	return b
-}
+// removedIDs returns the removed IDs in order.
+func (t *memberTable) removedIDs() []uint64 { return slices.Sorted(maps.Keys(t.removed)) }
 
-func appendBytes(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// readMembers decodes what appendMembers wrote; d.err is set on bad input.
-func readMembers(d *decoder) []Member {
-	n := d.count()
-	var out []Member
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		m := Member{ID: d.uvarint(), PeerAddr: string(d.bytes())}
-		m.ReadOnly = d.uvarint()&1 != 0
-		k := d.count()
-		for j := uint64(0); j < k && d.err == nil; j++ {
-			key, val := string(d.bytes()), string(d.bytes())
-			if m.Metadata == nil {
-				m.Metadata = make(map[string]string)
-			}
-			m.Metadata[key] = val
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// memberContextVersion prefixes the context of the conf changes the node
-// writes at bootstrap.
-const memberContextVersion = 1
-
-func encodeMemberContext(members []Member) []byte {
-	return appendMembers([]byte{memberContextVersion}, members)
-}
-
-func decodeMemberContext(b []byte) ([]Member, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	if b[0] != memberContextVersion {
-		return nil, fmt.Errorf("%w: unknown member context version %d", ErrCorruptEntry, b[0])
-	}
-	d := decoder{b: b[1:]}
-	ms := readMembers(&d)
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%w: member context: %v", ErrCorruptEntry, d.err)
-	}
-	return ms, nil
+// bootstrapContext is the context of a bootstrap conf change: member m's record.
+func bootstrapContext(m Member) ([]byte, error) {
+	return confchange.Context{Members: []Member{m}}.Encode()
 }

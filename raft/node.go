@@ -48,6 +48,8 @@ type Node struct {
 
 	seq     atomic.Uint64 // last proposal sequence number
 	waiters waiterSet
+	changes changeSet
+	members atomic.Pointer[memberTable] // the applied membership
 	applied *watched[uint64]
 	state   *watched[nodeState]
 	events  eventHub
@@ -121,6 +123,7 @@ func (n *Node) Start(tr Transport) error {
 	go func() {
 		n.wg.Wait()
 		n.waiters.failAll(n.stopErr())
+		n.changes.failAll(n.stopErr())
 		close(n.donec)
 	}()
 	return nil
@@ -413,7 +416,7 @@ func (h peerHandler) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
 }
 
 func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error) {
-	return nil, fmt.Errorf("raft: member %d: no member-to-member requests are served yet", h.n.cfg.ID)
+	return h.n.serveRequest(ctx, from, req)
 }
 
 func (h peerHandler) ReportRefused(id uint64, err error) {

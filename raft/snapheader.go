@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"sort"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // A snapshot's data, as the Node writes it through Storage.CreateSnapshot:
 //
-//	"USN1"                      magic and version
+//	"USN2"                      magic and version
 //	uint32 (big endian)          length of the header
 //	header                       see below
 //	uint32 (big endian)          CRC-32C of the header
@@ -19,45 +20,58 @@ import (
 //
 // header:
 //
-//	member records               see appendMembers
+//	uvarint length, bytes        member records: a confchange.Context encoding (change ID 0)
+//	uvarint n, then n IDs:       removed member IDs, ascending
 //	uvarint n, then n IDs:       uvarint proposer, uvarint sequence (dedup window, oldest first)
 //
 // The header carries what the node derives from the log besides the state
 // machine, so that a member restored from a snapshot is identical to one that
 // applied the log.
 const (
-	snapMagic         = "USN1"
+	snapMagic         = "USN2"
 	maxSnapHeaderSize = 64 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// snapHeader is the node's part of a snapshot (member records are encoded as
-// appendMembers describes).
+// snapHeader is the node's part of a snapshot.
 type snapHeader struct {
 	members []Member // sorted by ID
+	removed []uint64 // sorted
 	dedup   []requestID
 }
 
-func (h *snapHeader) encode() []byte {
-	b := appendMembers(nil, h.members)
+func (h *snapHeader) encode() ([]byte, error) {
+	recs, err := confchange.Context{Members: h.members}.Encode()
+	if err != nil {
+		return nil, err
+	}
+	b := binary.AppendUvarint(nil, uint64(len(recs)))
+	b = append(b, recs...)
+	b = binary.AppendUvarint(b, uint64(len(h.removed)))
+	for _, id := range h.removed {
+		b = binary.AppendUvarint(b, id)
+	}
 	b = binary.AppendUvarint(b, uint64(len(h.dedup)))
 	for _, id := range h.dedup {
 		b = binary.AppendUvarint(b, id.proposer)
 		b = binary.AppendUvarint(b, id.seq)
 	}
-	return b
+	return b, nil
 }
 
 // writeTo writes the framed header.
 func (h *snapHeader) writeTo(w io.Writer) error {
-	body := h.encode()
+	body, err := h.encode()
+	if err != nil {
+		return err
+	}
 	buf := make([]byte, 0, len(snapMagic)+8+len(body))
 	buf = append(buf, snapMagic...)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(body)))
 	buf = append(buf, body...)
 	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(body, castagnoli))
-	_, err := w.Write(buf)
+	_, err = w.Write(buf)
 	return err
 }
 
@@ -90,7 +104,18 @@ var errShort = errors.New("truncated")
 
 func decodeSnapHeader(b []byte) (*snapHeader, error) {
 	d := decoder{b: b}
-	h := &snapHeader{members: readMembers(&d)}
+	h := &snapHeader{}
+	if recs := d.bytes(); d.err == nil {
+		ctx, err := confchange.DecodeContext(recs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: header: %v", ErrCorruptSnapshot, err)
+		}
+		h.members = ctx.Members
+	}
+	nr := d.count()
+	for i := uint64(0); i < nr && d.err == nil; i++ {
+		h.removed = append(h.removed, d.uvarint())
+	}
 	nd := d.count()
 	for i := uint64(0); i < nd && d.err == nil; i++ {
 		h.dedup = append(h.dedup, requestID{proposer: d.uvarint(), seq: d.uvarint()})
@@ -101,7 +126,6 @@ func decodeSnapHeader(b []byte) (*snapHeader, error) {
 	if d.err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrCorruptSnapshot, d.err)
 	}
-	sort.Slice(h.members, func(i, j int) bool { return h.members[i].ID < h.members[j].ID })
 	return h, nil
 }
 

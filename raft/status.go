@@ -49,7 +49,7 @@ type PeerProgress struct {
 	State string
 	// PendingSnapshot is the index of the snapshot being sent, or 0.
 	PendingSnapshot uint64
-	// RecentActive reports whether raft heard from the member within the
+	// RecentActive reports whether this member heard from it within the
 	// last election timeout.
 	RecentActive bool
 	// LastContact is when this member last received a message from it (the
@@ -89,6 +89,7 @@ func (n *Node) status() Status {
 			last = pr.Match
 		}
 		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))
+		now := time.Now()
 		for id, pr := range rs.Progress {
 			if id == n.cfg.ID {
 				continue
@@ -98,7 +99,7 @@ func (n *Node) status() Status {
 				Next:            pr.Next,
 				State:           pr.State.String(),
 				PendingSnapshot: pr.PendingSnapshot,
-				RecentActive:    pr.RecentActive,
+				RecentActive:    n.recentlyActive(l.lastContact[id], now),
 				LastContact:     l.lastContact[id],
 				Learner:         pr.IsLearner,
 			}

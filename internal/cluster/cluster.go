@@ -9,14 +9,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/testkv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
@@ -42,6 +45,10 @@ type Options struct {
 	WrapStorage func(id uint64, s *storage.Store) raft.Storage
 	// Logger for the nodes. Default: discard (set CLUSTER_LOG=1 for stderr).
 	Logger *slog.Logger
+	// Membership, Policy and ManualMembership as in raft.Config.
+	Membership       confchange.Settings
+	Policy           confchange.Policy
+	ManualMembership bool
 }
 
 // Cluster is a set of members over one Network.
@@ -55,6 +62,7 @@ type Cluster struct {
 	mu      sync.Mutex
 	members map[uint64]*Member
 	initial []raft.Member
+	joined  map[uint64]bool
 }
 
 // Member is one member of a Cluster. Node and SM change on Restart.
@@ -104,9 +112,10 @@ func New(t testing.TB, opts Options) *Cluster {
 		Seed:    opts.Seed,
 		dir:     t.TempDir(),
 		members: make(map[uint64]*Member),
+		joined:  make(map[uint64]bool),
 	}
 	for i := 1; i <= opts.Members; i++ {
-		c.initial = append(c.initial, raft.Member{ID: uint64(i), PeerAddr: fmt.Sprintf("127.0.0.1:%d", 7000+i)})
+		c.initial = append(c.initial, c.Record(uint64(i)))
 	}
 	for _, m := range c.initial {
 		c.start(m.ID, c.initial)
@@ -124,7 +133,30 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		SnapshotCount:          c.opts.SnapshotCount,
 		SnapshotCatchUpEntries: c.opts.SnapshotCatchUpEntries,
 		Logger:                 c.opts.Logger,
+		Membership:             c.opts.Membership,
+		Policy:                 c.opts.Policy,
+		ManualMembership:       c.opts.ManualMembership,
 	}
+}
+
+// Record returns the member record the cluster uses for id. The network
+// routes by ID; the address is only recorded.
+func (c *Cluster) Record(id uint64) raft.Member {
+	return raft.Member{ID: id, PeerAddr: fmt.Sprintf("127.0.0.1:%d", 7000+id)}
+}
+
+// Join starts member id with empty storage and no initial members: it
+// joins the cluster, which must have added it (e.g. Node.AddLearner with
+// Record(id)).
+func (c *Cluster) Join(id uint64) *Member {
+	c.t.Helper()
+	if m := c.Member(id); m != nil {
+		c.t.Fatalf("member %d exists", id)
+	}
+	c.mu.Lock()
+	c.joined[id] = true
+	c.mu.Unlock()
+	return c.start(id, nil)
 }
 
 func (c *Cluster) start(id uint64, initial []raft.Member) *Member {
@@ -166,13 +198,7 @@ func (c *Cluster) Member(id uint64) *Member {
 func (c *Cluster) Members() []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ids := make([]uint64, 0, len(c.members))
-	for id := uint64(1); len(ids) < len(c.members); id++ {
-		if _, ok := c.members[id]; ok {
-			ids = append(ids, id)
-		}
-	}
-	return ids
+	return slices.Sorted(maps.Keys(c.members))
 }
 
 // Running returns the running members.
@@ -226,6 +252,12 @@ func (c *Cluster) Restart(id uint64) *Member {
 	c.t.Helper()
 	if m := c.Member(id); m != nil && m.running.Load() {
 		c.t.Fatalf("member %d is running", id)
+	}
+	c.mu.Lock()
+	joined := c.joined[id]
+	c.mu.Unlock()
+	if joined {
+		return c.start(id, nil)
 	}
 	return c.start(id, c.initial)
 }

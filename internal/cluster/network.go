@@ -1,6 +1,10 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"sync"
@@ -318,3 +322,25 @@ func (ep *endpoint) UpdatePeer(uint64, string) {}
 
 // RemovePeer implements raft.Transport.
 func (ep *endpoint) RemovePeer(uint64) {}
+
+// ErrUnreachable is what Call returns when the network does not deliver.
+var ErrUnreachable = errors.New("cluster: member unreachable")
+
+// Call implements raft.Transport: the request reaches member to's handler
+// unless the link is down in either direction, dropped, or to is detached.
+func (ep *endpoint) Call(ctx context.Context, to uint64, req []byte) ([]byte, error) {
+	nw := ep.net
+	nw.mu.Lock()
+	dst := nw.endpoints[to]
+	p := max(nw.dropRate[link{ep.id, to}], nw.dropRate[link{}])
+	down := nw.closed || dst == nil || nw.blocked[link{ep.id, to}] || nw.blocked[link{to, ep.id}] ||
+		(p > 0 && nw.rng.Float64() < p)
+	nw.mu.Unlock()
+	if down {
+		return nil, fmt.Errorf("%w: %d", ErrUnreachable, to)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return dst.handler.ServeRequest(ctx, ep.id, bytes.Clone(req))
+}

@@ -1,0 +1,389 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/confchange"
+)
+
+// This file is the leader's side of membership changes, on the run loop:
+// the view the rules look at, proposing a planned change with its change ID
+// and detecting that raft dropped it, leaving a joint configuration, and
+// the automatic policy.
+
+// ChangeResult is the outcome of an accepted membership change.
+type ChangeResult struct {
+	// Index is the log index at which the change was applied (for a joint
+	// change: at which the joint configuration was left). 0 for a dry run.
+	Index uint64
+	// Description is the plan in words, with the transition drawn, e.g.
+	// "promote 4 5: (1 2 3)&&() → (1 2 3 4 5)&&(1 2 3) → (1 2 3 4 5)".
+	Description string
+}
+
+// changeResult is delivered to a waiting membership change.
+type changeResult struct {
+	index uint64
+	err   error
+}
+
+// changeWaiter is one membership change waiting to be applied.
+type changeWaiter struct {
+	term uint64
+	done chan changeResult
+}
+
+// changeSet holds the membership changes proposed by this member (as
+// leader) until they are applied or fail; keyed by change ID.
+type changeSet struct {
+	mu sync.Mutex
+	m  map[uint64]*changeWaiter
+}
+
+func (s *changeSet) add(id uint64, w *changeWaiter) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = make(map[uint64]*changeWaiter)
+	}
+	s.m[id] = w
+	s.mu.Unlock()
+}
+
+// remove forgets change id without telling its waiter (whose caller gets
+// the error another way).
+func (s *changeSet) remove(id uint64) {
+	s.mu.Lock()
+	delete(s.m, id)
+	s.mu.Unlock()
+}
+
+func (s *changeSet) resolve(id uint64, r changeResult) {
+	s.mu.Lock()
+	w, ok := s.m[id]
+	delete(s.m, id)
+	s.mu.Unlock()
+	if ok {
+		w.done <- r
+	}
+}
+
+// failOlder fails the changes proposed in a term before term.
+func (s *changeSet) failOlder(term uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range s.m {
+		if w.term < term {
+			delete(s.m, id)
+			w.done <- changeResult{err: err}
+		}
+	}
+}
+
+func (s *changeSet) failAll(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range s.m {
+		delete(s.m, id)
+		w.done <- changeResult{err: err}
+	}
+}
+
+// membershipLoop is the run loop's membership state.
+type membershipLoop struct {
+	// confState is raft's configuration, as the loop applied it to the
+	// RawNode (ahead of the apply goroutine's member table).
+	confState *raftpb.ConfState
+	// jointChangeID is the change ID of the change that entered the current
+	// joint configuration (0 when unknown).
+	jointChangeID uint64
+	// lastIndex is the index of the last entry handed to the append goroutine.
+	lastIndex uint64
+	// confGate: a conf change is pending until raft's applied index reaches
+	// it (the index of the last conf change in the log, or the first entry
+	// of this member's term as leader, as raft's pendingConfIndex).
+	confGate uint64
+	// leaderSince is when this member became leader.
+	leaderSince time.Time
+	// readySince is the policy's memory (confchange.UpdateReadySince).
+	readySince map[uint64]time.Time
+	// checking is the change ID of a conf change just handed to raft, until
+	// the append that carries it is seen (0: none); checkIndex its index.
+	checking   uint64
+	checkIndex uint64
+	// nextChangeID numbers this member's changes.
+	nextChangeID uint64
+	// termStart is the index of this leader's first entry.
+	termStart uint64
+}
+
+// noteAppend tracks the entries of a MsgStorageAppend: the last index, the
+// conf changes (the pending-change gate), and the change being checked.
+func (n *Node) noteAppend(m *raftpb.Message) {
+	ms := &n.loop.ms
+	if s := m.GetSnapshot(); s != nil && s.GetMetadata().GetIndex() > 0 {
+		md := s.GetMetadata()
+		ms.lastIndex = md.GetIndex()
+		ms.confState = md.GetConfState()
+		ms.jointChangeID = 0
+	}
+	for _, e := range m.GetEntries() {
+		ms.lastIndex = e.GetIndex()
+		if !isConfChange(e) {
+			continue
+		}
+		ms.confGate = max(ms.confGate, e.GetIndex())
+		if ms.checking == 0 {
+			continue
+		}
+		if cc, err := decodeConfChange(e); err == nil {
+			if ctx, err := changeContext(cc); err == nil && ctx.ChangeID == ms.checking {
+				ms.checking = 0
+				ms.checkIndex = e.GetIndex()
+			}
+		}
+	}
+}
+
+// becameLeader starts the leader's membership state: raft takes no conf
+// change before it has applied every entry of its log up to its first own
+// entry, and neither does the node.
+func (n *Node) becameLeader() {
+	ms := &n.loop.ms
+	ms.leaderSince = time.Now()
+	ms.readySince = nil
+	// Called after the Ready that made this member leader was dispatched:
+	// lastIndex is the leader's first (empty) entry.
+	ms.termStart = ms.lastIndex
+	ms.confGate = max(ms.confGate, ms.lastIndex)
+}
+
+// view builds the membership view the rules look at. Only on the leader.
+func (n *Node) view() confchange.View {
+	l := &n.loop
+	ms := &l.ms
+	t := n.members.Load()
+	st := l.rn.Status()
+	v := confchange.View{
+		Config:        confchange.ConfigFromConfState(t.confState),
+		Members:       t.records,
+		Removed:       t.removed,
+		Leader:        n.cfg.ID,
+		LastIndex:     ms.lastIndex,
+		Now:           time.Now(),
+		Progress:      make(map[uint64]confchange.Progress, len(st.Progress)),
+		ReadySince:    ms.readySince,
+		PendingChange: st.Applied < ms.confGate || ms.checking != 0,
+	}
+	if pr, ok := st.Progress[n.cfg.ID]; ok && pr.Match > v.LastIndex {
+		v.LastIndex = pr.Match
+	}
+	for id, pr := range st.Progress {
+		if id == n.cfg.ID {
+			continue
+		}
+		// Before this member led, it heard only from the old leader: it
+		// counts from when it took over, never from stale times.
+		heard := l.lastContact[id]
+		lc := heard
+		if lc.Before(ms.leaderSince) {
+			lc = ms.leaderSince
+		}
+		p := confchange.ProgressFromTracker(pr, lc)
+		// Raft's RecentActive is cleared for every member at each election
+		// timeout (CheckQuorum) and set again by the next message, so it
+		// flaps; readiness needs "heard from within an election timeout".
+		p.RecentActive = n.recentlyActive(heard, v.Now)
+		v.Progress[id] = p
+	}
+	return v
+}
+
+// recentlyActive reports whether a member last heard from at heard was heard
+// from within the last election timeout.
+func (n *Node) recentlyActive(heard, now time.Time) bool {
+	return !heard.IsZero() && now.Sub(heard) <= n.electionTimeout()
+}
+
+func (n *Node) electionTimeout() time.Duration {
+	return time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
+}
+
+// membershipTick runs on every tick of the leader: it refreshes the
+// readiness memory, leaves a joint configuration whose entering change is
+// applied, and asks the policy for a change.
+func (n *Node) membershipTick() {
+	l := &n.loop
+	if l.role != RoleLeader {
+		return
+	}
+	v := n.view()
+	l.ms.readySince = confchange.UpdateReadySince(v, n.cfg.Membership)
+	v.ReadySince = l.ms.readySince
+	if v.PendingChange {
+		return
+	}
+	if len(l.ms.confState.GetVotersOutgoing()) > 0 {
+		n.leaveJoint()
+		return
+	}
+	if n.cfg.ManualMembership {
+		return
+	}
+	req, ok := n.cfg.Policy.Next(v)
+	if !ok {
+		return
+	}
+	ms := &l.ms
+	ms.nextChangeID++
+	req.ChangeID = ms.nextChangeID
+	plan, err := confchange.PlanChange(v, n.cfg.Membership, req)
+	if err != nil {
+		n.log.Warn("membership policy asked for a change the rules refuse", slog.String("request", req.String()), slog.Any("err", err))
+		return
+	}
+	n.log.Info("membership policy: proposing a change", slog.String("plan", plan.Description))
+	if err := n.proposeChange(plan.Change, req.ChangeID, nil); err != nil {
+		n.log.Warn("membership policy: change not proposed", slog.String("plan", plan.Description), slog.Any("err", err))
+	}
+}
+
+// leaveJoint proposes leaving the joint configuration (raft takes it only
+// once the entering change is applied on the leader: the caller checks).
+func (n *Node) leaveJoint() {
+	ms := &n.loop.ms
+	cc := confchange.LeaveJointChange(ms.jointChangeID)
+	n.log.Info("leaving the joint configuration", slog.Uint64("change", ms.jointChangeID))
+	if err := n.proposeChange(cc, ms.jointChangeID, nil); err != nil {
+		n.log.Warn("leaving the joint configuration failed; retrying", slog.Any("err", err))
+	}
+}
+
+// proposeChange hands a conf change to raft and checks, in the Ready that
+// follows, that raft appended it: raft replaces a conf change it cannot take
+// by an empty entry without an error, so a change whose ID is not in the
+// next append was dropped. w, if set, is registered to wait for the change
+// to be applied.
+func (n *Node) proposeChange(cc *raftpb.ConfChangeV2, changeID uint64, w *changeWaiter) error {
+	l := &n.loop
+	ms := &l.ms
+	if w != nil {
+		w.term = l.term
+		n.changes.add(changeID, w)
+	}
+	if err := l.rn.ProposeConfChange(cc); err != nil {
+		n.changes.remove(changeID)
+		return fmt.Errorf("%w: %w", ErrChangeDropped, err)
+	}
+	ms.checking = changeID
+	for l.rn.HasReady() {
+		if !n.handleReady(l.rn.Ready()) {
+			return n.stopErr()
+		}
+	}
+	if ms.checking != 0 {
+		ms.checking = 0
+		n.changes.remove(changeID)
+		return fmt.Errorf("%w: raft did not append it (another change is pending)", ErrChangeDropped)
+	}
+	ms.confGate = max(ms.confGate, ms.checkIndex)
+	return nil
+}
+
+// changeOnLeader checks and plans req on the leader's loop and, unless
+// dryRun, proposes it with w waiting for it.
+func (n *Node) changeOnLeader(req confchange.Request, dryRun bool, w *changeWaiter) (confchange.Plan, error) {
+	l := &n.loop
+	if l.role != RoleLeader {
+		return confchange.Plan{}, errNotLeader{leader: l.leader}
+	}
+	ms := &l.ms
+	if applied := l.rn.BasicStatus().Applied; applied < ms.termStart {
+		// A new leader takes no change before it applied its first entry:
+		// that is not a change in progress, the caller waits for it.
+		return confchange.Plan{}, errLeaderStarting{index: ms.termStart}
+	}
+	ms.nextChangeID++
+	req.ChangeID = ms.nextChangeID
+	v := n.view()
+	plan, err := confchange.PlanChange(v, n.cfg.Membership, req)
+	if err != nil || dryRun {
+		return plan, err
+	}
+	if plan.Change == nil { // OpTransferLeader: checked, no conf change
+		return plan, nil
+	}
+	n.log.Info("proposing a membership change", slog.String("plan", plan.Description))
+	return plan, n.proposeChange(plan.Change, req.ChangeID, w)
+}
+
+// errNotLeader says that the loop is not the leader (the caller forwards).
+type errNotLeader struct{ leader uint64 }
+
+func (e errNotLeader) Error() string {
+	if e.leader == 0 {
+		return ErrNoLeader.Error()
+	}
+	return fmt.Sprintf("raft: not the leader (member %d leads)", e.leader)
+}
+
+func (e errNotLeader) Unwrap() error {
+	if e.leader == 0 {
+		return ErrNoLeader
+	}
+	return nil
+}
+
+// errLeaderStarting says that the leader has not applied its first entry.
+type errLeaderStarting struct{ index uint64 }
+
+func (e errLeaderStarting) Error() string {
+	return fmt.Sprintf("raft: the leader has not applied its first entry (%d) yet", e.index)
+}
+
+// changeLocally runs a membership request on this member, which must lead,
+// and waits until the change is applied here.
+func (n *Node) changeLocally(ctx context.Context, req confchange.Request, dryRun bool) (ChangeResult, error) {
+	var (
+		plan confchange.Plan
+		err  error
+		w    *changeWaiter
+	)
+	if !dryRun {
+		w = &changeWaiter{done: make(chan changeResult, 1)}
+	}
+	for {
+		if derr := n.do(ctx, func() { plan, err = n.changeOnLeader(req, dryRun, w) }); derr != nil {
+			return ChangeResult{}, derr
+		}
+		var starting errLeaderStarting
+		if !errors.As(err, &starting) {
+			break
+		}
+		if werr := n.waitApplied(ctx, starting.index); werr != nil {
+			return ChangeResult{}, werr
+		}
+	}
+	res := ChangeResult{Description: plan.Description}
+	if err != nil || dryRun || plan.Change == nil {
+		return res, err
+	}
+	select {
+	case r := <-w.done:
+		if r.err != nil {
+			return res, r.err
+		}
+		res.Index = r.index
+		return res, nil
+	case <-ctx.Done():
+		return res, n.ctxErr(ctx)
+	case <-n.stopc:
+		return res, n.stopErr()
+	}
+}

@@ -1,0 +1,215 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/understudy-raft/understudy/confchange"
+)
+
+// Membership is the cluster's membership as the leader sees it.
+type Membership struct {
+	// Leader is the leader's ID.
+	Leader uint64
+	// Config is the applied configuration (joint while a multi-member
+	// change is in progress).
+	Config confchange.Config
+	// Pending is true while a configuration change is proposed but not yet
+	// applied on the leader.
+	Pending bool
+	// Index is the log index the membership is current at.
+	Index uint64
+	// LastIndex is the leader's last log index (lags are measured from it).
+	LastIndex uint64
+	// Members is every member of the configuration, by ID.
+	Members []MemberStatus
+}
+
+// Joint reports whether the configuration is joint.
+func (m Membership) Joint() bool { return m.Config.Joint() }
+
+// MemberStatus is one member's record, role and catch-up as the leader sees
+// them.
+type MemberStatus struct {
+	Member
+	// Role is the member's role in the incoming configuration.
+	Role confchange.Role
+	// Outgoing is true for a voter of the outgoing half of a joint
+	// configuration.
+	Outgoing bool
+	// Progress is the leader's replication progress to the member; nil for
+	// the leader itself.
+	Progress *confchange.Progress
+	// Lag is how many entries the member is behind the leader's last index.
+	Lag uint64
+	// Readiness says whether the member could be promoted now and, if not,
+	// why (for voters it is the same measure).
+	Readiness confchange.Reason
+}
+
+// Membership returns the membership as the leader sees it, with every
+// member's catch-up and readiness. On a follower or learner it is asked of
+// the leader over the member-to-member channel.
+func (n *Node) Membership(ctx context.Context) (Membership, error) {
+	var (
+		m   Membership
+		err error
+	)
+	if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
+		return m, derr
+	}
+	var nl errNotLeader
+	if !errors.As(err, &nl) || nl.leader == 0 {
+		return m, err
+	}
+	return n.forwardMembership(ctx, nl.leader)
+}
+
+// membershipOnLoop builds the Membership on the leader's loop.
+func (n *Node) membershipOnLoop() (Membership, error) {
+	l := &n.loop
+	if l.role != RoleLeader {
+		return Membership{}, errNotLeader{leader: l.leader}
+	}
+	v := n.view()
+	t := n.members.Load()
+	m := Membership{
+		Leader:    n.cfg.ID,
+		Config:    v.Config,
+		Pending:   v.PendingChange,
+		Index:     t.index,
+		LastIndex: v.LastIndex,
+	}
+	outgoing := make(map[uint64]bool)
+	for _, id := range v.Config.VotersOutgoing {
+		outgoing[id] = true
+	}
+	for _, id := range v.Config.IDs() {
+		rec, ok := v.Members[id]
+		if !ok {
+			rec = Member{ID: id}
+		}
+		ms := MemberStatus{
+			Member:    rec,
+			Role:      v.Config.Role(id),
+			Outgoing:  outgoing[id],
+			Readiness: confchange.Readiness(v, n.cfg.Membership, id),
+		}
+		if pr, ok := v.Progress[id]; ok {
+			ms.Progress = &pr
+			ms.Lag = pr.Lag(v.LastIndex)
+		}
+		m.Members = append(m.Members, ms)
+	}
+	slices.SortFunc(m.Members, func(a, b MemberStatus) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return m, nil
+}
+
+// ChangeMembership checks req against the membership rules (confchange)
+// on the leader, proposes the planned conf change — through a joint
+// configuration when more than one voter changes — and waits until it is
+// applied on this member (a joint change: until the joint configuration is
+// left). It works on any member: followers and learners forward the request
+// to the leader. req.ChangeID is set by the leader.
+//
+// Errors: every refusal of the rules as a *confchange.Refusal (or
+// confchange.Refusals), before anything is proposed (errors.Is with
+// confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …); ErrChangeDropped when
+// raft did not take the change (nothing changed); ErrLeaderChanged when the
+// leader changed before the change was applied (the outcome is unknown; the
+// next leader completes a joint change that was entered); ctx.Err();
+// ErrStopped.
+func (n *Node) ChangeMembership(ctx context.Context, req confchange.Request) (ChangeResult, error) {
+	return n.change(ctx, req, false)
+}
+
+// CheckMembership is ChangeMembership's dry run: it checks and plans req on
+// the leader and returns every refusal, proposing nothing.
+func (n *Node) CheckMembership(ctx context.Context, req confchange.Request) (ChangeResult, error) {
+	return n.change(ctx, req, true)
+}
+
+func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) (ChangeResult, error) {
+	if req.Op == confchange.OpTransferLeader && !dryRun {
+		if len(req.IDs) != 1 {
+			return ChangeResult{}, &confchange.Refusal{Err: confchange.ErrInvalidRequest, Detail: "transfer-leader takes one ID"}
+		}
+		return ChangeResult{}, n.TransferLeadership(ctx, req.IDs[0])
+	}
+	res, err := n.changeLocally(ctx, req, dryRun)
+	var nl errNotLeader
+	if !errors.As(err, &nl) || nl.leader == 0 {
+		return res, err
+	}
+	res, err = n.forwardChange(ctx, nl.leader, req, dryRun)
+	if err != nil || dryRun {
+		return res, err
+	}
+	// Answer once the change is applied here too, so that this member's
+	// Membership and Status already show it.
+	if err := n.waitApplied(ctx, res.Index); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// waitApplied waits until this member has applied index.
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	if err := n.applied.wait(ctx, n.stopc, func(i uint64) bool { return i >= index }); err != nil {
+		if errors.Is(err, ErrStopped) {
+			return n.stopErr()
+		}
+		return n.ctxErr(ctx)
+	}
+	return nil
+}
+
+// AddLearner adds m as a learner: it never changes the quorum, so a wrong
+// address or a member that never starts is undone by removing it. The new
+// member then starts with empty storage and no InitialMembers (it joins).
+func (n *Node) AddLearner(ctx context.Context, m Member) error {
+	_, err := n.ChangeMembership(ctx, confchange.AddLearner(m))
+	return err
+}
+
+// AddVoter adds m directly as a voter: an explicit opt-in, refused unless
+// the cluster keeps an active majority while counting m as down.
+func (n *Node) AddVoter(ctx context.Context, m Member) error {
+	_, err := n.ChangeMembership(ctx, confchange.AddVoter(m))
+	return err
+}
+
+// Promote makes learners voters once they are ready (caught up and stable);
+// several at once go through a joint configuration.
+func (n *Node) Promote(ctx context.Context, ids ...uint64) error {
+	_, err := n.ChangeMembership(ctx, confchange.Promote(ids...))
+	return err
+}
+
+// Demote makes voters learners (several at once through a joint
+// configuration).
+func (n *Node) Demote(ctx context.Context, ids ...uint64) error {
+	_, err := n.ChangeMembership(ctx, confchange.Demote(ids...))
+	return err
+}
+
+// RemoveMember removes member id, voter or learner. Its ID is never reused.
+func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
+	_, err := n.ChangeMembership(ctx, confchange.Remove(id))
+	return err
+}
+
+// UpdateMember replaces the record (peer address, metadata) of member m.ID.
+func (n *Node) UpdateMember(ctx context.Context, m Member) error {
+	_, err := n.ChangeMembership(ctx, confchange.UpdateMember(m))
+	return err
+}

@@ -1,0 +1,331 @@
+package raft_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// fastMembership makes learners ready quickly in tests.
+var fastMembership = confchange.Settings{Stabilization: 100 * time.Millisecond}
+
+// follower returns a running voter that does not lead.
+func follower(t *testing.T, c *cluster.Cluster, lead *cluster.Member) *cluster.Member {
+	t.Helper()
+	for _, m := range c.Running() {
+		if m.ID != lead.ID {
+			return m
+		}
+	}
+	t.Fatal("no follower")
+	return nil
+}
+
+// waitMembership polls the membership (asked of node) until ok holds.
+func waitMembership(ctx context.Context, t *testing.T, node *raft.Node, what string, ok func(raft.Membership) bool) raft.Membership {
+	t.Helper()
+	var last raft.Membership
+	var lastErr error
+	for {
+		m, err := node.Membership(ctx)
+		if err == nil && ok(m) {
+			return m
+		}
+		last, lastErr = m, err
+		select {
+		case <-ctx.Done():
+			var desc []string
+			for _, s := range last.Members {
+				desc = append(desc, fmt.Sprintf("%d %v lag %d %s", s.ID, s.Role, s.Lag, s.Readiness))
+			}
+			t.Fatalf("waiting for %s: %v (last membership: %v %v; err %v)", what, ctx.Err(), last.Config, desc, lastErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func memberStatus(m raft.Membership, id uint64) (raft.MemberStatus, bool) {
+	for _, s := range m.Members {
+		if s.ID == id {
+			return s, true
+		}
+	}
+	return raft.MemberStatus{}, false
+}
+
+func ready(id uint64) func(raft.Membership) bool {
+	return func(m raft.Membership) bool {
+		s, ok := memberStatus(m, id)
+		return ok && s.Readiness.Ready()
+	}
+}
+
+// addLearner adds member id as a learner through node and starts it.
+func addLearner(ctx context.Context, t *testing.T, c *cluster.Cluster, via *raft.Node, id uint64) *cluster.Member {
+	t.Helper()
+	if err := via.AddLearner(ctx, c.Record(id)); err != nil {
+		t.Fatalf("adding learner %d: %v", id, err)
+	}
+	return c.Join(id)
+}
+
+// A learner added through a follower (forwarded to the leader) catches up,
+// serves proposals (forwarded) and linearizable reads, and never votes.
+func TestLearnerProposesAndReads(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Membership: fastMembership})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	if _, err := lead.Node.Propose(ctx, testkv.Put("before", "1")); err != nil {
+		t.Fatal(err)
+	}
+	f := follower(t, c, lead)
+	l := addLearner(ctx, t, c, f.Node, 4)
+
+	// The learner's own write, forwarded to the leader, resolved on it.
+	if _, err := l.Node.Propose(ctx, testkv.Put("from-learner", "4")); err != nil {
+		t.Fatalf("propose on the learner: %v", err)
+	}
+	// A write through a voter, then a linearizable read on the learner.
+	if _, err := lead.Node.Propose(ctx, testkv.Put("after", "2")); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"before", "from-learner", "after"} {
+		v, err := l.Node.Read(ctx, []byte(k))
+		if err != nil || v == nil {
+			t.Fatalf("linearizable read of %q on the learner: %q, %v", k, v, err)
+		}
+	}
+	st, err := l.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Role != raft.RoleLearner || !slices.Contains(st.Learners, 4) || slices.Contains(st.Voters, 4) {
+		t.Fatalf("learner status: role %v voters %v learners %v", st.Role, st.Voters, st.Learners)
+	}
+	// The membership, asked of the learner (forwarded), shows it with its
+	// catch-up; with 3 voters the target is met, so it stays a standby.
+	m := waitMembership(ctx, t, l.Node, "learner 4 ready", ready(4))
+	s, _ := memberStatus(m, 4)
+	if s.Role != confchange.RoleLearner || s.Progress == nil || s.PeerAddr != c.Record(4).PeerAddr {
+		t.Fatalf("member 4 in the membership: %+v", s)
+	}
+	if m.Leader != lead.ID || len(m.Config.Voters) != 3 {
+		t.Fatalf("membership: %+v", m)
+	}
+	time.Sleep(300 * time.Millisecond) // several policy rounds: nothing to do
+	if m, _ := lead.Node.Membership(ctx); len(m.Config.Voters) != 3 || m.Joint() {
+		t.Fatalf("the policy changed a full cluster: %v", m.Config)
+	}
+	// A learner cannot lead.
+	if err := lead.Node.TransferLeadership(ctx, 4); !errors.Is(err, raft.ErrLearnerCannotLead) {
+		t.Fatalf("transfer to a learner: %v", err)
+	}
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Unsafe requests are refused with a typed reason before anything is
+// proposed, on the leader and forwarded from a follower alike.
+func TestMembershipRefusals(t *testing.T) {
+	c := cluster.New(t, cluster.Options{ManualMembership: true, Membership: confchange.Settings{MaxLearners: 1, Stabilization: time.Hour}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	f := follower(t, c, lead)
+	addLearner(ctx, t, c, lead.Node, 4)
+	before, err := lead.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []*raft.Node{lead.Node, f.Node} {
+		cases := []struct {
+			name string
+			req  confchange.Request
+			want error
+		}{
+			{"promote a learner that is not stable yet", confchange.Promote(4), confchange.ErrLearnerNotReady},
+			{"add an existing ID", confchange.AddLearner(c.Record(2)), confchange.ErrMemberExists},
+			{"add a second learner over MaxLearners=1", confchange.AddLearner(c.Record(5)), confchange.ErrTooManyLearners},
+			{"reuse an address", confchange.AddLearner(raft.Member{ID: 6, PeerAddr: c.Record(1).PeerAddr}), confchange.ErrMemberExists},
+			{"remove an unknown member", confchange.Remove(9), confchange.ErrUnknownMember},
+			{"a bad address", confchange.AddLearner(raft.Member{ID: 7, PeerAddr: "nowhere"}), confchange.ErrInvalidMember},
+		}
+		for _, tc := range cases {
+			_, err := node.ChangeMembership(ctx, tc.req)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("member %d: %s: err = %v, want %v", node.ID(), tc.name, err, tc.want)
+			}
+			var ref *confchange.Refusal
+			if !errors.As(err, &ref) || ref.Code() == "" {
+				t.Errorf("member %d: %s: %v is not a *confchange.Refusal", node.ID(), tc.name, err)
+			}
+			if _, err := node.CheckMembership(ctx, tc.req); !errors.Is(err, tc.want) {
+				t.Errorf("member %d: dry run of %s: err = %v", node.ID(), tc.name, err)
+			}
+		}
+		var ref *confchange.Refusal
+		_, err := node.ChangeMembership(ctx, confchange.Promote(4))
+		if !errors.As(err, &ref) || ref.ID != 4 || ref.Readiness.Ready() || ref.Readiness.String() == "" {
+			t.Errorf("member %d: a not-ready refusal carries its readiness: %+v", node.ID(), ref)
+		}
+	}
+	// A dry run of an acceptable change plans it and changes nothing.
+	res, err := f.Node.CheckMembership(ctx, confchange.Remove(4))
+	if err != nil || res.Description == "" || res.Index != 0 {
+		t.Fatalf("dry run: %+v, %v", res, err)
+	}
+	after, err := lead.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.LastIndex != before.LastIndex {
+		t.Fatalf("refused requests reached the log: last index %d → %d", before.LastIndex, after.LastIndex)
+	}
+}
+
+// The default policy promotes ready learners to fill the voter seats, two
+// at once through a joint configuration so that the count stays odd; a
+// removed member learns it and its ID is never reused.
+func TestPolicyGrowsOneVoterToThree(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 1, Membership: fastMembership})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	events, unsubscribe := lead.Node.Subscribe(64)
+	defer unsubscribe()
+	addLearner(ctx, t, c, lead.Node, 2)
+	// One voter and one ready learner: promoting it alone would make two
+	// voters, so the policy waits for a second one.
+	waitMembership(ctx, t, lead.Node, "learner 2 ready", ready(2))
+	time.Sleep(200 * time.Millisecond)
+	if m, _ := lead.Node.Membership(ctx); len(m.Config.Voters) != 1 {
+		t.Fatalf("the policy made the voter count even: %v", m.Config)
+	}
+	addLearner(ctx, t, c, lead.Node, 3)
+	m := waitMembership(ctx, t, lead.Node, "three voters", func(m raft.Membership) bool {
+		return len(m.Config.Voters) == 3 && !m.Joint() && !m.Pending
+	})
+	if !slices.Equal(m.Config.Voters, []uint64{1, 2, 3}) || len(m.Config.Learners) != 0 {
+		t.Fatalf("config %v", m.Config)
+	}
+	// It went through a joint configuration: (1 2 3)&&(1), then (1 2 3).
+	var changes int
+	for len(events) > 0 {
+		if e := <-events; e.Type == raft.EventMembershipChanged {
+			changes++
+		}
+	}
+	if changes < 4 { // add 2, add 3, enter joint, leave joint
+		t.Fatalf("%d membership changes seen, want at least 4", changes)
+	}
+
+	// Remove 3: it learns it was removed; its ID cannot come back.
+	removed, unsub3 := c.Member(3).Node.Subscribe(16)
+	defer unsub3()
+	if err := lead.Node.RemoveMember(ctx, 3); err != nil {
+		t.Fatalf("remove 3: %v", err)
+	}
+	waitEvent(ctx, t, removed, raft.EventRemoved)
+	if err := lead.Node.AddLearner(ctx, c.Record(3)); !errors.Is(err, confchange.ErrMemberExists) {
+		t.Fatalf("re-adding removed ID 3: %v", err)
+	}
+	if _, err := lead.Node.Propose(ctx, testkv.Put("k", "v")); err != nil {
+		t.Fatalf("write with voters (1 2): %v", err)
+	}
+}
+
+func waitEvent(ctx context.Context, t *testing.T, ch <-chan raft.Event, typ raft.EventType) raft.Event {
+	t.Helper()
+	for {
+		select {
+		case e := <-ch:
+			if e.Type == typ {
+				return e
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %v event: %v", typ, ctx.Err())
+		}
+	}
+}
+
+// A voter that is unreachable for FailoverAfter is swapped for a ready
+// standby in one joint change; the voter count stays three, and the
+// cluster keeps writing. The lost voter rejoins as a standby.
+func TestPolicyFailsOverToStandby(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Membership: confchange.Settings{Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	addLearner(ctx, t, c, lead.Node, 4)
+	waitMembership(ctx, t, lead.Node, "standby 4 ready", ready(4))
+	lost := follower(t, c, lead).ID
+	c.Crash(lost)
+	m := waitMembership(ctx, t, lead.Node, fmt.Sprintf("4 replacing %d", lost), func(m raft.Membership) bool {
+		return slices.Contains(m.Config.Voters, 4) && !m.Joint() && !m.Pending
+	})
+	if len(m.Config.Voters) != 3 || slices.Contains(m.Config.Voters, lost) || !slices.Contains(m.Config.Learners, lost) {
+		t.Fatalf("after failover: %v", m.Config)
+	}
+	if _, err := lead.Node.Propose(ctx, testkv.Put("after-failover", "x")); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(lost)
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Member(lost).Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Role != raft.RoleLearner {
+		t.Fatalf("the lost voter came back as %v, want a learner (standby)", st.Role)
+	}
+}
+
+// Swapping a voter for a learner explicitly goes through a joint
+// configuration that the leader leaves on its own; the caller returns once
+// it is left.
+func TestExplicitJointSwap(t *testing.T) {
+	c := cluster.New(t, cluster.Options{ManualMembership: true, Membership: fastMembership})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	addLearner(ctx, t, c, lead.Node, 4)
+	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
+	old := follower(t, c, lead)
+	res, err := old.Node.ChangeMembership(ctx, confchange.Swap(old.ID, 4))
+	if err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	if res.Index == 0 || res.Description == "" {
+		t.Fatalf("result %+v", res)
+	}
+	// Answered once applied on the member that asked (old, a follower).
+	st, err := old.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Applied < res.Index || st.Joint() || !slices.Contains(st.Voters, 4) || !slices.Contains(st.Learners, old.ID) {
+		t.Fatalf("member %d after the swap: applied %d (result %d) voters %v outgoing %v learners %v",
+			old.ID, st.Applied, res.Index, st.Voters, st.VotersOutgoing, st.Learners)
+	}
+	if st.Role != raft.RoleLearner {
+		t.Fatalf("demoted member's role %v", st.Role)
+	}
+	if _, err := c.Member(4).Node.Propose(ctx, testkv.Put("by-new-voter", "4")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

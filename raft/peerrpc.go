@@ -1,0 +1,243 @@
+package raft
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/understudy-raft/understudy/confchange"
+)
+
+// The member-to-member requests the node serves (through
+// Transport.Call / PeerHandler.ServeRequest): a follower or learner forwards
+// a membership change, its dry run or a Membership query to the leader.
+// They are rare and small, so they travel as versioned JSON: easy to
+// evolve and to decode defensively.
+
+const peerRPCVersion = 1
+
+// Request ops.
+const (
+	rpcChange     = "change"
+	rpcCheck      = "check"
+	rpcMembership = "membership"
+)
+
+type rpcRequest struct {
+	V   int                `json:"v"`
+	Op  string             `json:"op"`
+	Req confchange.Request `json:"req,omitzero"`
+}
+
+type rpcResponse struct {
+	V          int           `json:"v"`
+	Result     *ChangeResult `json:"result,omitempty"`
+	Membership *Membership   `json:"membership,omitempty"`
+	Err        *rpcError     `json:"error,omitempty"`
+}
+
+// rpcError carries an error across members so that errors.Is still works on
+// the caller's side: the refusals with their numbers, or a node error's code.
+type rpcError struct {
+	Code     string       `json:"code"`
+	Message  string       `json:"message"`
+	Leader   uint64       `json:"leader,omitempty"` // for not_leader
+	Refusals []rpcRefusal `json:"refusals,omitempty"`
+}
+
+type rpcRefusal struct {
+	Code      string            `json:"code"`
+	ID        uint64            `json:"id,omitempty"`
+	Detail    string            `json:"detail"`
+	Readiness confchange.Reason `json:"readiness,omitzero"`
+	Quorum    confchange.Quorum `json:"quorum,omitzero"`
+}
+
+// nodeErrors are the node's errors that cross the wire by code.
+var nodeErrors = map[string]error{
+	"leader_changed":   ErrLeaderChanged,
+	"change_dropped":   ErrChangeDropped,
+	"proposal_dropped": ErrProposalDropped,
+	"no_leader":        ErrNoLeader,
+	"stopped":          ErrStopped,
+	"deadline":         context.DeadlineExceeded,
+	"canceled":         context.Canceled,
+}
+
+// refusalErrors are confchange's sentinels by code.
+var refusalErrors = func() map[string]error {
+	m := make(map[string]error)
+	for _, err := range []error{
+		confchange.ErrLearnerNotReady, confchange.ErrQuorumAtRisk, confchange.ErrLearnerCannotLead,
+		confchange.ErrChangeInProgress, confchange.ErrTooManyLearners, confchange.ErrMemberExists,
+		confchange.ErrUnknownMember, confchange.ErrInvalidMember, confchange.ErrTooManyVoters,
+		confchange.ErrMemberReadOnly, confchange.ErrInvalidRequest, confchange.ErrInvalidSettings,
+		confchange.ErrBadContext,
+	} {
+		m[confchange.Code(err)] = err
+	}
+	return m
+}()
+
+func toRPCError(err error) *rpcError {
+	if err == nil {
+		return nil
+	}
+	e := &rpcError{Message: err.Error()}
+	var nl errNotLeader
+	if errors.As(err, &nl) && nl.leader != 0 {
+		e.Code, e.Leader = "not_leader", nl.leader
+		return e
+	}
+	var refs confchange.Refusals
+	var ref *confchange.Refusal
+	switch {
+	case errors.As(err, &refs):
+	case errors.As(err, &ref):
+		refs = confchange.Refusals{ref}
+	}
+	if len(refs) > 0 {
+		e.Code = refs[0].Code()
+		for _, r := range refs {
+			e.Refusals = append(e.Refusals, rpcRefusal{Code: r.Code(), ID: r.ID, Detail: r.Detail, Readiness: r.Readiness, Quorum: r.Quorum})
+		}
+		return e
+	}
+	for code, sentinel := range nodeErrors {
+		if errors.Is(err, sentinel) {
+			e.Code = code
+			return e
+		}
+	}
+	e.Code = "internal"
+	return e
+}
+
+// remoteError is an error the leader returned: it reads as the leader's
+// message and unwraps to the sentinel it matched there.
+type remoteError struct {
+	from uint64
+	msg  string
+	err  error
+}
+
+func (e *remoteError) Error() string { return fmt.Sprintf("%s (at member %d)", e.msg, e.from) }
+func (e *remoteError) Unwrap() error { return e.err }
+
+func (e *rpcError) toError(from uint64) error {
+	if len(e.Refusals) > 0 {
+		refs := make(confchange.Refusals, 0, len(e.Refusals))
+		for _, r := range e.Refusals {
+			sentinel, ok := refusalErrors[r.Code]
+			if !ok {
+				sentinel = confchange.ErrInvalidRequest
+			}
+			refs = append(refs, &confchange.Refusal{Err: sentinel, ID: r.ID, Detail: r.Detail, Readiness: r.Readiness, Quorum: r.Quorum})
+		}
+		if len(refs) == 1 {
+			return refs[0]
+		}
+		return refs
+	}
+	if e.Code == "not_leader" {
+		return errNotLeader{leader: e.Leader}
+	}
+	return &remoteError{from: from, msg: e.Message, err: nodeErrors[e.Code]}
+}
+
+// serveRequest answers a member-to-member request. Failures to decode are
+// returned as errors (the caller gets them as text); everything the node
+// decides travels in the response.
+func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte, error) {
+	var req rpcRequest
+	if err := json.Unmarshal(b, &req); err != nil {
+		return nil, fmt.Errorf("raft: member %d: malformed request from %d: %w", n.cfg.ID, from, err)
+	}
+	if req.V != peerRPCVersion {
+		return nil, fmt.Errorf("raft: member %d: request version %d from %d, this member speaks %d", n.cfg.ID, req.V, from, peerRPCVersion)
+	}
+	resp := rpcResponse{V: peerRPCVersion}
+	switch req.Op {
+	case rpcChange, rpcCheck:
+		res, err := n.changeLocally(ctx, req.Req, req.Op == rpcCheck)
+		resp.Result, resp.Err = &res, toRPCError(err)
+	case rpcMembership:
+		var m Membership
+		var err error
+		if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
+			err = derr
+		}
+		if err == nil {
+			resp.Membership = &m
+		}
+		resp.Err = toRPCError(err)
+	default:
+		return nil, fmt.Errorf("raft: member %d: unknown request op %q from %d", n.cfg.ID, req.Op, from)
+	}
+	return json.Marshal(resp)
+}
+
+// maxForwardHops bounds how often a forwarded request follows a
+// "not the leader" answer to the next leader.
+const maxForwardHops = 3
+
+// call sends a request to the leader, following a leader change.
+func (n *Node) call(ctx context.Context, leader uint64, req rpcRequest) (rpcResponse, error) {
+	req.V = peerRPCVersion
+	b, err := json.Marshal(req)
+	if err != nil {
+		return rpcResponse{}, err
+	}
+	for hop := 0; ; hop++ {
+		out, err := n.tr.Call(ctx, leader, b)
+		if err != nil {
+			return rpcResponse{}, fmt.Errorf("raft: forwarding to leader %d: %w", leader, err)
+		}
+		var resp rpcResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			return rpcResponse{}, fmt.Errorf("raft: malformed answer from leader %d: %w", leader, err)
+		}
+		if resp.V != peerRPCVersion {
+			return rpcResponse{}, fmt.Errorf("raft: answer version %d from leader %d, this member speaks %d", resp.V, leader, peerRPCVersion)
+		}
+		if resp.Err != nil && resp.Err.Code == "not_leader" && hop < maxForwardHops && resp.Err.Leader != n.cfg.ID {
+			leader = resp.Err.Leader
+			continue
+		}
+		return resp, nil
+	}
+}
+
+func (n *Node) forwardChange(ctx context.Context, leader uint64, req confchange.Request, dryRun bool) (ChangeResult, error) {
+	op := rpcChange
+	if dryRun {
+		op = rpcCheck
+	}
+	resp, err := n.call(ctx, leader, rpcRequest{Op: op, Req: req})
+	if err != nil {
+		return ChangeResult{}, err
+	}
+	var res ChangeResult
+	if resp.Result != nil {
+		res = *resp.Result
+	}
+	if resp.Err != nil {
+		return res, resp.Err.toError(leader)
+	}
+	return res, nil
+}
+
+func (n *Node) forwardMembership(ctx context.Context, leader uint64) (Membership, error) {
+	resp, err := n.call(ctx, leader, rpcRequest{Op: rpcMembership})
+	if err != nil {
+		return Membership{}, err
+	}
+	if resp.Err != nil {
+		return Membership{}, resp.Err.toError(leader)
+	}
+	if resp.Membership == nil {
+		return Membership{}, fmt.Errorf("raft: leader %d answered without the membership", leader)
+	}
+	return *resp.Membership, nil
+}
