@@ -76,7 +76,8 @@ var kvModel = porcupine.Model{
 }
 
 // TestLinearizableUnderFaults runs concurrent clients doing put, get and
-// compare-and-swap through random members (followers forward) while a
+// compare-and-swap through random members — voters and a learner, which
+// forward their writes — while a
 // nemesis partitions the network, drops, delays and duplicates messages and
 // crashes and restarts members; the history must be linearizable.
 func TestLinearizableUnderFaults(t *testing.T) {
@@ -85,7 +86,13 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		duration = 2 * time.Second
 	}
 	c := cluster.New(t, cluster.Options{Members: 3, SnapshotCount: 200, SnapshotCatchUpEntries: 50})
-	c.WaitLeader()
+	// Three voters and a learner (a standby: the voter target is met), all
+	// serving the clients.
+	lead := c.WaitLeader()
+	if err := lead.Node.AddLearner(ctxT(t, 10*time.Second), c.Record(4)); err != nil {
+		t.Fatal(err)
+	}
+	c.Join(4)
 	rng := rand.New(rand.NewSource(c.Seed))
 
 	var (

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
@@ -327,5 +331,87 @@ func TestExplicitJointSwap(t *testing.T) {
 	}
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// isLeaveJoint reports whether m carries the entry that leaves a joint
+// configuration (a ConfChangeV2 without changes).
+func isLeaveJoint(m *raftpb.Message) bool {
+	for _, e := range m.GetEntries() {
+		if e.GetType() != raftpb.EntryConfChangeV2 {
+			continue
+		}
+		var cc raftpb.ConfChangeV2
+		if proto.Unmarshal(e.GetData(), &cc) == nil && len(cc.GetChanges()) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// A leader that entered a joint configuration and crashed before leaving it
+// leaves the cluster consistent: the next leader completes the change.
+func TestNextLeaderCompletesJointChange(t *testing.T) {
+	c := cluster.New(t, cluster.Options{ManualMembership: true, Membership: fastMembership})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	addLearner(ctx, t, c, lead.Node, 4)
+	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
+	old := follower(t, c, lead)
+
+	// The leader's attempt to leave never reaches anyone.
+	var leaves atomic.Int64
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		if from == lead.ID && isLeaveJoint(m) {
+			leaves.Add(1)
+			return true
+		}
+		return false
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := lead.Node.ChangeMembership(ctx, confchange.Swap(old.ID, 4))
+		errc <- err
+	}()
+	for leaves.Load() == 0 {
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			t.Fatalf("the leader never tried to leave the joint configuration: %v", err)
+		}
+	}
+	st, err := old.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Joint() {
+		t.Fatalf("member %d is not in the joint configuration: voters %v", old.ID, st.Voters)
+	}
+	c.Crash(lead.ID)
+	if err := <-errc; !errors.Is(err, raft.ErrStopped) && !errors.Is(err, raft.ErrLeaderChanged) {
+		t.Fatalf("the crashed leader's caller got %v", err)
+	}
+
+	next := c.WaitLeader()
+	m := waitMembership(ctx, t, next.Node, "the joint configuration left", func(m raft.Membership) bool {
+		return !m.Joint() && !m.Pending
+	})
+	if !slices.Contains(m.Config.Voters, 4) || slices.Contains(m.Config.Voters, old.ID) || !slices.Contains(m.Config.Learners, old.ID) {
+		t.Fatalf("after completion: %v", m.Config)
+	}
+	if _, err := next.Node.Propose(ctx, testkv.Put("k", "v")); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(lead.ID)
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }

@@ -31,6 +31,7 @@ type Network struct {
 	dropRate  map[link]float64 // per link; link{0,0} is every link
 	delayMax  time.Duration
 	dupRate   float64
+	filter    func(from uint64, m *raftpb.Message) bool
 	stats     NetStats
 	closed    bool
 	wg        sync.WaitGroup
@@ -162,10 +163,20 @@ func (nw *Network) Block(from, to uint64) {
 	nw.mu.Unlock()
 }
 
-// Heal removes every partition and block, drop rate, delay and duplication.
+// SetFilter drops every message for which drop returns true (nil: none),
+// e.g. one kind of entry from one member. drop must not call the Network.
+func (nw *Network) SetFilter(drop func(from uint64, m *raftpb.Message) bool) {
+	nw.mu.Lock()
+	nw.filter = drop
+	nw.mu.Unlock()
+}
+
+// Heal removes every partition and block, filter, drop rate, delay and
+// duplication.
 func (nw *Network) Heal() {
 	nw.mu.Lock()
 	nw.blocked = make(map[link]bool)
+	nw.filter = nil
 	nw.dropRate = make(map[link]float64)
 	nw.delayMax = 0
 	nw.dupRate = 0
@@ -227,7 +238,8 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	if all := nw.dropRate[link{}]; all > p {
 		p = all
 	}
-	drop := nw.closed || dst == nil || nw.blocked[l] || (p > 0 && nw.rng.Float64() < p)
+	drop := nw.closed || dst == nil || nw.blocked[l] || (p > 0 && nw.rng.Float64() < p) ||
+		(nw.filter != nil && nw.filter(from, m))
 	copies := 1
 	if !drop && nw.dupRate > 0 && nw.rng.Float64() < nw.dupRate {
 		copies = 2

@@ -1,0 +1,110 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/storage"
+)
+
+// nopSM is a state machine that keeps nothing.
+type nopSM struct{}
+
+func (nopSM) Apply(cmds []Command, results []Result) {}
+func (nopSM) Lookup(q []byte) ([]byte, error)        { return nil, nil }
+func (nopSM) Snapshot() (Snapshot, error)            { return nopSnap{}, nil }
+func (nopSM) Restore(r io.Reader) error              { _, err := io.Copy(io.Discard, r); return err }
+
+type nopSnap struct{}
+
+func (nopSnap) Write(w io.Writer) error { return nil }
+func (nopSnap) Release()                {}
+
+// loneTransport connects a single member to no one.
+type loneTransport struct{}
+
+func (loneTransport) Send([]*raftpb.Message)    {}
+func (loneTransport) AddPeer(uint64, string)    {}
+func (loneTransport) UpdatePeer(uint64, string) {}
+func (loneTransport) RemovePeer(uint64)         {}
+func (loneTransport) Call(context.Context, uint64, []byte) ([]byte, error) {
+	return nil, errors.New("no peers")
+}
+
+// startLone starts a one-member cluster on real storage.
+func startLone(t *testing.T) *Node {
+	t.Helper()
+	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}}}, nopSM{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(loneTransport{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.Stop(context.Background())
+		_ = st.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.role == RoleLeader }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Raft replaces a conf change it cannot take by an empty entry, without an
+// error: the node sees that its change ID is not in the append and says so.
+func TestDroppedConfChangeIsDetected(t *testing.T) {
+	n := startLone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := n.AppliedIndex()
+	var err error
+	// Leaving a joint configuration when there is none: raft drops it.
+	if derr := n.do(ctx, func() { err = n.proposeChange(confchange.LeaveJointChange(42), 42, nil) }); derr != nil {
+		t.Fatal(derr)
+	}
+	if !errors.Is(err, ErrChangeDropped) {
+		t.Fatalf("err = %v, want ErrChangeDropped", err)
+	}
+	// The node is fine afterwards: a valid change goes through.
+	if err := n.AddLearner(ctx, Member{ID: 2, PeerAddr: "127.0.0.1:7002"}); err != nil {
+		t.Fatalf("a valid change after a dropped one: %v", err)
+	}
+	m, err := n.Membership(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Config.Contains(2) || m.Config.Contains(42) || n.AppliedIndex() <= before {
+		t.Fatalf("membership %v", m.Config)
+	}
+}
+
+// A change waiter is told when the leader's term moves on.
+func TestChangeWaitersFailOnTermChange(t *testing.T) {
+	var s changeSet
+	w := &changeWaiter{term: 3, done: make(chan changeResult, 1)}
+	s.add(7, w)
+	s.failOlder(3, ErrLeaderChanged)
+	select {
+	case r := <-w.done:
+		t.Fatalf("failed in its own term: %v", r.err)
+	default:
+	}
+	s.failOlder(4, ErrLeaderChanged)
+	if r := <-w.done; !errors.Is(r.err, ErrLeaderChanged) {
+		t.Fatalf("err = %v", r.err)
+	}
+	s.resolve(7, changeResult{index: 1}) // gone: no second delivery, no block
+}
