@@ -28,12 +28,15 @@ type requestID struct {
 }
 
 func encodeCommand(id requestID, cmd []byte) []byte {
-	b := make([]byte, entryHeaderSize+len(cmd))
-	b[0] = entryCommand
-	binary.BigEndian.PutUint64(b[1:9], id.proposer)
-	binary.BigEndian.PutUint64(b[9:17], id.seq)
-	copy(b[entryHeaderSize:], cmd)
-	return b
+	return appendCommand(make([]byte, 0, entryHeaderSize+len(cmd)), id, cmd)
+}
+
+// appendCommand appends the payload of cmd with id to b.
+func appendCommand(b []byte, id requestID, cmd []byte) []byte {
+	b = append(b, entryCommand)
+	b = binary.BigEndian.AppendUint64(b, id.proposer)
+	b = binary.BigEndian.AppendUint64(b, id.seq)
+	return append(b, cmd...)
 }
 
 // decodeCommand splits an entry payload. It never panics on bad input.

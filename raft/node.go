@@ -145,6 +145,8 @@ func (n *Node) ID() uint64 { return n.cfg.ID }
 // raft (the outcome is unknown); ErrProposalDropped when raft refused it (not
 // applied, safe to retry); ErrTooLarge; ErrStopped. A Result.Err set by the
 // state machine is returned as the error, with Result.Value.
+//
+// cmd must not be modified until Propose returns; it is not kept after.
 func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	if len(cmd) > n.cfg.MaxCommandSize {
 		return nil, fmt.Errorf("%w: %d bytes > MaxCommandSize %d", ErrTooLarge, len(cmd), n.cfg.MaxCommandSize)
@@ -153,27 +155,28 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 		return nil, err
 	}
 	seq := n.seq.Add(1)
-	p := &proposal{
-		seq:  seq,
-		data: encodeCommand(requestID{proposer: n.cfg.ID, seq: seq}, cmd),
-		done: make(chan Result, 1),
-	}
+	p := proposalPool.Get().(*proposal)
+	p.seq, p.cmd = seq, cmd
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
+		p.release()
 		return nil, n.ctxErr(ctx)
 	case <-n.stopc:
+		p.release()
 		return nil, n.stopErr()
 	}
 	select {
 	case r := <-p.done:
+		p.release() // delivered: nobody refers to p any more
 		return r.Value, r.Err
 	case <-ctx.Done():
-		p.canceled.Store(true)
-		n.waiters.remove(seq)
+		// p may still be referred to (queued, or about to be resolved): it
+		// is left to the garbage collector, not reused.
+		n.waiters.cancel(p)
 		return nil, n.ctxErr(ctx)
 	case <-n.stopc:
-		p.canceled.Store(true)
+		n.waiters.cancel(p)
 		return nil, n.stopErr()
 	}
 }
@@ -330,13 +333,24 @@ func (n *Node) do(ctx context.Context, f func()) error {
 	}
 }
 
-// proposal is one Propose call in flight.
+// proposal is one Propose call in flight. Proposals (with their result
+// channel) are reused through proposalPool once their result was received.
 type proposal struct {
 	seq      uint64
-	data     []byte
+	cmd      []byte // the caller's command: read by the loop, not kept after Propose returns
 	term     uint64 // the term it was handed to raft in; written by the loop under waiters.mu
 	done     chan Result
 	canceled atomic.Bool
+}
+
+var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan Result, 1)} }}
+
+// release returns p to the pool. Only the Propose call that owns p calls it,
+// when no other goroutine can refer to p any more.
+func (p *proposal) release() {
+	p.seq, p.cmd, p.term = 0, nil, 0
+	p.canceled.Store(false)
+	proposalPool.Put(p)
 }
 
 // waiterSet holds the proposals handed to raft, by sequence number, until
@@ -346,9 +360,13 @@ type waiterSet struct {
 	m  map[uint64]*proposal
 }
 
-func (w *waiterSet) remove(seq uint64) {
+// cancel marks p canceled and forgets it. Under the lock the loop encodes
+// proposals with, so once cancel returns the loop no longer reads p.cmd
+// (the caller's buffer).
+func (w *waiterSet) cancel(p *proposal) {
 	w.mu.Lock()
-	delete(w.m, seq)
+	p.canceled.Store(true)
+	delete(w.m, p.seq)
 	w.mu.Unlock()
 }
 
