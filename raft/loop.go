@@ -27,7 +27,7 @@ type loopState struct {
 	lastContact map[uint64]time.Time
 	out         []*raftpb.Message // reused buffer for network messages
 	localBuf    []*raftpb.Message // reused buffer for mailbox messages
-	live        []uint64 // reused: the sequence numbers of a batch being proposed
+	live        []uint64          // reused: the sequence numbers of a batch being proposed
 	ms          membershipLoop
 	nowLeader   bool // became leader in the Ready being handled
 }
