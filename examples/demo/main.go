@@ -1,8 +1,9 @@
 // Command demo starts a three-member understudy cluster on 127.0.0.1 with
 // durable storage (in a temporary directory) and the TCP transport, writes
-// through a follower, reads linearizably from every member, stops the leader
-// (which hands leadership over first), writes again, restarts the old leader
-// from its data directory, and prints what happened at each step.
+// through a follower, reads linearizably from every member, adds a fourth
+// member as a learner and reads from it, stops the leader (which hands
+// leadership over first), writes again, restarts the old leader from its
+// data directory, and prints what happened at each step.
 //
 //	go run ./examples/demo
 package main
@@ -114,6 +115,41 @@ func run(dataDir string, logger *slog.Logger) error {
 		fmt.Printf("member %d reads color=%s (linearizable, ReadIndex)\n", id, v)
 	}
 
+	// A fourth member joins as a learner: added through a follower (which
+	// forwards the request to the leader), then started with empty storage.
+	ln4, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	rec4 := raft.Member{ID: 4, PeerAddr: ln4.Addr().String()}
+	if err := follower.node.AddLearner(ctx, rec4); err != nil {
+		ln4.Close()
+		return fmt.Errorf("adding member 4 as a learner: %w", err)
+	}
+	fmt.Printf("added member 4 (%s) as a learner through follower %d: the quorum is unchanged\n", rec4.PeerAddr, follower.id)
+	// A joining member starts empty; its transport must know where the
+	// others are so that it accepts the leader's connection (it learns the
+	// full membership from the log).
+	learner, err := start(4, filepath.Join(dataDir, "4"), ln4, nil, logger, initial...)
+	if err != nil {
+		return err
+	}
+	members[4] = learner
+	v, err := learner.node.Read(ctx, []byte("shape"))
+	if err != nil {
+		return fmt.Errorf("read on the learner: %w", err)
+	}
+	fmt.Printf("learner 4 caught up and reads shape=%s (linearizable, asked of the leader)\n", v)
+	ms, err := learner.node.Membership(ctx)
+	if err != nil {
+		return fmt.Errorf("membership: %w", err)
+	}
+	for _, m := range ms.Members {
+		if m.ID == 4 {
+			fmt.Printf("the leader's view of member 4: %s, lag %d, %s (a standby: %d voters is the target)\n", m.Role, m.Lag, m.Readiness, len(ms.Config.Voters))
+		}
+	}
+
 	old := members[leader]
 	fmt.Printf("stopping leader %d (it hands leadership to the most caught-up voter first)\n", leader)
 	old.stop(ctx)
@@ -138,7 +174,7 @@ func run(dataDir string, logger *slog.Logger) error {
 	}
 	members[old.id] = back
 	fmt.Printf("restarted member %d from %s\n", old.id, old.dir)
-	v, err := back.node.Read(ctx, []byte("color"))
+	v, err = back.node.Read(ctx, []byte("color"))
 	if err != nil {
 		return fmt.Errorf("read on the restarted member: %w", err)
 	}
@@ -146,7 +182,10 @@ func run(dataDir string, logger *slog.Logger) error {
 	return nil
 }
 
-func start(id uint64, dir string, ln net.Listener, initial []raft.Member, logger *slog.Logger) (*member, error) {
+// start starts member id: a new cluster's member (initial set), a restart
+// (its data dir holds the cluster), or a joiner (initial nil; seeds are
+// members it can reach).
+func start(id uint64, dir string, ln net.Listener, initial []raft.Member, logger *slog.Logger, seeds ...raft.Member) (*member, error) {
 	store, err := storage.Open(dir, storage.Options{Logger: logger})
 	if err != nil {
 		return nil, err
@@ -164,6 +203,9 @@ func start(id uint64, dir string, ln net.Listener, initial []raft.Member, logger
 	if err != nil {
 		store.Close()
 		return nil, err
+	}
+	for _, p := range seeds {
+		tr.AddPeer(p.ID, p.PeerAddr)
 	}
 	if err := node.Start(tr); err != nil {
 		tr.Close()
