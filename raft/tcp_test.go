@@ -1,0 +1,108 @@
+package raft_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
+)
+
+// tcpMember is a member on real storage and the TCP transport (127.0.0.1).
+type tcpMember struct {
+	node  *raft.Node
+	store *storage.Store
+	tr    *transport.Transport
+	sm    *testkv.Store
+}
+
+// startTCPCluster starts n members over TCP on 127.0.0.1 with cfg's sizes.
+func startTCPCluster(t *testing.T, n int, cfg raft.Config) []*tcpMember {
+	t.Helper()
+	var initial []raft.Member
+	var lns []net.Listener
+	for id := 1; id <= n; id++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		initial = append(initial, raft.Member{ID: uint64(id), PeerAddr: ln.Addr().String()})
+	}
+	dir := t.TempDir()
+	var ms []*tcpMember
+	for i, rec := range initial {
+		st, err := storage.Open(filepath.Join(dir, fmt.Sprint(rec.ID)), storage.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.ID, c.InitialMembers, c.TickInterval = rec.ID, initial, 10*time.Millisecond
+		sm := testkv.New()
+		node, err := raft.NewNode(c, sm, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := transport.New(transport.Config{ID: rec.ID, ClusterID: 7, Listener: lns[i], Handler: node.PeerHandler(), Snapshots: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(tr); err != nil {
+			t.Fatal(err)
+		}
+		m := &tcpMember{node: node, store: st, tr: tr, sm: sm}
+		ms = append(ms, m)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = m.node.Stop(ctx)
+			_ = m.tr.Close()
+			_ = m.store.Close()
+		})
+	}
+	return ms
+}
+
+// A command of exactly MaxCommandSize is replicated over the real transport,
+// from the leader and forwarded from a follower (one entry larger than
+// MaxSizePerMsg still travels, alone in its message); one byte more is
+// ErrTooLarge before anything is proposed.
+func TestMaxCommandSizeOverTCP(t *testing.T) {
+	cfg := raft.Config{MaxSizePerMsg: 256 << 10, MaxCommandSize: 1 << 20}
+	ms := startTCPCluster(t, 3, cfg)
+	ctx := ctxT(t, 30*time.Second)
+	key := func(i int) string { return fmt.Sprintf("big-%d", i) }
+	for i, m := range ms {
+		// The largest value whose encoded Put is exactly MaxCommandSize.
+		n := cfg.MaxCommandSize - len(testkv.Put(key(i), ""))
+		for len(testkv.Put(key(i), string(make([]byte, n)))) > cfg.MaxCommandSize {
+			n-- // the value's length prefix grows with it
+		}
+		cmd := testkv.Put(key(i), string(bytes.Repeat([]byte{byte('a' + i)}, n)))
+		if len(cmd) != cfg.MaxCommandSize {
+			t.Fatalf("command of %d bytes, want %d", len(cmd), cfg.MaxCommandSize)
+		}
+		if _, err := m.node.Propose(ctx, cmd); err != nil {
+			t.Fatalf("member %d: proposing %d bytes: %v", m.node.ID(), len(cmd), err)
+		}
+		if _, err := m.node.Propose(ctx, append(cmd, 'x')); !errors.Is(err, raft.ErrTooLarge) {
+			t.Fatalf("member %d: one byte over MaxCommandSize: %v", m.node.ID(), err)
+		}
+	}
+	for _, m := range ms {
+		for i := range ms {
+			v, err := m.node.Read(ctx, []byte(key(i)))
+			if err != nil || len(v) == 0 || v[0] != byte('a'+i) {
+				t.Fatalf("member %d reads %s: %d bytes, %v", m.node.ID(), key(i), len(v), err)
+			}
+		}
+	}
+}
