@@ -29,14 +29,40 @@
 // the leader by followers and learners), then wait until this member has
 // applied that index. StaleRead reads local state at once.
 //
+// # Membership
+//
+// Membership changes are checked and planned by package confchange on the
+// leader's run loop, then proposed as one ConfChangeV2 whose context carries
+// a change ID and the member records (peer address, metadata), so every
+// member learns them from the log. AddLearner is the default way to add a
+// member: a learner never changes the quorum. Promote, Demote, RemoveMember,
+// UpdateMember and ChangeMembership (any confchange.Request: replace, swap,
+// …) work from any member: followers and learners forward the request to the
+// leader over the member-to-member channel (Transport.Call), and the call
+// returns once the change is applied on the member that was asked. An unsafe
+// request is refused before anything is proposed with a *confchange.Refusal
+// (errors.Is with confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …);
+// CheckMembership is the dry run. Raft replaces a conf change it cannot take
+// by an empty entry without an error: the loop checks that the next append
+// carries the change ID and answers ErrChangeDropped otherwise. A change of
+// more than one voter goes through a joint configuration, which the leader
+// leaves on its own once the entering change is applied (a new leader does
+// the same after applying its log). On every tick the leader refreshes each
+// member's readiness (recently heard from, replicating, lag at most
+// Settings.MaxLag, for Settings.Stabilization) and asks Config.Policy —
+// confchange.DefaultPolicy unless replaced — for a change: promote ready
+// learners up to the odd target voter count, fail a lost voter over to a
+// ready standby. Membership returns the leader's view with every member's
+// progress and readiness.
+//
 // # Snapshots
 //
 // After Config.SnapshotCount applied entries the node asks the state machine
 // for a point-in-time Snapshot, writes it through Storage.CreateSnapshot on
 // a separate goroutine while applying continues, and compacts the log,
 // keeping Config.SnapshotCatchUpEntries entries for slow followers. A
-// snapshot's data starts with the node's header (member records and the
-// dedup window), then the state machine's bytes. A member too far behind
+// snapshot's data starts with the node's header (member records, removed
+// IDs and the dedup window), then the state machine's bytes. A member too far behind
 // receives the leader's snapshot through the Transport as a stream; its data
 // is verified whole before the state machine is restored from it.
 //

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/testkv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
@@ -51,4 +52,47 @@ func Example() {
 	v, err := node.Read(ctx, []byte("greeting"))
 	fmt.Println(string(v), err)
 	// Output: hello <nil>
+}
+
+// Adding a member: member 1 adds member 2 as a learner (the quorum is
+// unchanged), member 2 starts empty and joins, catches up and serves a
+// linearizable read. Promoting it at once is refused with a reason: it has
+// not been caught up for the stabilization period yet (the default policy
+// promotes ready learners on its own; ManualMembership turns it off).
+func ExampleNode_AddLearner() {
+	dir, _ := os.MkdirTemp("", "understudy-example")
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := func(id uint64, initial []raft.Member, seeds ...raft.Member) (*raft.Node, string) {
+		store, _ := storage.Open(filepath.Join(dir, fmt.Sprint(id)), storage.Options{NoSync: true})
+		node, _ := raft.NewNode(raft.Config{ID: id, InitialMembers: initial, TickInterval: 10 * time.Millisecond, ManualMembership: true}, testkv.New(), store)
+		tr, _ := transport.New(transport.Config{ID: id, ClusterID: 1, ListenAddr: "127.0.0.1:0", Handler: node.PeerHandler(), Snapshots: store})
+		for _, s := range seeds { // a joiner must be able to reach the cluster
+			tr.AddPeer(s.ID, s.PeerAddr)
+		}
+		_ = node.Start(tr)
+		go func() { <-node.Done(); tr.Close(); store.Close() }()
+		return node, tr.Addr().String()
+	}
+	// A one-member cluster; the address is known once it listens.
+	n1, addr1 := start(1, []raft.Member{{ID: 1, PeerAddr: "127.0.0.1:1"}})
+	defer n1.Stop(context.Background())
+	if err := n1.UpdateMember(ctx, raft.Member{ID: 1, PeerAddr: addr1}); err != nil {
+		panic(err)
+	}
+	_, _ = n1.Propose(ctx, testkv.Put("greeting", "hello"))
+
+	n2, addr2 := start(2, nil, raft.Member{ID: 1, PeerAddr: addr1})
+	defer n2.Stop(context.Background())
+	if err := n1.AddLearner(ctx, raft.Member{ID: 2, PeerAddr: addr2}); err != nil {
+		panic(err)
+	}
+	v, err := n2.Read(ctx, []byte("greeting"))
+	fmt.Println("learner 2 reads:", string(v), err)
+	err = n1.Promote(ctx, 2)
+	fmt.Println("promote 2 at once:", confchange.Code(err))
+	// Output:
+	// learner 2 reads: hello <nil>
+	// promote 2 at once: learner_not_ready
 }

@@ -52,18 +52,36 @@ type MemberStatus struct {
 // member's catch-up and readiness. On a follower or learner it is asked of
 // the leader over the member-to-member channel.
 func (n *Node) Membership(ctx context.Context) (Membership, error) {
-	var (
-		m   Membership
-		err error
-	)
-	if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
-		return m, derr
+	for {
+		var (
+			m   Membership
+			err error
+		)
+		if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
+			return m, derr
+		}
+		var nl errNotLeader
+		if !errors.As(err, &nl) {
+			return m, err
+		}
+		if nl.leader != 0 {
+			return n.forwardMembership(ctx, nl.leader)
+		}
+		if err := n.waitLeader(ctx); err != nil {
+			return m, err
+		}
 	}
-	var nl errNotLeader
-	if !errors.As(err, &nl) || nl.leader == 0 {
-		return m, err
+}
+
+// waitLeader waits, within ctx, until a leader is known.
+func (n *Node) waitLeader(ctx context.Context) error {
+	if err := n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != 0 }); err != nil {
+		if errors.Is(err, ErrStopped) {
+			return n.stopErr()
+		}
+		return n.ctxErr(ctx)
 	}
-	return n.forwardMembership(ctx, nl.leader)
+	return nil
 }
 
 // membershipOnLoop builds the Membership on the leader's loop.
@@ -145,10 +163,23 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 		}
 		return ChangeResult{}, n.TransferLeadership(ctx, req.IDs[0])
 	}
-	res, err := n.changeLocally(ctx, req, dryRun)
-	var nl errNotLeader
-	if !errors.As(err, &nl) || nl.leader == 0 {
-		return res, err
+	var (
+		res ChangeResult
+		err error
+		nl  errNotLeader
+	)
+	for {
+		res, err = n.changeLocally(ctx, req, dryRun)
+		if !errors.As(err, &nl) {
+			return res, err
+		}
+		if nl.leader != 0 {
+			break
+		}
+		// No leader known: wait for one, as Propose does.
+		if werr := n.waitLeader(ctx); werr != nil {
+			return res, werr
+		}
 	}
 	res, err = n.forwardChange(ctx, nl.leader, req, dryRun)
 	if err != nil || dryRun {
