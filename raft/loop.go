@@ -28,6 +28,7 @@ type loopState struct {
 	out         []*raftpb.Message // reused buffer for network messages
 	localBuf    []*raftpb.Message // reused buffer for mailbox messages
 	live        []uint64          // reused: the sequence numbers of a batch being proposed
+	lastBatch   int               // proposals in the last flush
 	ms          membershipLoop
 	nowLeader   bool // became leader in the Ready being handled
 }
@@ -154,9 +155,12 @@ func (n *Node) runLoop() {
 		case p := <-propc:
 			l.pending = append(l.pending, p)
 			// Proposers woken together by one applied batch arrive a few
-			// microseconds apart: yielding once lets them queue up, so that
-			// they share one raft message, one Ready and one storage write.
-			runtime.Gosched()
+			// microseconds apart: when the last batch had company, yielding
+			// once lets them queue up, so that they share one raft message,
+			// one Ready and one storage write. A lone proposer does not wait.
+			if l.lastBatch > 1 || len(n.propc) > 0 {
+				runtime.Gosched()
+			}
 			for len(l.pending) < n.cfg.MaxPendingProposals {
 				select {
 				case p := <-n.propc:
@@ -228,6 +232,7 @@ func (n *Node) flushProposals() {
 		n.proposeBatch(l.pending[start:end])
 		start = end
 	}
+	l.lastBatch = len(l.pending)
 	clear(l.pending)
 	l.pending = l.pending[:0]
 }
