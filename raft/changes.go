@@ -236,7 +236,7 @@ func (n *Node) membershipTick() {
 	if n.cfg.ManualMembership {
 		return
 	}
-	req, ok := n.cfg.Policy.Next(v)
+	req, ok := n.askPolicy(v)
 	if !ok {
 		return
 	}
@@ -252,6 +252,18 @@ func (n *Node) membershipTick() {
 	if err := n.proposeChange(plan.Change, req.ChangeID, nil); err != nil {
 		n.log.Warn("membership policy: change not proposed", slog.String("plan", plan.Description), slog.Any("err", err))
 	}
+}
+
+// askPolicy asks the host's policy for a change. A policy that panics is
+// logged and ignored: the membership stays as it is.
+func (n *Node) askPolicy(v confchange.View) (req confchange.Request, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			n.log.Error("membership policy panicked; no automatic change", slog.Any("panic", r))
+			req, ok = confchange.Request{}, false
+		}
+	}()
+	return n.cfg.Policy.Next(v)
 }
 
 // leaveJoint proposes leaving the joint configuration (raft takes it only

@@ -108,3 +108,41 @@ func TestChangeWaitersFailOnTermChange(t *testing.T) {
 	}
 	s.resolve(7, changeResult{index: 1}) // gone: no second delivery, no block
 }
+
+type panickyPolicy struct{ asked chan struct{} }
+
+func (p panickyPolicy) Next(confchange.View) (confchange.Request, bool) {
+	select {
+	case p.asked <- struct{}{}:
+	default:
+	}
+	panic("host policy bug")
+}
+
+// A host policy that panics does not take the node down.
+func TestPanickingPolicyIsIgnored(t *testing.T) {
+	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := panickyPolicy{asked: make(chan struct{}, 1)}
+	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, Policy: p, InitialMembers: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}}}, nopSM{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(loneTransport{}); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop(context.Background())
+	<-p.asked
+	<-p.asked
+	if err := n.Err(); err != nil {
+		t.Fatalf("node stopped: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.ReadBarrier(ctx); err != nil {
+		t.Fatalf("node unusable after a policy panic: %v", err)
+	}
+}
