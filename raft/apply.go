@@ -203,8 +203,7 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 	}
 	n.events.emit(Event{Type: EventMembershipChanged, Index: e.GetIndex()})
 	if slices.Contains(removed, n.cfg.ID) {
-		n.events.emit(Event{Type: EventRemoved, Index: e.GetIndex()})
-		n.log.Warn("this member was removed from the cluster", slog.Uint64("index", e.GetIndex()))
+		n.removed(fmt.Sprintf("applied its removal at index %d", e.GetIndex()), e.GetIndex())
 	}
 	return nil
 }

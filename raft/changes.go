@@ -396,6 +396,14 @@ func (n *Node) changeLocally(ctx context.Context, req confchange.Request, dryRun
 	case <-ctx.Done():
 		return res, n.ctxErr(ctx)
 	case <-n.stopc:
+		select {
+		case r := <-w.done: // applied just before the node stopped (e.g. removed itself)
+			if r.err == nil {
+				res.Index = r.index
+				return res, nil
+			}
+		default:
+		}
 		return res, n.stopErr()
 	}
 }

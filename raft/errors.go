@@ -47,6 +47,12 @@ var (
 	// is pending, by an empty entry): nothing changed, a retry is safe.
 	ErrChangeDropped = errors.New("raft: membership change dropped")
 
+	// ErrRemoved is the error a node stops with when it learns that it was
+	// removed from the cluster (it applied its removal, or a member refused
+	// it as removed). The storage records it: the member cannot start again
+	// from it (its ID is never reused; add a new member instead).
+	ErrRemoved = errors.New("raft: this member was removed from the cluster")
+
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raft: invalid config")
 

@@ -33,6 +33,9 @@ type Storage interface {
 	// ReceiveSnapshot durably stores the data of snap read from r (a snapshot
 	// streamed by the leader), verifying it, before the MsgSnap is stepped.
 	ReceiveSnapshot(snap *raftpb.Snapshot, r io.Reader) error
+	// MarkRemoved durably records that this member was removed from the
+	// cluster, so that it refuses to start again from this storage.
+	MarkRemoved() error
 }
 
 // Transport carries raft messages between members. transport.Transport

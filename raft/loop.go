@@ -105,7 +105,8 @@ func (n *Node) restore() (err error) {
 		}
 		n.log.Info("bootstrapping a new cluster", slog.Int("members", len(peers)))
 	}
-	n.syncPeers(nil)
+	// The transport refuses removed members (and tells them so).
+	n.syncPeers(n.apply.members.removedIDs())
 	n.loop = loopState{
 		rn:          rn,
 		readRounds:  make(map[uint64]*readRound),

@@ -16,6 +16,7 @@ import (
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/internal/testkv"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
 )
 
 // fastMembership makes learners ready quickly in tests.
@@ -413,5 +414,60 @@ func pause(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-time.After(d):
 		return nil
+	}
+}
+
+// A removed member learns it and stops with ErrRemoved, and its storage
+// refuses to start it again — whether it applies its own removal, or was
+// down while removed and is told so by the others when it comes back.
+func TestRemovedMemberStopsAndIsTombstoned(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 5, ManualMembership: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	var others []uint64
+	for _, id := range c.Members() {
+		if id != lead.ID {
+			others = append(others, id)
+		}
+	}
+	live, down := c.Member(others[0]), c.Member(others[1])
+
+	// Applies its own removal.
+	if err := lead.Node.RemoveMember(ctx, live.ID); err != nil {
+		t.Fatalf("remove %d: %v", live.ID, err)
+	}
+	select {
+	case <-live.Node.Done():
+	case <-ctx.Done():
+		t.Fatalf("member %d did not stop after its removal", live.ID)
+	}
+	if err := live.Node.Err(); !errors.Is(err, raft.ErrRemoved) {
+		t.Fatalf("member %d stopped with %v, want ErrRemoved", live.ID, err)
+	}
+
+	// Removed while down: told so when it comes back.
+	c.Crash(down.ID)
+	if err := lead.Node.RemoveMember(ctx, down.ID); err != nil {
+		t.Fatalf("remove %d: %v", down.ID, err)
+	}
+	back := c.Restart(down.ID)
+	select {
+	case <-back.Node.Done():
+	case <-ctx.Done():
+		t.Fatalf("member %d, removed while down, did not stop when it came back", down.ID)
+	}
+	if err := back.Node.Err(); !errors.Is(err, raft.ErrRemoved) {
+		t.Fatalf("member %d stopped with %v, want ErrRemoved", down.ID, err)
+	}
+
+	for _, m := range []*cluster.Member{live, back} {
+		c.Crash(m.ID) // closes its storage
+		if _, err := storage.Open(m.Dir, storage.Options{}); !errors.Is(err, storage.ErrRemoved) {
+			t.Fatalf("reopening removed member %d's storage: %v, want storage.ErrRemoved", m.ID, err)
+		}
+	}
+	if _, err := lead.Node.Propose(ctx, testkv.Put("k", "v")); err != nil {
+		t.Fatalf("write with three voters left: %v", err)
 	}
 }

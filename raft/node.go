@@ -12,6 +12,8 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // Node is one member of a replicated state machine. One goroutine (the run
@@ -310,6 +312,26 @@ func (n *Node) fail(op string, err error) {
 	n.stopOnce.Do(func() { close(n.stopc) })
 }
 
+// removed stops the node because it was removed from the cluster, after
+// recording it in the storage (why says how it learned it).
+func (n *Node) removed(why string, index uint64) {
+	n.errMu.Lock()
+	first := n.err == nil
+	if first {
+		n.err = ErrRemoved
+	}
+	n.errMu.Unlock()
+	if !first {
+		return
+	}
+	n.log.Warn("this member was removed from the cluster; stopping", slog.String("how", why))
+	if err := n.store.MarkRemoved(); err != nil {
+		n.log.Error("recording the removal in the storage failed", slog.Any("err", err))
+	}
+	n.events.emit(Event{Type: EventRemoved, Index: index})
+	n.stopOnce.Do(func() { close(n.stopc) })
+}
+
 // do runs f on the run loop and waits for it.
 func (n *Node) do(ctx context.Context, f func()) error {
 	if err := n.usable(); err != nil {
@@ -438,6 +460,12 @@ func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) 
 }
 
 func (h peerHandler) ReportRefused(id uint64, err error) {
+	if errors.Is(err, transport.ErrRemoved) {
+		// IDs are never reused: a member that knows this ID as removed is
+		// right, even if this member missed its removal entry (it was down).
+		h.n.removed(fmt.Sprintf("member %d refused it as removed", id), 0)
+		return
+	}
 	h.n.log.Warn("peer refused our connection", slog.Uint64("peer", id), slog.Any("err", err))
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // Network is an in-process, fault-injecting message network between the
@@ -63,6 +64,9 @@ type endpoint struct {
 	store   raft.Storage
 	queue   chan *raftpb.Message
 	done    chan struct{}
+
+	mu      sync.Mutex
+	removed map[uint64]bool // members this one removed: it refuses them, as the TCP transport does
 }
 
 // attach connects member id; messages to it go to h, snapshots into store.
@@ -251,6 +255,10 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 			delays[i] = time.Duration(nw.rng.Int63n(int64(nw.delayMax)))
 		}
 	}
+	refused := false
+	if !drop && dst.refuses(from) {
+		drop, refused = true, true
+	}
 	if drop {
 		nw.stats.Dropped++
 	} else {
@@ -258,6 +266,16 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	}
 	nw.mu.Unlock()
 
+	if refused && src != nil {
+		// The receiver knows the sender as removed and says so, as the TCP
+		// transport's handshake does; the sender learns it is removed.
+		nw.wg.Add(1)
+		go func() {
+			defer nw.wg.Done()
+			src.handler.ReportRefused(to, fmt.Errorf("cluster: %w", transport.ErrRemoved))
+		}()
+		return
+	}
 	if m.GetType() == raftpb.MsgSnap {
 		nw.sendSnapshot(src, dst, m, drop)
 		return
@@ -332,8 +350,22 @@ func (ep *endpoint) AddPeer(uint64, string) {}
 // UpdatePeer implements raft.Transport.
 func (ep *endpoint) UpdatePeer(uint64, string) {}
 
-// RemovePeer implements raft.Transport.
-func (ep *endpoint) RemovePeer(uint64) {}
+// RemovePeer implements raft.Transport: messages from id are refused from
+// now on, and id is told it was removed.
+func (ep *endpoint) RemovePeer(id uint64) {
+	ep.mu.Lock()
+	if ep.removed == nil {
+		ep.removed = make(map[uint64]bool)
+	}
+	ep.removed[id] = true
+	ep.mu.Unlock()
+}
+
+func (ep *endpoint) refuses(id uint64) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.removed[id]
+}
 
 // ErrUnreachable is what Call returns when the network does not deliver.
 var ErrUnreachable = errors.New("cluster: member unreachable")
@@ -350,6 +382,9 @@ func (ep *endpoint) Call(ctx context.Context, to uint64, req []byte) ([]byte, er
 	nw.mu.Unlock()
 	if down {
 		return nil, fmt.Errorf("%w: %d", ErrUnreachable, to)
+	}
+	if dst.refuses(ep.id) {
+		return nil, fmt.Errorf("cluster: member %d: %w", to, transport.ErrRemoved)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
