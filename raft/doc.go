@@ -53,7 +53,9 @@
 // confchange.DefaultPolicy unless replaced — for a change: promote ready
 // learners up to the odd target voter count, fail a lost voter over to a
 // ready standby. Membership returns the leader's view with every member's
-// progress and readiness.
+// progress and readiness. A member that learns it was removed — it applies
+// its removal, or a member refuses it as removed — records it in its storage
+// (Storage.MarkRemoved) and stops with ErrRemoved; IDs are never reused.
 //
 // # Snapshots
 //
