@@ -97,12 +97,6 @@ func (s *changeSet) failAll(err error) {
 
 // membershipLoop is the run loop's membership state.
 type membershipLoop struct {
-	// confState is raft's configuration, as the loop applied it to the
-	// RawNode (ahead of the apply goroutine's member table).
-	confState *raftpb.ConfState
-	// jointChangeID is the change ID of the change that entered the current
-	// joint configuration (0 when unknown).
-	jointChangeID uint64
 	// lastIndex is the index of the last entry handed to the append goroutine.
 	lastIndex uint64
 	// confGate: a conf change is pending until raft's applied index reaches
@@ -114,9 +108,8 @@ type membershipLoop struct {
 	// readySince is the policy's memory (confchange.UpdateReadySince).
 	readySince map[uint64]time.Time
 	// checking is the change ID of a conf change just handed to raft, until
-	// the append that carries it is seen (0: none); checkIndex its index.
-	checking   uint64
-	checkIndex uint64
+	// the append that carries it is seen (0: none).
+	checking uint64
 	// nextChangeID numbers this member's changes.
 	nextChangeID uint64
 	// termStart is the index of this leader's first entry.
@@ -127,11 +120,8 @@ type membershipLoop struct {
 // conf changes (the pending-change gate), and the change being checked.
 func (n *Node) noteAppend(m *raftpb.Message) {
 	ms := &n.loop.ms
-	if s := m.GetSnapshot(); s != nil && s.GetMetadata().GetIndex() > 0 {
-		md := s.GetMetadata()
-		ms.lastIndex = md.GetIndex()
-		ms.confState = md.GetConfState()
-		ms.jointChangeID = 0
+	if i := m.GetSnapshot().GetMetadata().GetIndex(); i > 0 {
+		ms.lastIndex = i
 	}
 	for _, e := range m.GetEntries() {
 		ms.lastIndex = e.GetIndex()
@@ -145,7 +135,6 @@ func (n *Node) noteAppend(m *raftpb.Message) {
 		if cc, err := decodeConfChange(e); err == nil {
 			if ctx, err := changeContext(cc); err == nil && ctx.ChangeID == ms.checking {
 				ms.checking = 0
-				ms.checkIndex = e.GetIndex()
 			}
 		}
 	}
@@ -180,9 +169,6 @@ func (n *Node) view() confchange.View {
 		Progress:      make(map[uint64]confchange.Progress, len(st.Progress)),
 		ReadySince:    ms.readySince,
 		PendingChange: st.Applied < ms.confGate || ms.checking != 0,
-	}
-	if pr, ok := st.Progress[n.cfg.ID]; ok && pr.Match > v.LastIndex {
-		v.LastIndex = pr.Match
 	}
 	for id, pr := range st.Progress {
 		if id == n.cfg.ID {
@@ -227,10 +213,10 @@ func (n *Node) membershipTick() {
 	l.ms.readySince = confchange.UpdateReadySince(v, n.cfg.Membership)
 	v.ReadySince = l.ms.readySince
 	if v.PendingChange {
-		return
+		return // so the applied member table is current
 	}
-	if len(l.ms.confState.GetVotersOutgoing()) > 0 {
-		n.leaveJoint()
+	if v.Config.Joint() {
+		n.leaveJoint(n.members.Load().jointChangeID)
 		return
 	}
 	if n.cfg.ManualMembership {
@@ -266,13 +252,12 @@ func (n *Node) askPolicy(v confchange.View) (req confchange.Request, ok bool) {
 	return n.cfg.Policy.Next(v)
 }
 
-// leaveJoint proposes leaving the joint configuration (raft takes it only
-// once the entering change is applied on the leader: the caller checks).
-func (n *Node) leaveJoint() {
-	ms := &n.loop.ms
-	cc := confchange.LeaveJointChange(ms.jointChangeID)
-	n.log.Info("leaving the joint configuration", slog.Uint64("change", ms.jointChangeID))
-	if err := n.proposeChange(cc, ms.jointChangeID, nil); err != nil {
+// leaveJoint proposes leaving the joint configuration entered by change
+// changeID (raft takes it only once the entering change is applied on the
+// leader: the caller checks).
+func (n *Node) leaveJoint(changeID uint64) {
+	n.log.Info("leaving the joint configuration", slog.Uint64("change", changeID))
+	if err := n.proposeChange(confchange.LeaveJointChange(changeID), changeID, nil); err != nil {
 		n.log.Warn("leaving the joint configuration failed; retrying", slog.Any("err", err))
 	}
 }
@@ -280,8 +265,8 @@ func (n *Node) leaveJoint() {
 // proposeChange hands a conf change to raft and checks, in the Ready that
 // follows, that raft appended it: raft replaces a conf change it cannot take
 // by an empty entry without an error, so a change whose ID is not in the
-// next append was dropped. w, if set, is registered to wait for the change
-// to be applied.
+// next append was dropped (noteAppend also moves the pending-change gate to
+// it). w, if set, is registered to wait for the change to be applied.
 func (n *Node) proposeChange(cc *raftpb.ConfChangeV2, changeID uint64, w *changeWaiter) error {
 	l := &n.loop
 	ms := &l.ms
@@ -304,7 +289,6 @@ func (n *Node) proposeChange(cc *raftpb.ConfChangeV2, changeID uint64, w *change
 		n.changes.remove(changeID)
 		return fmt.Errorf("%w: raft did not append it (another change is pending)", ErrChangeDropped)
 	}
-	ms.confGate = max(ms.confGate, ms.checkIndex)
 	return nil
 }
 

@@ -106,7 +106,12 @@ func TestChangeWaitersFailOnTermChange(t *testing.T) {
 	if r := <-w.done; !errors.Is(r.err, ErrLeaderChanged) {
 		t.Fatalf("err = %v", r.err)
 	}
-	s.resolve(7, changeResult{index: 1}) // gone: no second delivery, no block
+	s.resolve(7, changeResult{index: 1}) // gone: nothing more is delivered
+	select {
+	case r := <-w.done:
+		t.Fatalf("a second result was delivered: %+v", r)
+	default:
+	}
 }
 
 type panickyPolicy struct{ asked chan struct{} }

@@ -2,7 +2,6 @@ package raft
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -37,13 +36,7 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 	if err != nil {
 		return err
 	}
-	if werr := n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader == to }); werr != nil {
-		if errors.Is(werr, ErrStopped) {
-			return n.stopErr()
-		}
-		return werr
-	}
-	return nil
+	return waitFor(n, ctx, n.state, func(s nodeState) bool { return s.leader == to })
 }
 
 // handOffLeadership, on a leader with other voters, transfers leadership to

@@ -46,7 +46,7 @@ func (n *Node) restore() (err error) {
 			err = &FatalError{Op: "start", Err: panicError(r)}
 		}
 	}()
-	hs, cs, err := n.store.InitialState()
+	hs, _, err := n.store.InitialState()
 	if err != nil {
 		return fmt.Errorf("raft: reading initial state: %w", err)
 	}
@@ -113,8 +113,7 @@ func (n *Node) restore() (err error) {
 		lastContact: make(map[uint64]time.Time),
 	}
 	n.loop.term = hs.GetTerm()
-	n.loop.ms.confState = cs
-	n.loop.ms.lastIndex, _ = n.store.LastIndex()
+	n.loop.ms.lastIndex = last
 	n.loop.ms.nextChangeID = uint64(time.Now().UnixNano())
 	return nil
 }
@@ -394,14 +393,6 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 		panic(err)
 	}
 	cs := n.loop.rn.ApplyConfChange(cc)
-	ms := &n.loop.ms
-	ms.confState = cs
-	if len(cs.GetVotersOutgoing()) > 0 {
-		ms.jointChangeID = 0
-		if ctx, err := changeContext(cc); err == nil {
-			ms.jointChangeID = ctx.ChangeID
-		}
-	}
 	n.updateRole(cs)
 	return cs
 }

@@ -75,13 +75,7 @@ func (n *Node) Membership(ctx context.Context) (Membership, error) {
 
 // waitLeader waits, within ctx, until a leader is known.
 func (n *Node) waitLeader(ctx context.Context) error {
-	if err := n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != 0 }); err != nil {
-		if errors.Is(err, ErrStopped) {
-			return n.stopErr()
-		}
-		return n.ctxErr(ctx)
-	}
-	return nil
+	return waitFor(n, ctx, n.state, func(s nodeState) bool { return s.leader != 0 })
 }
 
 // membershipOnLoop builds the Membership on the leader's loop.
@@ -99,11 +93,7 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 		Index:     t.index,
 		LastIndex: v.LastIndex,
 	}
-	outgoing := make(map[uint64]bool)
-	for _, id := range v.Config.VotersOutgoing {
-		outgoing[id] = true
-	}
-	for _, id := range v.Config.IDs() {
+	for _, id := range v.Config.IDs() { // sorted
 		rec, ok := v.Members[id]
 		if !ok {
 			rec = Member{ID: id}
@@ -111,7 +101,7 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 		ms := MemberStatus{
 			Member:    rec,
 			Role:      v.Config.Role(id),
-			Outgoing:  outgoing[id],
+			Outgoing:  slices.Contains(v.Config.VotersOutgoing, id),
 			Readiness: confchange.Readiness(v, n.cfg.Membership, id),
 		}
 		if pr, ok := v.Progress[id]; ok {
@@ -120,15 +110,6 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 		}
 		m.Members = append(m.Members, ms)
 	}
-	slices.SortFunc(m.Members, func(a, b MemberStatus) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
 	return m, nil
 }
 
@@ -195,13 +176,7 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 
 // waitApplied waits until this member has applied index.
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
-	if err := n.applied.wait(ctx, n.stopc, func(i uint64) bool { return i >= index }); err != nil {
-		if errors.Is(err, ErrStopped) {
-			return n.stopErr()
-		}
-		return n.ctxErr(ctx)
-	}
-	return nil
+	return waitFor(n, ctx, n.applied, func(i uint64) bool { return i >= index })
 }
 
 // AddLearner adds m as a learner: it never changes the quorum, so a wrong

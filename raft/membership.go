@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -62,6 +63,9 @@ type memberTable struct {
 	confState *raftpb.ConfState
 	records   map[uint64]Member
 	removed   map[uint64]bool
+	// jointChangeID is the change ID that entered the current joint
+	// configuration (0 when not joint, or unknown after a snapshot).
+	jointChangeID uint64
 }
 
 func newMemberTable() *memberTable {
@@ -71,10 +75,11 @@ func newMemberTable() *memberTable {
 // clone returns a copy that can be changed.
 func (t *memberTable) clone() *memberTable {
 	return &memberTable{
-		index:     t.index,
-		confState: t.confState,
-		records:   maps.Clone(t.records),
-		removed:   maps.Clone(t.removed),
+		index:         t.index,
+		confState:     t.confState,
+		records:       maps.Clone(t.records),
+		removed:       maps.Clone(t.removed),
+		jointChangeID: t.jointChangeID,
 	}
 }
 
@@ -97,20 +102,16 @@ func (t *memberTable) apply(index uint64, ctx confchange.Context, cs *raftpb.Con
 	}
 	t.confState = cs
 	t.index = index
+	t.jointChangeID = 0
+	if after.Joint() {
+		t.jointChangeID = ctx.ChangeID
+	}
 	return removed
 }
 
 // sorted returns the records in ID order.
 func (t *memberTable) sorted() []Member {
-	return slices.SortedFunc(maps.Values(t.records), func(a, b Member) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	return slices.SortedFunc(maps.Values(t.records), func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
 }
 
 // removedIDs returns the removed IDs in order.

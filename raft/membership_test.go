@@ -82,10 +82,45 @@ func addLearner(ctx context.Context, t *testing.T, c *cluster.Cluster, via *raft
 	return c.Join(id)
 }
 
+// withReadyLearner starts a 3-voter cluster with opts, adds member 4 as a
+// learner and waits until the leader finds it ready.
+func withReadyLearner(ctx context.Context, t *testing.T, opts cluster.Options) (*cluster.Cluster, *cluster.Member) {
+	t.Helper()
+	c := cluster.New(t, opts)
+	lead := c.WaitLeader()
+	addLearner(ctx, t, c, lead.Node, 4)
+	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
+	return c, lead
+}
+
+// countingPolicy is the default policy, counting how often the leader asks.
+type countingPolicy struct {
+	inner confchange.Policy
+	asked atomic.Int64
+}
+
+func (p *countingPolicy) Next(v confchange.View) (confchange.Request, bool) {
+	p.asked.Add(1)
+	return p.inner.Next(v)
+}
+
+// waitRounds waits until the leader asked the policy n more times: a
+// condition, not a sleep, for "the policy had its chance and did nothing".
+func (p *countingPolicy) waitRounds(ctx context.Context, t *testing.T, n int64) {
+	t.Helper()
+	target := p.asked.Load() + n
+	for p.asked.Load() < target {
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			t.Fatalf("the policy was asked %d times, want %d: %v", p.asked.Load(), target, err)
+		}
+	}
+}
+
 // A learner added through a follower (forwarded to the leader) catches up,
 // serves proposals (forwarded) and linearizable reads, and never votes.
 func TestLearnerProposesAndReads(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Membership: fastMembership})
+	policy := &countingPolicy{inner: confchange.DefaultPolicy{Settings: fastMembership}}
+	c := cluster.New(t, cluster.Options{Membership: fastMembership, Policy: policy})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lead := c.WaitLeader()
@@ -126,8 +161,8 @@ func TestLearnerProposesAndReads(t *testing.T) {
 	if m.Leader != lead.ID || len(m.Config.Voters) != 3 {
 		t.Fatalf("membership: %+v", m)
 	}
-	time.Sleep(300 * time.Millisecond) // several policy rounds: nothing to do
-	if m, _ := lead.Node.Membership(ctx); len(m.Config.Voters) != 3 || m.Joint() {
+	policy.waitRounds(ctx, t, 10) // the policy sees a ready standby: nothing to do
+	if m, _ := lead.Node.Membership(ctx); len(m.Config.Voters) != 3 || m.Joint() || m.Pending {
 		t.Fatalf("the policy changed a full cluster: %v", m.Config)
 	}
 	// A learner cannot lead.
@@ -202,7 +237,8 @@ func TestMembershipRefusals(t *testing.T) {
 // at once through a joint configuration so that the count stays odd; a
 // removed member learns it and its ID is never reused.
 func TestPolicyGrowsOneVoterToThree(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Members: 1, Membership: fastMembership})
+	policy := &countingPolicy{inner: confchange.DefaultPolicy{Settings: fastMembership}}
+	c := cluster.New(t, cluster.Options{Members: 1, Membership: fastMembership, Policy: policy})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lead := c.WaitLeader()
@@ -212,8 +248,8 @@ func TestPolicyGrowsOneVoterToThree(t *testing.T) {
 	// One voter and one ready learner: promoting it alone would make two
 	// voters, so the policy waits for a second one.
 	waitMembership(ctx, t, lead.Node, "learner 2 ready", ready(2))
-	time.Sleep(200 * time.Millisecond)
-	if m, _ := lead.Node.Membership(ctx); len(m.Config.Voters) != 1 {
+	policy.waitRounds(ctx, t, 10)
+	if m, _ := lead.Node.Membership(ctx); len(m.Config.Voters) != 1 || m.Pending {
 		t.Fatalf("the policy made the voter count even: %v", m.Config)
 	}
 	addLearner(ctx, t, c, lead.Node, 3)
@@ -267,12 +303,9 @@ func waitEvent(ctx context.Context, t *testing.T, ch <-chan raft.Event, typ raft
 // standby in one joint change; the voter count stays three, and the
 // cluster keeps writing. The lost voter rejoins as a standby.
 func TestPolicyFailsOverToStandby(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Membership: confchange.Settings{Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lead := c.WaitLeader()
-	addLearner(ctx, t, c, lead.Node, 4)
-	waitMembership(ctx, t, lead.Node, "standby 4 ready", ready(4))
+	c, lead := withReadyLearner(ctx, t, cluster.Options{Membership: confchange.Settings{Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond}})
 	lost := follower(t, c, lead).ID
 	c.Crash(lost)
 	m := waitMembership(ctx, t, lead.Node, fmt.Sprintf("4 replacing %d", lost), func(m raft.Membership) bool {
@@ -301,12 +334,9 @@ func TestPolicyFailsOverToStandby(t *testing.T) {
 // configuration that the leader leaves on its own; the caller returns once
 // it is left.
 func TestExplicitJointSwap(t *testing.T) {
-	c := cluster.New(t, cluster.Options{ManualMembership: true, Membership: fastMembership})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lead := c.WaitLeader()
-	addLearner(ctx, t, c, lead.Node, 4)
-	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
+	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
 	old := follower(t, c, lead)
 	res, err := old.Node.ChangeMembership(ctx, confchange.Swap(old.ID, 4))
 	if err != nil {
@@ -353,12 +383,9 @@ func isLeaveJoint(m *raftpb.Message) bool {
 // A leader that entered a joint configuration and crashed before leaving it
 // leaves the cluster consistent: the next leader completes the change.
 func TestNextLeaderCompletesJointChange(t *testing.T) {
-	c := cluster.New(t, cluster.Options{ManualMembership: true, Membership: fastMembership})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lead := c.WaitLeader()
-	addLearner(ctx, t, c, lead.Node, 4)
-	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
+	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
 	old := follower(t, c, lead)
 
 	// The leader's attempt to leave never reaches anyone.

@@ -220,13 +220,7 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 	if res.err != nil {
 		return res.err
 	}
-	if err := n.applied.wait(ctx, n.stopc, func(i uint64) bool { return i >= res.index }); err != nil {
-		if errors.Is(err, ErrStopped) {
-			return n.stopErr()
-		}
-		return n.ctxErr(ctx)
-	}
-	return nil
+	return n.waitApplied(ctx, res.index)
 }
 
 // StaleRead answers query from this member's state without any round trip:

@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -38,6 +39,20 @@ func (w *watched[T]) update(f func(cur T) (T, bool)) {
 }
 
 func (w *watched[T]) set(v T) { w.update(func(T) (T, bool) { return v, true }) }
+
+// waitFor waits on w for n's callers: nil once ok holds, the node's stop
+// error (with its fatal cause) if it stops first, else ctx's error (with
+// ErrNoLeader attached when no leader is known).
+func waitFor[T comparable](n *Node, ctx context.Context, w *watched[T], ok func(T) bool) error {
+	err := w.wait(ctx, n.stopc, ok)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrStopped):
+		return n.stopErr()
+	}
+	return n.ctxErr(ctx)
+}
 
 // wait returns nil once ok(value) holds, ctx.Err() when ctx ends, and
 // ErrStopped when stop is closed first.

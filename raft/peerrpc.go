@@ -54,15 +54,20 @@ type rpcRefusal struct {
 	Quorum    confchange.Quorum `json:"quorum,omitzero"`
 }
 
-// nodeErrors are the node's errors that cross the wire by code.
-var nodeErrors = map[string]error{
-	"leader_changed":   ErrLeaderChanged,
-	"change_dropped":   ErrChangeDropped,
-	"proposal_dropped": ErrProposalDropped,
-	"no_leader":        ErrNoLeader,
-	"stopped":          ErrStopped,
-	"deadline":         context.DeadlineExceeded,
-	"canceled":         context.Canceled,
+// nodeErrors are the node's errors that cross the wire by code, matched in
+// this order.
+var nodeErrors = []struct {
+	code string
+	err  error
+}{
+	{"leader_changed", ErrLeaderChanged},
+	{"change_dropped", ErrChangeDropped},
+	{"proposal_dropped", ErrProposalDropped},
+	{"removed", ErrRemoved},
+	{"stopped", ErrStopped},
+	{"no_leader", ErrNoLeader},
+	{"deadline", context.DeadlineExceeded},
+	{"canceled", context.Canceled},
 }
 
 // refusalErrors are confchange's sentinels by code.
@@ -104,9 +109,9 @@ func toRPCError(err error) *rpcError {
 		}
 		return e
 	}
-	for code, sentinel := range nodeErrors {
-		if errors.Is(err, sentinel) {
-			e.Code = code
+	for _, ne := range nodeErrors {
+		if errors.Is(err, ne.err) {
+			e.Code = ne.code
 			return e
 		}
 	}
@@ -143,7 +148,13 @@ func (e *rpcError) toError(from uint64) error {
 	if e.Code == "not_leader" {
 		return errNotLeader{leader: e.Leader}
 	}
-	return &remoteError{from: from, msg: e.Message, err: nodeErrors[e.Code]}
+	re := &remoteError{from: from, msg: e.Message}
+	for _, ne := range nodeErrors {
+		if ne.code == e.Code {
+			re.err = ne.err
+		}
+	}
+	return re
 }
 
 // serveRequest answers a member-to-member request. Failures to decode are

@@ -68,7 +68,9 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 func (n *Node) status() Status {
 	l := &n.loop
 	rs := l.rn.Status()
-	last, _ := n.store.LastIndex()
+	// The last index handed to storage: the leader's log may be ahead of
+	// what its storage holds (it replicates before its own fsync).
+	last := l.ms.lastIndex
 	st := Status{
 		ID:             n.cfg.ID,
 		Role:           l.role,
@@ -83,11 +85,6 @@ func (n *Node) status() Status {
 		EventsDropped:  n.events.dropped.Load(),
 	}
 	if rs.RaftState == etcdraft.StateLeader {
-		// The leader's log may be ahead of its storage (it replicates before
-		// its own fsync): its own Match is its last index.
-		if pr, ok := rs.Progress[n.cfg.ID]; ok && pr.Match > last {
-			last = pr.Match
-		}
 		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))
 		now := time.Now()
 		for id, pr := range rs.Progress {
