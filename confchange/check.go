@@ -1,6 +1,7 @@
 package confchange
 
 import (
+	"errors"
 	"slices"
 	"strconv"
 )
@@ -277,15 +278,9 @@ func (c *checker) transfer(id uint64) {
 	if !c.known(id) {
 		return
 	}
-	switch c.v.Config.Role(id) {
-	case RoleLearner:
-		what := "is a learner"
-		if slices.Contains(c.v.Config.LearnersNext, id) {
-			what = "is becoming a learner"
-		}
-		c.refuse(ErrLearnerCannotLead, id, memberDetail(id, what))
-	case RoleNone:
-		c.refuse(ErrLearnerCannotLead, id, memberDetail(id, "is leaving the voters"))
+	var ref *Refusal
+	if errors.As(c.v.Config.CanLead(id), &ref) {
+		c.refuse(ref.Err, id, ref.Detail)
 	}
 }
 

@@ -78,6 +78,53 @@ func ConfigFromConfState(cs *raftpb.ConfState) Config {
 	}.Normalize()
 }
 
+// ConfigFromTracker converts the configuration etcd raft tracks (what
+// RawNode.Status().Config holds).
+func ConfigFromTracker(tc tracker.Config) Config {
+	return Config{
+		Voters:         mapIDs(tc.Voters[0]),
+		VotersOutgoing: mapIDs(tc.Voters[1]),
+		Learners:       mapIDs(tc.Learners),
+		LearnersNext:   mapIDs(tc.LearnersNext),
+		AutoLeave:      tc.AutoLeave,
+	}.Normalize()
+}
+
+func mapIDs[V any](m map[uint64]V) []uint64 {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]uint64, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	return out
+}
+
+// CanLead says whether leadership may move to member id: only a voter of
+// the incoming configuration can take it. A learner, a voter that a joint
+// configuration turns into a learner, and a voter that it removes (only in
+// the outgoing half) are refused with ErrLearnerCannotLead; an ID outside
+// the configuration with ErrUnknownMember. The error is a *Refusal. The
+// node's leadership transfers and its hand-off on stop follow this rule, as
+// the planner's OpTransferLeader check does.
+func (c Config) CanLead(id uint64) error {
+	if !c.Contains(id) {
+		return &Refusal{Err: ErrUnknownMember, ID: id, Detail: memberDetail(id, "is not in the configuration")}
+	}
+	switch c.Role(id) {
+	case RoleLearner:
+		what := "is a learner"
+		if slices.Contains(c.LearnersNext, id) {
+			what = "is becoming a learner"
+		}
+		return &Refusal{Err: ErrLearnerCannotLead, ID: id, Detail: memberDetail(id, what)}
+	case RoleNone:
+		return &Refusal{Err: ErrLearnerCannotLead, ID: id, Detail: memberDetail(id, "is leaving the voters")}
+	}
+	return nil
+}
+
 // ConfState converts the Config back into raft's ConfState.
 func (c Config) ConfState() *raftpb.ConfState {
 	c = c.Normalize()

@@ -1,6 +1,8 @@
 package raft
 
 import (
+	"log/slog"
+
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -28,6 +30,7 @@ func (n *Node) runAppend() {
 		case m := <-n.appendc:
 			batch = append(batch[:0], m)
 		case <-n.stopc:
+			n.flushCommit()
 			return
 		}
 	drain:
@@ -123,6 +126,19 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 	clear(o)
 	*out = o[:0]
 	return true
+}
+
+// flushCommit writes a commit-only hard state still held back, as the node
+// stops: a restarted member then starts from every commit it knew of.
+// (Reads do not depend on it — a leader answers none before it commits an
+// entry of its own term — but a restart applies what was committed at once.)
+func (n *Node) flushCommit() {
+	if hs := n.saved.pending; hs != nil {
+		n.saved.pending = nil
+		if err := n.store.Save(hs, nil, nil); err != nil {
+			n.log.Warn("persisting the commit index on stop", slog.Any("err", err))
+		}
+	}
 }
 
 // appendState is what the append goroutine knows about the persisted hard

@@ -36,7 +36,8 @@ type applyState struct {
 	applied      uint64
 	members      *memberTable
 	dedup        *dedupWindow
-	snapIndex    uint64 // index of the last snapshot taken or restored
+	clients      *dedupWindow // client request IDs (ProposeWithID)
+	snapIndex    uint64       // index of the last snapshot taken or restored
 	snapshotting atomic.Bool
 	cmds         []Command
 	ids          []requestID
@@ -45,6 +46,7 @@ type applyState struct {
 
 func (a *applyState) init(n *Node) {
 	a.dedup = newDedupWindow(dedupWindowSize)
+	a.clients = newDedupWindow(dedupWindowSize)
 	n.setMembers(newMemberTable())
 }
 
@@ -112,12 +114,22 @@ func (n *Node) applyEntries(t applyTask) error {
 		if len(data) == 0 {
 			continue // a new leader's empty entry
 		}
-		id, cmd, err := decodeCommand(data)
+		id, rid, cmd, err := decodeCommand(data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", idx, err)
 		}
 		if !a.dedup.add(id) {
 			continue // a duplicate of a command applied recently
+		}
+		if rid.Client != 0 && !a.clients.add(requestID{proposer: rid.Client, seq: rid.Seq}) {
+			// A retry of a client request applied before: not applied again.
+			if err := n.flushCommands(); err != nil {
+				return err
+			}
+			if id.proposer == n.cfg.ID {
+				n.waiters.resolve(id.seq, Result{Err: ErrDuplicateRequest})
+			}
+			continue
 		}
 		a.cmds = append(a.cmds, Command{Index: idx, Data: cmd})
 		a.ids = append(a.ids, id)
@@ -221,6 +233,13 @@ func (n *Node) syncPeers(removed []uint64) {
 			n.tr.AddPeer(id, m.PeerAddr)
 		}
 	}
+	// Learner flags after AddPeer (a member known only from a snapshot is
+	// added just above).
+	for _, id := range n.apply.members.confState.GetLearners() {
+		if id != n.cfg.ID {
+			n.tr.SetLearner(id, true)
+		}
+	}
 }
 
 // restoreSnapshot replaces the state machine, the member table and the dedup
@@ -268,6 +287,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	}
 	n.setMembers(t)
 	a.dedup.reset(h.dedup)
+	a.clients.reset(h.clients)
 	a.applied = index
 	a.snapIndex = index
 	if n.applied != nil {
@@ -309,7 +329,7 @@ func (n *Node) maybeSnapshot() {
 	}
 	index := a.applied
 	cs := proto.Clone(a.members.confState).(*raftpb.ConfState)
-	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids()}
+	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids(), clients: a.clients.ids()}
 	a.snapIndex = index
 	a.snapshotting.Store(true)
 	n.wg.Add(1)

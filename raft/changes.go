@@ -36,7 +36,8 @@ type changeResult struct {
 
 // changeWaiter is one membership change waiting to be applied.
 type changeWaiter struct {
-	term uint64
+	term uint64 // the term it was proposed in
+	tick uint64 // the loop's tick when it was proposed
 	done chan changeResult
 }
 
@@ -86,6 +87,18 @@ func (s *changeSet) failOlder(term uint64, err error) {
 	}
 }
 
+// failExpired fails the changes proposed at or before tick.
+func (s *changeSet) failExpired(tick uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range s.m {
+		if w.tick <= tick {
+			delete(s.m, id)
+			w.done <- changeResult{err: err}
+		}
+	}
+}
+
 func (s *changeSet) failAll(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,8 +133,13 @@ type membershipLoop struct {
 // conf changes (the pending-change gate), and the change being checked.
 func (n *Node) noteAppend(m *raftpb.Message) {
 	ms := &n.loop.ms
-	if i := m.GetSnapshot().GetMetadata().GetIndex(); i > 0 {
-		ms.lastIndex = i
+	if md := m.GetSnapshot().GetMetadata(); md.GetIndex() > 0 {
+		// An installed snapshot brings its configuration: this member's
+		// role (a joiner learns here that it is a learner) and the
+		// transport's learner flags follow it.
+		ms.lastIndex = md.GetIndex()
+		n.followConfig(md.GetConfState(), nil)
+		n.updateRole(md.GetConfState())
 	}
 	for _, e := range m.GetEntries() {
 		ms.lastIndex = e.GetIndex()
@@ -149,8 +167,12 @@ func (n *Node) becameLeader() {
 	ms.readySince = nil
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
+	// The gate is the leader's last index, as raft's own pendingConfIndex:
+	// a conf change this member appended in an earlier term and that a
+	// later leader overwrote must not hold changes back (its index may lie
+	// beyond this log's end until new entries reach it).
 	ms.termStart = ms.lastIndex
-	ms.confGate = max(ms.confGate, ms.lastIndex)
+	ms.confGate = ms.lastIndex
 }
 
 // view builds the membership view the rules look at. Only on the leader.
@@ -271,7 +293,7 @@ func (n *Node) proposeChange(cc *raftpb.ConfChangeV2, changeID uint64, w *change
 	l := &n.loop
 	ms := &l.ms
 	if w != nil {
-		w.term = l.term
+		w.term, w.tick = l.term, l.ticks
 		n.changes.add(changeID, w)
 	}
 	if err := l.rn.ProposeConfChange(cc); err != nil {

@@ -33,6 +33,7 @@ func (loneTransport) Send([]*raftpb.Message)    {}
 func (loneTransport) AddPeer(uint64, string)    {}
 func (loneTransport) UpdatePeer(uint64, string) {}
 func (loneTransport) RemovePeer(uint64)         {}
+func (loneTransport) SetLearner(uint64, bool)   {}
 func (loneTransport) Call(context.Context, uint64, []byte) ([]byte, error) {
 	return nil, errors.New("no peers")
 }

@@ -77,6 +77,14 @@ type Config struct {
 	// a snapshot so that slow followers can catch up without one. Default 5,000.
 	SnapshotCatchUpEntries uint64
 
+	// RequestTimeout bounds how long a proposal, membership change or
+	// leadership transfer that was handed to raft waits for its outcome,
+	// whatever the caller's context: raft drops some messages silently, and
+	// a caller with context.Background() must not wait for ever. Past it the
+	// caller gets ErrTimeout (outcome unknown). Default 5s plus two election
+	// timeouts (etcd's request timeout).
+	RequestTimeout time.Duration
+
 	// MaxPendingProposals bounds the proposals waiting for the run loop
 	// (Propose blocks, within its context, beyond it). Default 8192.
 	MaxPendingProposals int
@@ -139,6 +147,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxPendingProposals == 0 {
 		c.MaxPendingProposals = DefaultMaxPendingProposals
 	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 5*time.Second + 2*time.Duration(c.ElectionTicks)*c.TickInterval
+	}
 	if c.ApplyQueueSize == 0 {
 		c.ApplyQueueSize = DefaultApplyQueueSize
 	}
@@ -188,6 +199,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotCount > 0 && c.SnapshotCatchUpEntries > c.SnapshotCount*10 {
 		bad("SnapshotCatchUpEntries (%d) must be at most 10x SnapshotCount (%d)", c.SnapshotCatchUpEntries, c.SnapshotCount)
+	}
+	if c.RequestTimeout < 0 {
+		bad("RequestTimeout (%s) must be positive", c.RequestTimeout)
 	}
 	if c.MaxPendingProposals < 0 {
 		bad("MaxPendingProposals (%d) must be positive", c.MaxPendingProposals)

@@ -8,12 +8,23 @@ import (
 
 func TestCommandRoundTrip(t *testing.T) {
 	id := requestID{proposer: 7, seq: 1 << 60}
-	gotID, cmd, err := decodeCommand(encodeCommand(id, []byte("hello")))
-	if err != nil || gotID != id || string(cmd) != "hello" {
-		t.Fatalf("round trip: %v %v %q", err, gotID, cmd)
+	gotID, rid, cmd, err := decodeCommand(encodeCommand(id, []byte("hello")))
+	if err != nil || gotID != id || rid != (RequestID{}) || string(cmd) != "hello" {
+		t.Fatalf("round trip: %v %v %v %q", err, gotID, rid, cmd)
 	}
-	for _, bad := range [][]byte{nil, {1}, bytes.Repeat([]byte{9}, 20)} {
-		if _, _, err := decodeCommand(bad); !errors.Is(err, ErrCorruptEntry) {
+	want := RequestID{Client: 42, Seq: 3}
+	b := appendCommand(nil, id, want, []byte("again"))
+	if len(b) != payloadSize(want, []byte("again")) {
+		t.Fatalf("payload of %d bytes, payloadSize says %d", len(b), payloadSize(want, []byte("again")))
+	}
+	gotID, rid, cmd, err = decodeCommand(b)
+	if err != nil || gotID != id || rid != want || string(cmd) != "again" {
+		t.Fatalf("client round trip: %v %v %v %q", err, gotID, rid, cmd)
+	}
+	zeroClient := appendCommand(nil, id, want, nil)
+	clear(zeroClient[17:25])
+	for _, bad := range [][]byte{nil, {1}, bytes.Repeat([]byte{9}, 20), b[:20], zeroClient} {
+		if _, _, _, err := decodeCommand(bad); !errors.Is(err, ErrCorruptEntry) {
 			t.Fatalf("decodeCommand(%x) = %v, want ErrCorruptEntry", bad, err)
 		}
 	}
@@ -44,6 +55,7 @@ func TestSnapHeaderRoundTrip(t *testing.T) {
 		members: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001", Metadata: map[string]string{"client_addr": "127.0.0.1:8001"}}, {ID: 2, PeerAddr: "h:1", ReadOnly: true}},
 		removed: []uint64{5, 9},
 		dedup:   []requestID{{1, 2}, {3, 4}},
+		clients: []requestID{{42, 7}},
 	}
 	var buf bytes.Buffer
 	if err := h.writeTo(&buf); err != nil {
@@ -54,7 +66,7 @@ func TestSnapHeaderRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.members) != 2 || got.members[0].Metadata["client_addr"] != "127.0.0.1:8001" || !got.members[1].ReadOnly || len(got.removed) != 2 || got.removed[1] != 9 || len(got.dedup) != 2 || got.dedup[1] != (requestID{3, 4}) {
+	if len(got.members) != 2 || got.members[0].Metadata["client_addr"] != "127.0.0.1:8001" || !got.members[1].ReadOnly || len(got.removed) != 2 || got.removed[1] != 9 || len(got.dedup) != 2 || got.dedup[1] != (requestID{3, 4}) || len(got.clients) != 1 || got.clients[0] != (requestID{42, 7}) {
 		t.Fatalf("round trip: %+v", got)
 	}
 	if rest := buf.String(); rest != "state machine bytes" {
@@ -74,17 +86,18 @@ func TestSnapHeaderRoundTrip(t *testing.T) {
 
 func FuzzDecodeCommand(f *testing.F) {
 	f.Add(encodeCommand(requestID{1, 2}, []byte("x")))
+	f.Add(appendCommand(nil, requestID{1, 2}, RequestID{Client: 3, Seq: 4}, []byte("x")))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		id, cmd, err := decodeCommand(b)
-		if err == nil && !bytes.Equal(encodeCommand(id, cmd), b) {
+		id, rid, cmd, err := decodeCommand(b)
+		if err == nil && !bytes.Equal(appendCommand(nil, id, rid, cmd), b) {
 			t.Fatalf("decoded %x does not re-encode", b)
 		}
 	})
 }
 
 func FuzzDecodeSnapHeader(f *testing.F) {
-	h := &snapHeader{members: []Member{{ID: 1, PeerAddr: "a:1", Metadata: map[string]string{"k": "v"}}}, removed: []uint64{4}, dedup: []requestID{{1, 1}}}
+	h := &snapHeader{members: []Member{{ID: 1, PeerAddr: "a:1", Metadata: map[string]string{"k": "v"}}}, removed: []uint64{4}, dedup: []requestID{{1, 1}}, clients: []requestID{{9, 9}}}
 	b, err := h.encode()
 	if err != nil {
 		f.Fatal(err)
@@ -92,7 +105,7 @@ func FuzzDecodeSnapHeader(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeSnapHeader(b)
+		got, err := decodeSnapHeader(b, false)
 		if err != nil {
 			if !errors.Is(err, ErrCorruptSnapshot) {
 				t.Fatalf("error %v does not wrap ErrCorruptSnapshot", err)
@@ -103,7 +116,7 @@ func FuzzDecodeSnapHeader(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding a decoded header fails: %v", err)
 		}
-		if _, err := decodeSnapHeader(b); err != nil {
+		if _, err := decodeSnapHeader(b, false); err != nil {
 			t.Fatalf("decoding a re-encoded header fails: %v", err)
 		}
 	})

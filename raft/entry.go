@@ -7,18 +7,23 @@ import (
 
 // Entry payload format (the Data of a normal raft entry):
 //
-//	byte 0      kind (entryCommand)
+//	byte 0      kind (entryCommand or entryClientCommand)
 //	bytes 1-8   proposer member ID, big endian
 //	bytes 9-16  proposer's sequence number, big endian
+//	bytes 17-32 entryClientCommand only: the caller's RequestID (client, seq)
 //	rest        the command, as given to Propose
 //
-// The (proposer, sequence) pair is the request ID: the proposer resolves its
-// caller when it applies the entry, and every member skips an ID it applied
-// recently (a proposal duplicated by the network is applied once).
+// The (proposer, sequence) pair identifies the proposal: the proposer
+// resolves its caller when it applies the entry, and every member skips a
+// pair it applied recently (a proposal duplicated by the network is applied
+// once). A client command also carries the caller's RequestID, which every
+// member skips the same way: a retry through any member is applied once.
 const (
-	entryCommand      byte = 1
-	entryHeaderSize        = 17
-	maxEntryKindKnown      = entryCommand
+	entryCommand       byte = 1
+	entryClientCommand byte = 2
+	entryHeaderSize         = 17
+	clientHeaderSize        = entryHeaderSize + 16
+	maxEntryKindKnown       = entryClientCommand
 )
 
 // requestID identifies one proposal cluster-wide.
@@ -27,31 +32,71 @@ type requestID struct {
 	seq      uint64
 }
 
-func encodeCommand(id requestID, cmd []byte) []byte {
-	return appendCommand(make([]byte, 0, entryHeaderSize+len(cmd)), id, cmd)
+// RequestID identifies a command across retries (Node.ProposeWithID): a
+// client picks a Client ID of its own (non-zero, e.g. random, unique among
+// the clients of a cluster) and numbers its requests with Seq. A command
+// whose RequestID was applied recently — among the last 8192 client
+// commands — is not applied again.
+type RequestID struct {
+	Client uint64
+	Seq    uint64
 }
 
-// appendCommand appends the payload of cmd with id to b.
-func appendCommand(b []byte, id requestID, cmd []byte) []byte {
-	b = append(b, entryCommand)
+func encodeCommand(id requestID, cmd []byte) []byte {
+	return appendCommand(make([]byte, 0, entryHeaderSize+len(cmd)), id, RequestID{}, cmd)
+}
+
+// appendCommand appends the payload of cmd with id (and rid, if its Client
+// is set) to b.
+func appendCommand(b []byte, id requestID, rid RequestID, cmd []byte) []byte {
+	kind := entryCommand
+	if rid.Client != 0 {
+		kind = entryClientCommand
+	}
+	b = append(b, kind)
 	b = binary.BigEndian.AppendUint64(b, id.proposer)
 	b = binary.BigEndian.AppendUint64(b, id.seq)
+	if rid.Client != 0 {
+		b = binary.BigEndian.AppendUint64(b, rid.Client)
+		b = binary.BigEndian.AppendUint64(b, rid.Seq)
+	}
 	return append(b, cmd...)
 }
 
-// decodeCommand splits an entry payload. It never panics on bad input.
-func decodeCommand(b []byte) (requestID, []byte, error) {
+// payloadSize is the size of the payload appendCommand makes.
+func payloadSize(rid RequestID, cmd []byte) int {
+	if rid.Client != 0 {
+		return clientHeaderSize + len(cmd)
+	}
+	return entryHeaderSize + len(cmd)
+}
+
+// decodeCommand splits an entry payload; rid.Client is 0 for a plain
+// command. It never panics on bad input.
+func decodeCommand(b []byte) (id requestID, rid RequestID, cmd []byte, err error) {
 	if len(b) < entryHeaderSize {
-		return requestID{}, nil, fmt.Errorf("%w: payload of %d bytes is shorter than the %d-byte header", ErrCorruptEntry, len(b), entryHeaderSize)
+		return id, rid, nil, fmt.Errorf("%w: payload of %d bytes is shorter than the %d-byte header", ErrCorruptEntry, len(b), entryHeaderSize)
 	}
-	if b[0] != entryCommand {
-		return requestID{}, nil, fmt.Errorf("%w: unknown entry kind %d (this version knows up to %d)", ErrCorruptEntry, b[0], maxEntryKindKnown)
+	switch b[0] {
+	case entryCommand, entryClientCommand:
+	default:
+		return id, rid, nil, fmt.Errorf("%w: unknown entry kind %d (this version knows up to %d)", ErrCorruptEntry, b[0], maxEntryKindKnown)
 	}
-	id := requestID{
+	id = requestID{
 		proposer: binary.BigEndian.Uint64(b[1:9]),
 		seq:      binary.BigEndian.Uint64(b[9:17]),
 	}
-	return id, b[entryHeaderSize:], nil
+	if b[0] == entryCommand {
+		return id, rid, b[entryHeaderSize:], nil
+	}
+	if len(b) < clientHeaderSize {
+		return id, rid, nil, fmt.Errorf("%w: client payload of %d bytes is shorter than the %d-byte header", ErrCorruptEntry, len(b), clientHeaderSize)
+	}
+	rid = RequestID{Client: binary.BigEndian.Uint64(b[17:25]), Seq: binary.BigEndian.Uint64(b[25:33])}
+	if rid.Client == 0 {
+		return id, rid, nil, fmt.Errorf("%w: client payload with client ID 0", ErrCorruptEntry)
+	}
+	return id, rid, b[clientHeaderSize:], nil
 }
 
 // dedupWindow remembers the request IDs of the last `size` applied commands,

@@ -13,6 +13,28 @@ var (
 	// stopped itself because of a fatal error (see Node.Err).
 	ErrStopped = errors.New("raft: node stopped")
 
+	// ErrStopTimeout is returned by Stop when its context ended before the
+	// node's goroutines exited (a host callback that does not return): the
+	// node finishes stopping in the background and closes Done then.
+	ErrStopTimeout = errors.New("raft: stop did not finish in time")
+
+	// ErrTimeout is returned to a caller whose proposal, membership change or
+	// leadership transfer was handed to raft but had no outcome within
+	// Config.RequestTimeout, whatever the caller's context (raft drops some
+	// messages silently: a forwarded proposal the leader could not take, a
+	// transfer it abandoned). The outcome is unknown, as for ErrLeaderChanged.
+	ErrTimeout = errors.New("raft: no outcome in time, outcome unknown")
+
+	// ErrDuplicateRequest is returned by ProposeWithID when a command with the
+	// same request ID was applied before (by an earlier attempt): it was not
+	// applied again. The earlier attempt's result is not kept.
+	ErrDuplicateRequest = errors.New("raft: request already applied")
+
+	// ErrInvalidRequest is returned for a malformed argument (e.g. a zero
+	// RequestID.Client, a transfer request without exactly one ID). It is
+	// confchange's sentinel: one error per reason, library-wide.
+	ErrInvalidRequest = confchange.ErrInvalidRequest
+
 	// ErrNotStarted is returned by calls made before Start.
 	ErrNotStarted = errors.New("raft: node not started")
 

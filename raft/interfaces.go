@@ -53,6 +53,12 @@ type Transport interface {
 	UpdatePeer(id uint64, addr string)
 	// RemovePeer forgets a member; its connections are refused from now on.
 	RemovePeer(id uint64)
+	// SetLearner tells the transport whether a known member is a learner
+	// (learners get a smaller queue: a catching-up learner must not crowd
+	// out the voters). The node calls it after AddPeer, whenever the
+	// configuration changes however it arrives: a conf change, an installed
+	// snapshot, a restart.
+	SetLearner(id uint64, learner bool)
 	// Call sends a member-to-member request to member to and returns the
 	// answer of its PeerHandler.ServeRequest, waiting within ctx. The node
 	// uses it to forward membership requests to the leader.

@@ -2,31 +2,28 @@ package raft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // TransferLeadership asks the leader to hand leadership to member to and
-// waits until to leads, within ctx. A learner cannot lead
-// (ErrLearnerCannotLead); an ID outside the configuration is
-// ErrUnknownMember.
+// waits until to leads, within ctx. Only a voter of the incoming
+// configuration can lead (confchange.Config.CanLead): a learner, or a voter
+// that a joint configuration is turning into a learner or removing, is
+// ErrLearnerCannotLead; an ID outside the configuration is
+// ErrUnknownMember. Raft abandons a transfer that does not complete within
+// an election timeout: the call then returns ErrTimeout.
 func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 	var err error
 	if derr := n.do(ctx, func() {
-		cfg := n.loop.rn.Status().Config
-		if _, ok := cfg.Learners[to]; ok {
-			err = fmt.Errorf("%w: member %d is a learner", ErrLearnerCannotLead, to)
-			return
-		}
-		if _, ok := cfg.LearnersNext[to]; ok {
-			err = fmt.Errorf("%w: member %d is becoming a learner", ErrLearnerCannotLead, to)
-			return
-		}
-		if _, ok := cfg.Voters.IDs()[to]; !ok {
-			err = fmt.Errorf("%w: %d", ErrUnknownMember, to)
+		cfg := confchange.ConfigFromTracker(n.loop.rn.Status().Config)
+		if err = cfg.CanLead(to); err != nil {
 			return
 		}
 		n.loop.rn.TransferLeader(to)
@@ -36,11 +33,18 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(n, ctx, n.state, func(s nodeState) bool { return s.leader == to })
+	wctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())
+	defer cancel()
+	err = waitFor(n, wctx, n.state, func(s nodeState) bool { return s.leader == to })
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: leadership did not move to member %d within two election timeouts", ErrTimeout, to)
+	}
+	return err
 }
 
 // handOffLeadership, on a leader with other voters, transfers leadership to
-// the most caught-up voter and waits (within ctx) until it leads.
+// the most caught-up voter that can lead and answers, and waits (within ctx)
+// until it leads.
 func (n *Node) handOffLeadership(ctx context.Context) {
 	var target uint64
 	_ = n.do(ctx, func() {
@@ -48,9 +52,10 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 		if st.RaftState != etcdraft.StateLeader {
 			return
 		}
+		cfg := confchange.ConfigFromTracker(st.Config)
 		var best uint64
-		for id := range st.Config.Voters.IDs() {
-			if id == n.cfg.ID {
+		for _, id := range cfg.Voters {
+			if id == n.cfg.ID || cfg.CanLead(id) != nil {
 				continue
 			}
 			pr, ok := st.Progress[id]
@@ -70,7 +75,7 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 		return
 	}
 	// Raft abandons a transfer after an election timeout; so do we.
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
+	ctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())
 	defer cancel()
 	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
 }

@@ -1,7 +1,6 @@
 package raft
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,28 +13,25 @@ import (
 
 // loopState is owned by the run loop goroutine.
 type loopState struct {
-	rn          *etcdraft.RawNode
-	leader      uint64
-	term        uint64
-	role        Role
-	ticks       uint64
-	pending     []*proposal // waiting to be handed to raft (no leader yet)
-	readQueue   []*readRequest
-	readSeq     uint64
-	readRounds  map[uint64]*readRound
-	lastContact map[uint64]time.Time
-	out         []*raftpb.Message // reused buffer for network messages
-	localBuf    []*raftpb.Message // reused buffer for mailbox messages
-	live        []uint64          // reused: the sequence numbers of a batch being proposed
-	lastBatch   int               // proposals in the last flush
-	ms          membershipLoop
-	nowLeader   bool // became leader in the Ready being handled
-}
-
-// readRound is one ReadIndex request shared by many reads.
-type readRound struct {
-	reqs []*readRequest
-	tick uint64
+	rn         *etcdraft.RawNode
+	leader     uint64
+	term       uint64
+	role       Role
+	ticks      uint64
+	pending    []*proposal // waiting to be handed to raft (no leader yet)
+	readQueue  []*readRequest
+	readSeq    uint64
+	readRounds map[uint64]*readRound
+	// heldReadIndex are ReadIndex requests from other members that this
+	// new leader holds until it may answer them (see leaderMayRead).
+	heldReadIndex []*raftpb.Message
+	lastContact   map[uint64]time.Time
+	out           []*raftpb.Message // reused buffer for network messages
+	localBuf      []*raftpb.Message // reused buffer for mailbox messages
+	live          []uint64          // reused: the sequence numbers of a batch being proposed
+	lastBatch     int               // proposals in the last flush
+	ms            membershipLoop
+	nowLeader     bool // became leader in the Ready being handled
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the
@@ -114,7 +110,13 @@ func (n *Node) restore() (err error) {
 	}
 	n.loop.term = hs.GetTerm()
 	n.loop.ms.lastIndex = last
-	n.loop.ms.nextChangeID = uint64(time.Now().UnixNano())
+	// The role as of the stored configuration: raft reports no soft state
+	// change at start, so a restarted learner would read as a follower.
+	if n.isLearner() {
+		n.loop.role = RoleLearner
+	}
+	n.publishState()
+	n.loop.ms.nextChangeID = randomUint64() >> 1 // unique across runs, like request IDs
 	return nil
 }
 
@@ -133,11 +135,17 @@ func (n *Node) runLoop() {
 		if len(l.pending) >= n.cfg.MaxPendingProposals {
 			propc = nil // back-pressure: Propose waits within its context
 		}
+		readc := n.readc
+		if len(l.readQueue) >= maxPendingReads {
+			readc = nil // back-pressure: ReadBarrier waits within its context
+		}
 		select {
 		case <-ticker.C:
 			l.rn.Tick()
 			l.ticks++
 			n.retryReads(false)
+			n.dropAbandonedReads()
+			n.expireWaiters()
 			n.membershipTick()
 		case m := <-n.recvc:
 			now := time.Now()
@@ -169,12 +177,12 @@ func (n *Node) runLoop() {
 				}
 				break
 			}
-		case r := <-n.readc:
-			l.readQueue = append(l.readQueue, r)
-			for len(l.readQueue) < 4096 {
+		case r := <-readc:
+			n.queueRead(r)
+			for len(l.readQueue) < maxPendingReads {
 				select {
 				case r := <-n.readc:
-					l.readQueue = append(l.readQueue, r)
+					n.queueRead(r)
 					continue
 				default:
 				}
@@ -208,6 +216,9 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) {
 	if from := m.GetFrom(); from != 0 {
 		l.lastContact[from] = now
 	}
+	if n.holdReadIndex(m) {
+		return
+	}
 	if err := l.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
 		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
 	}
@@ -224,8 +235,8 @@ func (n *Node) flushProposals() {
 	for start < len(l.pending) {
 		var size uint64
 		end := start
-		for end < len(l.pending) && (end == start || size+uint64(entryHeaderSize+len(l.pending[end].cmd)) <= n.cfg.MaxSizePerMsg) {
-			size += uint64(entryHeaderSize + len(l.pending[end].cmd))
+		for end < len(l.pending) && (end == start || size+uint64(payloadSize(l.pending[end].rid, l.pending[end].cmd)) <= n.cfg.MaxSizePerMsg) {
+			size += uint64(payloadSize(l.pending[end].rid, l.pending[end].cmd))
 			end++
 		}
 		n.proposeBatch(l.pending[start:end])
@@ -245,7 +256,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	l := &n.loop
 	size := 0
 	for _, p := range batch {
-		size += entryHeaderSize + len(p.cmd)
+		size += payloadSize(p.rid, p.cmd)
 	}
 	arena := make([]byte, 0, size)
 	slab := make([]raftpb.Entry, len(batch))
@@ -256,10 +267,10 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		if p.canceled.Load() {
 			continue
 		}
-		p.term = l.term
+		p.term, p.tick = l.term, l.ticks
 		n.waiters.m[p.seq] = p
 		start := len(arena)
-		arena = appendCommand(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.cmd)
+		arena = appendCommand(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.rid, p.cmd)
 		e := &slab[len(ents)]
 		e.Data = arena[start:len(arena):len(arena)]
 		ents = append(ents, e)
@@ -277,55 +288,6 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	l.live = live[:0]
 }
 
-// flushReads starts one ReadIndex round for the queued reads.
-func (n *Node) flushReads() {
-	l := &n.loop
-	if len(l.readQueue) == 0 || l.leader == 0 {
-		return
-	}
-	l.readSeq++
-	l.readRounds[l.readSeq] = &readRound{reqs: l.readQueue, tick: l.ticks}
-	l.readQueue = nil
-	l.rn.ReadIndex(readCtx(l.readSeq))
-}
-
-// retryReads requeues read rounds that got no answer within an election
-// timeout (raft drops a ReadIndex silently when the leader is unknown or the
-// message is lost), or all of them (all=true, after a leader change). Reads
-// are idempotent: retrying them is always safe.
-func (n *Node) retryReads(all bool) {
-	l := &n.loop
-	for id, round := range l.readRounds {
-		if !all && l.ticks-round.tick <= uint64(n.cfg.ElectionTicks) {
-			continue
-		}
-		delete(l.readRounds, id)
-		for _, r := range round.reqs {
-			if !r.canceled.Load() {
-				l.readQueue = append(l.readQueue, r)
-			}
-		}
-	}
-}
-
-func (n *Node) answerReads(states []etcdraft.ReadState) {
-	l := &n.loop
-	for _, rs := range states {
-		if len(rs.RequestCtx) != 8 {
-			continue
-		}
-		id := binary.BigEndian.Uint64(rs.RequestCtx)
-		round, ok := l.readRounds[id]
-		if !ok {
-			continue
-		}
-		delete(l.readRounds, id)
-		for _, r := range round.reqs {
-			r.done <- readResult{index: rs.Index}
-		}
-	}
-}
-
 // handleReady dispatches one Ready: network messages to the transport (the
 // leader's appends go out before its own fsync: raft delays its own ack until
 // the append goroutine has persisted them), the MsgStorageAppend to the
@@ -333,14 +295,16 @@ func (n *Node) answerReads(states []etcdraft.ReadState) {
 // false if the node stopped meanwhile.
 func (n *Node) handleReady(rd etcdraft.Ready) bool {
 	l := &n.loop
-	if ss := rd.SoftState; ss != nil {
-		n.updateSoftState(ss)
-	}
+	// The term first: a leader change and its new term can arrive in one
+	// Ready, and the leader-changed event carries the new term.
 	if hs := rd.HardState; hs != nil && hs.GetTerm() > l.term {
 		l.term = hs.GetTerm()
 		n.waiters.failOlder(l.term, ErrLeaderChanged)
 		n.changes.failOlder(l.term, ErrLeaderChanged)
 		n.publishState()
+	}
+	if ss := rd.SoftState; ss != nil {
+		n.updateSoftState(ss)
 	}
 	if len(rd.ReadStates) > 0 {
 		n.answerReads(rd.ReadStates)
@@ -393,8 +357,39 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 		panic(err)
 	}
 	cs := n.loop.rn.ApplyConfChange(cc)
+	var recs []Member
+	if ctx, err := changeContext(cc); err == nil {
+		recs = ctx.Members
+	}
+	n.followConfig(cs, recs)
 	n.updateRole(cs)
 	return cs
+}
+
+// followConfig brings the transport in line with the configuration raft
+// has just taken (on the loop, before raft sends anything under it): the
+// members a conf change adds become reachable — a snapshot to a new learner
+// must not be dropped as addressed to an unknown peer — and every member's
+// learner flag is set. The apply goroutine still reconciles the peers with
+// the applied member table (removals, address updates).
+func (n *Node) followConfig(cs *raftpb.ConfState, recs []Member) {
+	for _, m := range recs {
+		if m.ID != n.cfg.ID && m.PeerAddr != "" {
+			n.tr.AddPeer(m.ID, m.PeerAddr)
+		}
+	}
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetVotersOutgoing()} {
+		for _, id := range ids {
+			if id != n.cfg.ID {
+				n.tr.SetLearner(id, false)
+			}
+		}
+	}
+	for _, id := range cs.GetLearners() {
+		if id != n.cfg.ID {
+			n.tr.SetLearner(id, true)
+		}
+	}
 }
 
 func (n *Node) updateSoftState(ss *etcdraft.SoftState) {

@@ -64,18 +64,16 @@ func (n *Node) Membership(ctx context.Context) (Membership, error) {
 		if !errors.As(err, &nl) {
 			return m, err
 		}
-		if nl.leader != 0 {
-			return n.forwardMembership(ctx, nl.leader)
+		if nl.leader != 0 && nl.leader != n.cfg.ID {
+			m, err = n.forwardMembership(ctx, nl.leader)
+			if !errors.As(err, &nl) {
+				return m, err
+			}
 		}
-		if err := n.waitLeader(ctx); err != nil {
+		if err := n.waitLeaderChange(ctx, nl.leader); err != nil {
 			return m, err
 		}
 	}
-}
-
-// waitLeader waits, within ctx, until a leader is known.
-func (n *Node) waitLeader(ctx context.Context) error {
-	return waitFor(n, ctx, n.state, func(s nodeState) bool { return s.leader != 0 })
 }
 
 // membershipOnLoop builds the Membership on the leader's loop.
@@ -144,34 +142,46 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 		}
 		return ChangeResult{}, n.TransferLeadership(ctx, req.IDs[0])
 	}
-	var (
-		res ChangeResult
-		err error
-		nl  errNotLeader
-	)
 	for {
-		res, err = n.changeLocally(ctx, req, dryRun)
+		res, err := n.changeLocally(ctx, req, dryRun)
+		var nl errNotLeader
 		if !errors.As(err, &nl) {
 			return res, err
 		}
-		if nl.leader != 0 {
-			break
+		if nl.leader != 0 && nl.leader != n.cfg.ID {
+			res, err = n.forwardChange(ctx, nl.leader, req, dryRun)
+			if !errors.As(err, &nl) {
+				if err != nil || dryRun {
+					return res, err
+				}
+				// Answer once the change is applied here too, so that this
+				// member's Membership and Status already show it.
+				return res, n.waitApplied(ctx, res.Index)
+			}
+			// The member asked does not lead (any more), or names this
+			// member as the leader: ask again who leads.
 		}
-		// No leader known: wait for one, as Propose does.
-		if werr := n.waitLeader(ctx); werr != nil {
+		// No leader known, or this member is taking over: wait for the
+		// leadership state to move, as Propose does.
+		if werr := n.waitLeaderChange(ctx, nl.leader); werr != nil {
 			return res, werr
 		}
 	}
-	res, err = n.forwardChange(ctx, nl.leader, req, dryRun)
-	if err != nil || dryRun {
-		return res, err
+}
+
+// waitLeaderChange waits, within ctx, until a leader is known and the
+// leadership state differs from "led by was" — or a tick passed (the
+// answer that named was may have been stale).
+func (n *Node) waitLeaderChange(ctx context.Context, was uint64) error {
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.TickInterval)
+	defer cancel()
+	err := waitFor(n, wctx, n.state, func(s nodeState) bool {
+		return s.leader != 0 && (s.leader != was || s.role == RoleLeader)
+	})
+	if err != nil && ctx.Err() == nil && !errors.Is(err, ErrStopped) {
+		return nil // a tick passed: look again
 	}
-	// Answer once the change is applied here too, so that this member's
-	// Membership and Status already show it.
-	if err := n.waitApplied(ctx, res.Index); err != nil {
-		return res, err
-	}
-	return res, nil
+	return err
 }
 
 // waitApplied waits until this member has applied index.

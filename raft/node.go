@@ -2,13 +2,13 @@ package raft
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -40,14 +40,18 @@ type Node struct {
 	appendc chan *raftpb.Message
 	applyc  chan applyTask
 
-	started  atomic.Bool
+	life     atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
 	stopOnce sync.Once
 	stopc    chan struct{} // closed when the node stops (Stop or a fatal error)
 	wg       sync.WaitGroup
+	doneOnce sync.Once
 	donec    chan struct{} // closed once every goroutine has exited
 	errMu    sync.Mutex
 	err      error // the fatal error the node stopped with, if any
 
+	// runID is random per Start: it makes read contexts unique across runs
+	// of this member, and seeds the proposal sequence numbers.
+	runID   uint64
 	seq     atomic.Uint64 // last proposal sequence number
 	waiters waiterSet
 	changes changeSet
@@ -104,18 +108,24 @@ func (n *Node) Start(tr Transport) error {
 	if tr == nil {
 		return fmt.Errorf("%w: nil Transport", ErrInvalidConfig)
 	}
-	if !n.started.CompareAndSwap(false, true) {
-		return errors.New("raft: node already started")
+	if !n.life.CompareAndSwap(lifeNew, lifeStarted) {
+		if n.life.Load() == lifeStarted {
+			return errors.New("raft: node already started")
+		}
+		return ErrStopped
 	}
 	n.tr = tr
 	// Request IDs must not repeat across restarts (the dedup window, restored
-	// from the snapshot and the log, would skip a reused one): each run
-	// numbers its proposals from the wall clock at start, in nanoseconds,
-	// which no earlier run of this member can have reached.
-	n.seq.Store(uint64(time.Now().UnixNano()))
+	// from the snapshot and the log, would skip a reused one as a duplicate),
+	// and read contexts must not either (an answer meant for an earlier run
+	// would answer a read of this one). Each run takes a random 64-bit run ID
+	// and numbers its proposals from another random point: no clock is
+	// trusted, and two runs collide with probability about 2^-50.
+	n.runID = randomUint64()
+	n.seq.Store(randomUint64() >> 1)
 	if err := n.restore(); err != nil {
 		n.stopOnce.Do(func() { close(n.stopc) })
-		close(n.donec)
+		n.doneOnce.Do(func() { close(n.donec) })
 		return err
 	}
 	n.wg.Add(3)
@@ -126,7 +136,7 @@ func (n *Node) Start(tr Transport) error {
 		n.wg.Wait()
 		n.waiters.failAll(n.stopErr())
 		n.changes.failAll(n.stopErr())
-		close(n.donec)
+		n.doneOnce.Do(func() { close(n.donec) })
 	}()
 	return nil
 }
@@ -144,12 +154,32 @@ func (n *Node) ID() uint64 { return n.cfg.ID }
 //
 // Errors: ctx.Err() when ctx ends (the command may still be applied later);
 // ErrLeaderChanged when the term changed after the command was handed to
-// raft (the outcome is unknown); ErrProposalDropped when raft refused it (not
+// raft, and ErrTimeout when it had no outcome within Config.RequestTimeout
+// (in both, the outcome is unknown: retry with ProposeWithID to have a retry
+// applied at most once); ErrProposalDropped when raft refused it (not
 // applied, safe to retry); ErrTooLarge; ErrStopped. A Result.Err set by the
 // state machine is returned as the error, with Result.Value.
 //
 // cmd must not be modified until Propose returns; it is not kept after.
 func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
+	return n.propose(ctx, RequestID{}, cmd)
+}
+
+// ProposeWithID is Propose with a request ID chosen by the caller, so that
+// retries are applied once: a caller whose attempt ended with an unknown
+// outcome (ErrLeaderChanged, ErrTimeout, a deadline) retries with the same
+// id, through any member. If an earlier attempt was applied, the retry is
+// not applied and returns ErrDuplicateRequest (the earlier result is not
+// kept: read to learn it). IDs are remembered for the last 8192 client
+// commands, in the snapshot too. id.Client must be non-zero.
+func (n *Node) ProposeWithID(ctx context.Context, id RequestID, cmd []byte) ([]byte, error) {
+	if id.Client == 0 {
+		return nil, fmt.Errorf("%w: RequestID.Client must be non-zero", ErrInvalidRequest)
+	}
+	return n.propose(ctx, id, cmd)
+}
+
+func (n *Node) propose(ctx context.Context, rid RequestID, cmd []byte) ([]byte, error) {
 	if len(cmd) > n.cfg.MaxCommandSize {
 		return nil, fmt.Errorf("%w: %d bytes > MaxCommandSize %d", ErrTooLarge, len(cmd), n.cfg.MaxCommandSize)
 	}
@@ -158,7 +188,7 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	}
 	seq := n.seq.Add(1)
 	p := proposalPool.Get().(*proposal)
-	p.seq, p.cmd = seq, cmd
+	p.seq, p.rid, p.cmd = seq, rid, cmd
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
@@ -247,28 +277,53 @@ func (n *Node) Err() error {
 func (n *Node) Done() <-chan struct{} { return n.donec }
 
 // Stop shuts the node down. A leader first hands leadership to the most
-// caught-up voter, bounded by ctx (a canceled ctx stops at once, like a
-// crash that lost nothing acknowledged). Stop waits for every goroutine to
-// exit, and fails pending calls with ErrStopped. It is idempotent; it returns
-// the node's fatal error, if it had one.
+// caught-up voter, bounded by ctx (a ctx that is already done skips the
+// hand-off, like a crash that lost nothing acknowledged). Stop then waits,
+// within ctx, for every goroutine to exit, and fails pending calls with
+// ErrStopped; it persists the latest commit index on the way out.
+//
+// Stop returns the node's fatal error, if it had one. If ctx ends before the
+// goroutines exited (a host's Apply or snapshot writer that does not
+// return), Stop returns an error matching ErrStopTimeout and the node
+// finishes stopping in the background: Done is closed once it has, and the
+// storage must stay open until then. Stop is idempotent and safe to call
+// concurrently with Start, or on a node never started.
 func (n *Node) Stop(ctx context.Context) error {
-	if !n.started.Load() {
-		n.started.Store(true)
+	if n.life.CompareAndSwap(lifeNew, lifeStoppedUnstarted) || n.life.Load() == lifeStoppedUnstarted {
 		n.stopOnce.Do(func() { close(n.stopc) })
-		close(n.donec)
+		n.doneOnce.Do(func() { close(n.donec) })
 		return nil
 	}
 	if ctx.Err() == nil {
 		n.handOffLeadership(ctx)
 	}
 	n.stopOnce.Do(func() { close(n.stopc) })
-	<-n.donec
-	return n.Err()
+	select {
+	case <-n.donec:
+		return n.Err()
+	default:
+	}
+	select {
+	case <-n.donec:
+		return n.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrStopTimeout, ctx.Err())
+	}
 }
 
+// Node lifecycle states (Node.life).
+const (
+	lifeNew int32 = iota
+	lifeStarted
+	lifeStoppedUnstarted // Stop was called before Start
+)
+
 func (n *Node) usable() error {
-	if !n.started.Load() {
+	switch n.life.Load() {
+	case lifeNew:
 		return ErrNotStarted
+	case lifeStoppedUnstarted:
+		return ErrStopped
 	}
 	select {
 	case <-n.stopc:
@@ -292,6 +347,22 @@ func (n *Node) ctxErr(ctx context.Context) error {
 		return fmt.Errorf("%w (%w)", ctx.Err(), ErrNoLeader)
 	}
 	return ctx.Err()
+}
+
+// expireWaiters fails the proposals and membership changes handed to raft
+// that had no outcome within RequestTimeout (checked once per election
+// timeout, on the loop).
+func (n *Node) expireWaiters() {
+	l := &n.loop
+	if l.ticks%uint64(n.cfg.ElectionTicks) != 0 {
+		return
+	}
+	bound := uint64(n.cfg.RequestTimeout / n.cfg.TickInterval)
+	if l.ticks <= bound {
+		return
+	}
+	n.waiters.failExpired(l.ticks-bound, ErrTimeout)
+	n.changes.failExpired(l.ticks-bound, ErrTimeout)
 }
 
 // fail stops the node with a fatal error.
@@ -353,8 +424,10 @@ func (n *Node) do(ctx context.Context, f func()) error {
 // channel) are reused through proposalPool once their result was received.
 type proposal struct {
 	seq      uint64
-	cmd      []byte // the caller's command: read by the loop, not kept after Propose returns
-	term     uint64 // the term it was handed to raft in; written by the loop under waiters.mu
+	rid      RequestID // the caller's request ID (ProposeWithID), or zero
+	cmd      []byte    // the caller's command: read by the loop, not kept after Propose returns
+	term     uint64    // the term it was handed to raft in; written by the loop under waiters.mu
+	tick     uint64    // the loop's tick when it was handed to raft; likewise
 	done     chan Result
 	canceled atomic.Bool
 }
@@ -364,7 +437,7 @@ var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan 
 // release returns p to the pool. Only the Propose call that owns p calls it,
 // when no other goroutine can refer to p any more.
 func (p *proposal) release() {
-	p.seq, p.cmd, p.term = 0, nil, 0
+	p.seq, p.rid, p.cmd, p.term, p.tick = 0, RequestID{}, nil, 0, 0
 	p.canceled.Store(false)
 	proposalPool.Put(p)
 }
@@ -405,6 +478,18 @@ func (w *waiterSet) failOlder(term uint64, err error) {
 	defer w.mu.Unlock()
 	for seq, p := range w.m {
 		if p.term < term {
+			delete(w.m, seq)
+			p.done <- Result{Err: err}
+		}
+	}
+}
+
+// failExpired fails every proposal handed to raft at or before tick.
+func (w *waiterSet) failExpired(tick uint64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for seq, p := range w.m {
+		if p.tick <= tick {
 			delete(w.m, seq)
 			p.done <- Result{Err: err}
 		}
@@ -466,7 +551,7 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 // post queues f for the run loop without waiting for it; it is dropped if
 // the node stopped.
 func (n *Node) post(f func()) {
-	if !n.started.Load() {
+	if n.life.Load() != lifeStarted {
 		return
 	}
 	select {
@@ -475,4 +560,9 @@ func (n *Node) post(f func()) {
 	}
 }
 
-func readCtx(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+// randomUint64 returns 64 random bits from the operating system's source.
+func randomUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms (crypto/rand)
+	return binary.BigEndian.Uint64(b[:])
+}

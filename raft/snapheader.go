@@ -12,7 +12,7 @@ import (
 
 // A snapshot's data, as the Node writes it through Storage.CreateSnapshot:
 //
-//	"USN2"                      magic and version
+//	"USN3"                      magic and version ("USN2": no client IDs)
 //	uint32 (big endian)          length of the header
 //	header                       see below
 //	uint32 (big endian)          CRC-32C of the header
@@ -23,12 +23,14 @@ import (
 //	uvarint length, bytes        member records: a confchange.Context encoding (change ID 0)
 //	uvarint n, then n IDs:       removed member IDs, ascending
 //	uvarint n, then n IDs:       uvarint proposer, uvarint sequence (dedup window, oldest first)
+//	uvarint n, then n IDs:       uvarint client, uvarint sequence (client request IDs, oldest first; USN3)
 //
 // The header carries what the node derives from the log besides the state
 // machine, so that a member restored from a snapshot is identical to one that
 // applied the log.
 const (
-	snapMagic         = "USN2"
+	snapMagic         = "USN3"
+	snapMagicV2       = "USN2"
 	maxSnapHeaderSize = 64 << 20
 )
 
@@ -39,6 +41,7 @@ type snapHeader struct {
 	members []Member // sorted by ID
 	removed []uint64 // sorted
 	dedup   []requestID
+	clients []requestID // client request IDs (proposer is the client ID)
 }
 
 func (h *snapHeader) encode() ([]byte, error) {
@@ -54,6 +57,11 @@ func (h *snapHeader) encode() ([]byte, error) {
 	}
 	b = binary.AppendUvarint(b, uint64(len(h.dedup)))
 	for _, id := range h.dedup {
+		b = binary.AppendUvarint(b, id.proposer)
+		b = binary.AppendUvarint(b, id.seq)
+	}
+	b = binary.AppendUvarint(b, uint64(len(h.clients)))
+	for _, id := range h.clients {
 		b = binary.AppendUvarint(b, id.proposer)
 		b = binary.AppendUvarint(b, id.seq)
 	}
@@ -82,7 +90,8 @@ func readSnapHeader(r io.Reader) (*snapHeader, error) {
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, fmt.Errorf("%w: reading header: %v", ErrCorruptSnapshot, err)
 	}
-	if string(pre[:4]) != snapMagic {
+	v2 := string(pre[:4]) == snapMagicV2
+	if string(pre[:4]) != snapMagic && !v2 {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, pre[:4])
 	}
 	n := binary.BigEndian.Uint32(pre[4:])
@@ -97,12 +106,12 @@ func readSnapHeader(r io.Reader) (*snapHeader, error) {
 	if got := crc32.Checksum(body, castagnoli); got != sum {
 		return nil, fmt.Errorf("%w: header checksum %08x, want %08x", ErrCorruptSnapshot, got, sum)
 	}
-	return decodeSnapHeader(body)
+	return decodeSnapHeader(body, v2)
 }
 
 var errShort = errors.New("truncated")
 
-func decodeSnapHeader(b []byte) (*snapHeader, error) {
+func decodeSnapHeader(b []byte, v2 bool) (*snapHeader, error) {
 	d := decoder{b: b}
 	h := &snapHeader{}
 	if recs := d.bytes(); d.err == nil {
@@ -119,6 +128,12 @@ func decodeSnapHeader(b []byte) (*snapHeader, error) {
 	nd := d.count()
 	for i := uint64(0); i < nd && d.err == nil; i++ {
 		h.dedup = append(h.dedup, requestID{proposer: d.uvarint(), seq: d.uvarint()})
+	}
+	if !v2 {
+		nc := d.count()
+		for i := uint64(0); i < nc && d.err == nil; i++ {
+			h.clients = append(h.clients, requestID{proposer: d.uvarint(), seq: d.uvarint()})
+		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%d trailing bytes", len(d.b))

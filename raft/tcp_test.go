@@ -64,6 +64,7 @@ func startTCPCluster(t *testing.T, n int, cfg raft.Config) []*tcpMember {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = m.node.Stop(ctx)
+			<-m.node.Done()
 			_ = m.tr.Close()
 			_ = m.store.Close()
 		})

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -250,7 +251,9 @@ func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
 // never blocks and never calls the Handler. Messages are only read, never
 // modified, and may be shared with the caller.
 //
-// A message for an unknown member is dropped. A message that does not fit
+// A message for an unknown member is dropped (a MsgSnap for one is reported
+// to Handler.ReportSnapshot as failed, so that raft does not wait for it for
+// ever). A message that does not fit
 // in its peer's queue (MaxQueueMessages, the byte budget), or whose peer's
 // stream is down, is dropped and the member is reported to
 // Handler.ReportUnreachable shortly after. A MsgSnap goes on its own
@@ -262,6 +265,10 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		p := peers[m.GetTo()]
 		if p == nil {
 			t.droppedUnknown.Add(1)
+			if m.GetType() == raftpb.MsgSnap {
+				to := m.GetTo()
+				t.goTracked(func() { t.handler.ReportSnapshot(to, raft.SnapshotFailure) })
+			}
 			continue
 		}
 		if m.GetType() == raftpb.MsgSnap {

@@ -219,6 +219,7 @@ func (m *member) stop(ctx context.Context) {
 	if err := m.node.Stop(ctx); err != nil && !errors.Is(err, raft.ErrStopped) {
 		fmt.Fprintf(os.Stderr, "member %d: %v\n", m.id, err)
 	}
+	<-m.node.Done() // the storage stays open until the node has stopped
 	m.tr.Close()
 	m.store.Close()
 }

@@ -223,7 +223,8 @@ func (c *Cluster) Crash(id uint64) {
 	c.Net.detach(id)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_ = m.Node.Stop(ctx)
+	_ = m.Node.Stop(ctx) // a done context: no hand-off, and no wait
+	c.waitDone(m)
 	if err := m.Store.Close(); err != nil {
 		c.t.Errorf("member %d: closing storage: %v", id, err)
 	}
@@ -241,9 +242,21 @@ func (c *Cluster) Stop(id uint64) {
 	if err := m.Node.Stop(ctx); err != nil {
 		c.t.Errorf("member %d: stop: %v", id, err)
 	}
+	c.waitDone(m)
 	c.Net.detach(id)
 	if err := m.Store.Close(); err != nil {
 		c.t.Errorf("member %d: closing storage: %v", id, err)
+	}
+}
+
+// waitDone waits until m's node has stopped every goroutine: its storage
+// can be closed then.
+func (c *Cluster) waitDone(m *Member) {
+	select {
+	case <-m.Node.Done():
+	case <-time.After(30 * time.Second):
+		c.t.Errorf("member %d: node goroutines did not exit within 30s", m.ID)
+		<-m.Node.Done()
 	}
 }
 

@@ -65,8 +65,9 @@ type endpoint struct {
 	queue   chan *raftpb.Message
 	done    chan struct{}
 
-	mu      sync.Mutex
-	removed map[uint64]bool // members this one removed: it refuses them, as the TCP transport does
+	mu       sync.Mutex
+	removed  map[uint64]bool // members this one removed: it refuses them, as the TCP transport does
+	learners map[uint64]bool // what the node told it with SetLearner
 }
 
 // attach connects member id; messages to it go to h, snapshots into store.
@@ -359,6 +360,32 @@ func (ep *endpoint) RemovePeer(id uint64) {
 	}
 	ep.removed[id] = true
 	ep.mu.Unlock()
+}
+
+// SetLearner implements raft.Transport: the flag is recorded for
+// Network.PeerIsLearner.
+func (ep *endpoint) SetLearner(id uint64, learner bool) {
+	ep.mu.Lock()
+	if ep.learners == nil {
+		ep.learners = make(map[uint64]bool)
+	}
+	ep.learners[id] = learner
+	ep.mu.Unlock()
+}
+
+// PeerIsLearner reports what member at's node last told its transport
+// about peer (SetLearner): learner, and whether it said anything at all.
+func (nw *Network) PeerIsLearner(at, peer uint64) (learner, told bool) {
+	nw.mu.Lock()
+	ep := nw.endpoints[at]
+	nw.mu.Unlock()
+	if ep == nil {
+		return false, false
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	learner, told = ep.learners[peer]
+	return learner, told
 }
 
 func (ep *endpoint) refuses(id uint64) bool {

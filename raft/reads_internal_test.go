@@ -1,0 +1,79 @@
+package raft
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/storage"
+)
+
+// startLeaderless starts member 1 of a three-member cluster whose other
+// members never answer: it never knows a leader.
+func startLeaderless(t *testing.T) *Node {
+	t.Helper()
+	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}, {ID: 2, PeerAddr: "127.0.0.1:7002"}, {ID: 3, PeerAddr: "127.0.0.1:7003"}}
+	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: members}, nopSM{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(loneTransport{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = n.Stop(context.Background())
+		<-n.Done()
+		_ = st.Close()
+	})
+	return n
+}
+
+// heldReads counts the reads the node holds: queued, in rounds, and in
+// the channel to the loop.
+func heldReads(t *testing.T, n *Node) int {
+	t.Helper()
+	var held int
+	if err := n.do(context.Background(), func() {
+		held = len(n.loop.readQueue) + len(n.readc)
+		for _, r := range n.loop.readRounds {
+			held += len(r.reqs)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
+// Finding 4: reads whose callers gave up are not held, and the reads held
+// while no leader is known are bounded.
+func TestAbandonedReadsAreNotHeld(t *testing.T) {
+	n := startLeaderless(t)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20000 / 8 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				_ = n.ReadBarrier(ctx)
+				cancel()
+			}
+			_ = w
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	held := heldReads(t, n)
+	for held > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // a few ticks: the loop drops abandoned reads on its ticks
+		held = heldReads(t, n)
+	}
+	if held > 0 {
+		t.Fatalf("%d abandoned reads still held after their callers gave up", held)
+	}
+}

@@ -1,0 +1,239 @@
+package raft_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/internal/faultstore"
+	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+)
+
+// Regression tests for the read and restart safety review (issue 15). Each
+// reproduces one finding on the in-process cluster.
+
+// slowDisks wraps every member's storage in a faultstore, kept by ID across
+// restarts (a restarted member gets a new wrapper with the same settings
+// applied by the test).
+type slowDisks struct {
+	mu    sync.Mutex
+	disks map[uint64]*faultstore.Store
+	delay time.Duration
+}
+
+func (d *slowDisks) wrap(id uint64, s *storage.Store) raft.Storage {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.disks == nil {
+		d.disks = map[uint64]*faultstore.Store{}
+	}
+	f := faultstore.Wrap(s)
+	f.SetSaveDelay(d.delay)
+	d.disks[id] = f
+	return f
+}
+
+func (d *slowDisks) setDelay(v time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.delay = v
+	for _, f := range d.disks {
+		f.SetSaveDelay(v)
+	}
+}
+
+// Finding 1: a one-voter cluster restarted (after a clean Stop, or a crash)
+// with a slow disk must not answer a linearizable read from its persisted
+// commit index, which can trail acknowledged writes.
+func TestOneVoterReadAfterRestartSeesAcknowledgedWrites(t *testing.T) {
+	for _, stop := range []string{"clean", "crash"} {
+		t.Run(stop, func(t *testing.T) {
+			disks := &slowDisks{}
+			c := cluster.New(t, cluster.Options{Members: 1, WrapStorage: disks.wrap})
+			ctx := ctxT(t, 20*time.Second)
+			lead := c.WaitLeader()
+			for round := range 3 {
+				want := fmt.Sprintf("v%d", round)
+				propose(ctx, t, lead.Node, testkv.Put("x", "older"))
+				propose(ctx, t, lead.Node, testkv.Put("x", want))
+				disks.setDelay(0)
+				if stop == "clean" {
+					c.Stop(lead.ID)
+				} else {
+					c.Crash(lead.ID)
+				}
+				disks.setDelay(30 * time.Millisecond)
+				lead = c.Restart(lead.ID)
+				// Reads start at once, racing the new leader's first entry.
+				for i := range 50 {
+					v, err := lead.Node.Read(ctx, []byte("x"))
+					if err != nil {
+						t.Fatalf("round %d read %d: %v", round, i, err)
+					}
+					if string(v) != want {
+						t.Fatalf("round %d read %d after restart: x = %q, want %q (acknowledged before the restart)", round, i, v, want)
+					}
+				}
+				disks.setDelay(0)
+			}
+		})
+	}
+}
+
+// Finding 2: an answer to a ReadIndex request a member sent before it
+// restarted must not answer a read of its next run.
+func TestReadIndexAnswerDoesNotCrossRestart(t *testing.T) {
+	// Long ticks: the leader must keep leading (CheckQuorum) while its read
+	// confirmations are held back.
+	c := cluster.New(t, cluster.Options{TickInterval: 100 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	f := follower(t, c, lead)
+	propose(ctx, t, lead.Node, testkv.Put("x", "1"))
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The leader cannot confirm reads (heartbeat answers carrying a read
+	// context are lost), and f receives no more entries.
+	var readsFromF atomic.Int64
+	var hold atomic.Bool
+	hold.Store(true)
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		if !hold.Load() {
+			return false
+		}
+		switch {
+		case from == f.ID && m.GetType() == raftpb.MsgReadIndex:
+			readsFromF.Add(1)
+		case m.GetType() == raftpb.MsgHeartbeatResp && len(m.GetContext()) > 0:
+			return true
+		case from == lead.ID && m.GetTo() == f.ID && m.GetType() == raftpb.MsgApp:
+			return true
+		}
+		return false
+	})
+	waitReads := func(n int64) {
+		t.Helper()
+		for readsFromF.Load() < n {
+			if err := pause(ctx, 2*time.Millisecond); err != nil {
+				t.Fatalf("member %d sent %d reads, want %d", f.ID, readsFromF.Load(), n)
+			}
+		}
+	}
+	oldRead := make(chan error, 1)
+	go func() {
+		_, err := f.Node.Read(ctx, []byte("x"))
+		oldRead <- err
+	}()
+	waitReads(1) // pending on the leader at the commit index of x=1
+	propose(ctx, t, lead.Node, testkv.Put("x", "2"))
+
+	c.Crash(f.ID)
+	if err := <-oldRead; !errors.Is(err, raft.ErrStopped) {
+		t.Fatalf("the read of the crashed run: %v", err)
+	}
+	f = c.Restart(f.ID)
+	type answer struct {
+		v   string
+		err error
+	}
+	newRead := make(chan answer, 1)
+	go func() {
+		v, err := f.Node.Read(ctx, []byte("x"))
+		newRead <- answer{string(v), err}
+	}()
+	waitReads(2)
+	hold.Store(false)
+	a := <-newRead
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.v != "2" {
+		t.Fatalf("read after restart: x = %q, want \"2\" (acknowledged before the read began)", a.v)
+	}
+}
+
+// Finding 3: a leader that appended a conf change it could not commit, lost
+// leadership (its tail overwritten) and leads again takes new changes at
+// once, even on an idle cluster.
+func TestConfGateAfterOverwrittenConfChange(t *testing.T) {
+	c := cluster.New(t, cluster.Options{ManualMembership: true})
+	ctx := ctxT(t, 30*time.Second)
+	old := c.WaitLeader()
+	propose(ctx, t, old.Node, testkv.Put("x", "1"))
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	c.Net.Isolate(old.ID)
+	// A tail the others never see: writes, then a conf change.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = old.Node.Propose(short, testkv.Put(fmt.Sprintf("lost%d", i), "v"))
+		}()
+	}
+	// The writes reach raft before the conf change (the leader appends them
+	// at once); the leader steps down only an election timeout later.
+	for {
+		st, err := old.Node.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LastIndex >= 20 {
+			break
+		}
+		if err := pause(ctx, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Node.AddLearner(short, c.Record(4)); err == nil {
+		t.Fatal("an isolated leader's conf change was applied")
+	} else {
+		t.Logf("the isolated leader's change: %v", err)
+	}
+	wg.Wait()
+	cancel()
+
+	// The others elect a leader, whose log ends before that tail.
+	var next *cluster.Member
+	for next == nil {
+		for _, m := range c.Running() {
+			if m.ID == old.ID {
+				continue
+			}
+			if st, err := m.Node.Status(ctx); err == nil && st.Role == raft.RoleLeader {
+				next = m
+			}
+		}
+		if err := pause(ctx, 10*time.Millisecond); err != nil {
+			t.Fatal("no new leader")
+		}
+	}
+	c.Net.Heal()
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Node.TransferLeadership(ctx, old.ID); err != nil {
+		t.Fatalf("transfer back to %d: %v", old.ID, err)
+	}
+	// Idle: no writes. A change must go through.
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ccancel()
+	if err := old.Node.AddLearner(cctx, c.Record(5)); err != nil {
+		t.Fatalf("adding a learner on the leader that leads again: %v", err)
+	}
+}
