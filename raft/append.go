@@ -104,9 +104,15 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 		// The state machine must be restored from the snapshot before any
 		// later entry is applied; raft emits those only after it steps the
 		// response below, so queueing the restore first keeps the order.
+		files, err := n.openSnapFiles(snap)
+		if err != nil {
+			n.fail("opening a received snapshot", err)
+			return false
+		}
 		select {
-		case n.applyc <- applyTask{snap: snap}:
+		case n.applyc <- applyTask{snap: snap, files: files}:
 		case <-n.stopc:
+			files.close()
 			return false
 		}
 	}

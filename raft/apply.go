@@ -29,6 +29,36 @@ type applyTask struct {
 	msg        *raftpb.Message
 	confStates []*raftpb.ConfState
 	snap       *raftpb.Snapshot
+	files      *snapFiles // snap's data, opened when it was saved
+}
+
+// snapFiles are two readers of a snapshot's data, opened as soon as the
+// snapshot is saved: the storage may prune the file (two newer snapshots
+// arrived) before the apply goroutine restores from it, and an open file
+// outlives its removal.
+type snapFiles struct {
+	verify, restore io.ReadCloser
+	size            int64
+}
+
+// openSnapFiles opens snap's data twice (to verify it whole, then to restore).
+func (n *Node) openSnapFiles(snap *raftpb.Snapshot) (*snapFiles, error) {
+	index := snap.GetMetadata().GetIndex()
+	v, _, err := n.store.OpenSnapshot(snap)
+	if err != nil {
+		return nil, fmt.Errorf("opening snapshot %d: %w", index, err)
+	}
+	r, size, err := n.store.OpenSnapshot(snap)
+	if err != nil {
+		_ = v.Close()
+		return nil, fmt.Errorf("opening snapshot %d: %w", index, err)
+	}
+	return &snapFiles{verify: v, restore: r, size: size}, nil
+}
+
+func (f *snapFiles) close() {
+	_ = f.verify.Close()
+	_ = f.restore.Close()
 }
 
 // applyState is owned by the apply goroutine (and by Start, before it runs).
@@ -58,6 +88,7 @@ func (n *Node) setMembers(t *memberTable) {
 
 func (n *Node) runApply() {
 	defer n.wg.Done()
+	defer n.closeQueuedSnapshots()
 	defer func() {
 		if r := recover(); r != nil {
 			n.fail("applying committed entries", panicError(r))
@@ -68,7 +99,7 @@ func (n *Node) runApply() {
 		case t := <-n.applyc:
 			var err error
 			if t.snap != nil {
-				err = n.restoreSnapshot(t.snap)
+				err = n.restoreSnapshot(t.snap, t.files)
 			} else {
 				err = n.applyEntries(t)
 			}
@@ -242,20 +273,40 @@ func (n *Node) syncPeers(removed []uint64) {
 	}
 }
 
+// closeQueuedSnapshots closes the files of snapshots queued for a restore
+// that will not happen (the node stops).
+func (n *Node) closeQueuedSnapshots() {
+	for {
+		select {
+		case t := <-n.applyc:
+			if t.files != nil {
+				t.files.close()
+			}
+		default:
+			return
+		}
+	}
+}
+
 // restoreSnapshot replaces the state machine, the member table and the dedup
-// window with the snapshot's. The snapshot's data is verified whole (the
-// storage checks its checksum) before the state machine sees any of it.
-func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
+// window with the snapshot's, read from files (opened here if nil). The
+// snapshot's data is verified whole (the storage checks its checksum)
+// before the state machine sees any of it.
+func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	a := &n.apply
 	index := snap.GetMetadata().GetIndex()
-	if err := n.verifySnapshot(snap); err != nil {
-		return err
+	if files == nil {
+		var err error
+		if files, err = n.openSnapFiles(snap); err != nil {
+			return err
+		}
 	}
-	rc, size, err := n.store.OpenSnapshot(snap)
-	if err != nil {
-		return fmt.Errorf("opening snapshot %d: %w", index, err)
+	defer files.close()
+	if _, err := io.Copy(io.Discard, files.verify); err != nil {
+		return fmt.Errorf("verifying snapshot %d: %w", index, err)
 	}
-	defer rc.Close()
+	rc, size := files.restore, files.size
+	var err error
 	h := &snapHeader{}
 	var r io.Reader = rc
 	if size > 0 {
@@ -296,20 +347,6 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot) error {
 	n.syncPeers(removed)
 	n.events.emit(Event{Type: EventSnapshotRestored, Index: index})
 	n.log.Info("restored the state machine from a snapshot", slog.Uint64("index", index), slog.Int64("bytes", size))
-	return nil
-}
-
-// verifySnapshot reads the snapshot's data to the end so that the storage's
-// checksum check runs before anything is restored from it.
-func (n *Node) verifySnapshot(snap *raftpb.Snapshot) error {
-	rc, _, err := n.store.OpenSnapshot(snap)
-	if err != nil {
-		return fmt.Errorf("opening snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
-	}
-	defer rc.Close()
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return fmt.Errorf("verifying snapshot %d: %w", snap.GetMetadata().GetIndex(), err)
-	}
 	return nil
 }
 

@@ -53,7 +53,7 @@ func (n *Node) restore() (err error) {
 	n.apply.init(n)
 	applied := snap.GetMetadata().GetIndex()
 	if !etcdraft.IsEmptySnap(snap) {
-		if err := n.restoreSnapshot(snap); err != nil {
+		if err := n.restoreSnapshot(snap, nil); err != nil {
 			return err
 		}
 	}

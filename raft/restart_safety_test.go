@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/internal/faultstore"
 	"github.com/understudy-raft/understudy/internal/testkv"
@@ -235,5 +236,142 @@ func TestConfGateAfterOverwrittenConfChange(t *testing.T) {
 	defer ccancel()
 	if err := old.Node.AddLearner(cctx, c.Record(5)); err != nil {
 		t.Fatalf("adding a learner on the leader that leads again: %v", err)
+	}
+}
+
+// Finding 5: a request retried with the same RequestID — through another
+// member, after a crash and restart, after a snapshot — is applied once.
+// Plain proposals of a restarted member are never taken for duplicates.
+func TestProposeWithIDAppliesRetriesOnce(t *testing.T) {
+	c := cluster.New(t, cluster.Options{SnapshotCount: 20, SnapshotCatchUpEntries: 5})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	f := follower(t, c, lead)
+	id := raft.RequestID{Client: 77, Seq: 1}
+	if _, err := f.Node.ProposeWithID(ctx, id, testkv.CAS("k", "", "first")); err != nil {
+		t.Fatal(err)
+	}
+	// The retry finds "first" there: a CAS applied twice would fail the
+	// compare; a duplicate is not applied at all.
+	for _, m := range []*cluster.Member{f, lead} {
+		if _, err := m.Node.ProposeWithID(ctx, id, testkv.CAS("k", "", "first")); !errors.Is(err, raft.ErrDuplicateRequest) {
+			t.Fatalf("retry through member %d: %v, want ErrDuplicateRequest", m.ID, err)
+		}
+	}
+	if _, err := lead.Node.ProposeWithID(ctx, raft.RequestID{Client: 0, Seq: 1}, testkv.Put("k", "v")); !errors.Is(err, raft.ErrInvalidRequest) {
+		t.Fatalf("client ID 0: %v, want ErrInvalidRequest", err)
+	}
+	// Enough writes for snapshots and compaction, then a crash and restart
+	// of every member in turn: the window survives in snapshots, and each
+	// restarted member's own proposals are applied (never taken for
+	// duplicates of its earlier runs).
+	for _, mid := range c.Members() {
+		for i := range 30 {
+			propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("fill%d", i), "v"))
+		}
+		c.Crash(mid)
+		m := c.Restart(mid)
+		lead = c.WaitLeader()
+		key := fmt.Sprintf("after-restart-%d", mid)
+		propose(ctx, t, m.Node, testkv.Put(key, "1"))
+		if _, err := m.Node.ProposeWithID(ctx, id, testkv.CAS("k", "", "first")); !errors.Is(err, raft.ErrDuplicateRequest) {
+			t.Fatalf("retry through restarted member %d: %v, want ErrDuplicateRequest", mid, err)
+		}
+		if v, err := m.Node.Read(ctx, []byte(key)); err != nil || string(v) != "1" {
+			t.Fatalf("member %d's write after its restart: %q, %v", mid, v, err)
+		}
+	}
+	if err := c.Converge(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Finding 6: a leader-changed event carries the new leader's term, also
+// when the leader and the term change in one Ready (a member that was cut
+// off during the election hears from the new leader at a higher term).
+func TestLeaderChangedEventCarriesNewTerm(t *testing.T) {
+	c := cluster.New(t, cluster.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	var x, y *cluster.Member
+	for _, m := range c.Running() {
+		switch {
+		case m.ID == lead.ID:
+		case x == nil:
+			x = m
+		default:
+			y = m
+		}
+	}
+	events, cancel := x.Node.Subscribe(64)
+	defer cancel()
+	c.Net.Isolate(x.ID)
+	if err := lead.Node.TransferLeadership(ctx, y.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.Net.Heal()
+	st, err := y.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case e := <-events:
+			if e.Type == raft.EventLeaderChanged && e.Leader == y.ID {
+				if e.Term != st.Term {
+					t.Fatalf("member %d announced leader %d with term %d; it leads in term %d", x.ID, e.Leader, e.Term, st.Term)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("member %d: no leader-changed event for %d", x.ID, y.ID)
+		}
+	}
+}
+
+// Finding 8: leadership never moves to a voter that a joint configuration
+// is removing (only in its outgoing half) — the same rule as the dry run.
+func TestNoTransferToLeavingVoter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
+	old := follower(t, c, lead)
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool { return from == lead.ID && isLeaveJoint(m) })
+	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old.ID, 4)) }()
+	for {
+		st, err := lead.Node.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Joint() {
+			break
+		}
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			t.Fatal("never joint")
+		}
+	}
+	if _, err := lead.Node.CheckMembership(ctx, confchange.TransferLeader(old.ID)); !errors.Is(err, confchange.ErrLearnerCannotLead) {
+		t.Fatalf("dry run of a transfer to leaving member %d: %v", old.ID, err)
+	}
+	if err := lead.Node.TransferLeadership(ctx, old.ID); !errors.Is(err, raft.ErrLearnerCannotLead) {
+		t.Fatalf("transfer to leaving member %d: %v, want ErrLearnerCannotLead", old.ID, err)
+	}
+	c.Net.Heal()
+}
+
+// Finding 12: a forwarded proposal, or a leadership transfer, that raft
+// drops silently ends with ErrTimeout, even under context.Background().
+func TestDroppedForwardsTimeOut(t *testing.T) {
+	c := cluster.New(t, cluster.Options{RequestTimeout: 300 * time.Millisecond})
+	lead := c.WaitLeader()
+	f := follower(t, c, lead)
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		return (from == f.ID && m.GetType() == raftpb.MsgProp) || m.GetType() == raftpb.MsgTimeoutNow
+	})
+	if _, err := f.Node.Propose(context.Background(), testkv.Put("k", "v")); !errors.Is(err, raft.ErrTimeout) {
+		t.Fatalf("a forwarded proposal the leader never got: %v, want ErrTimeout", err)
+	}
+	if err := lead.Node.TransferLeadership(context.Background(), f.ID); !errors.Is(err, raft.ErrTimeout) {
+		t.Fatalf("a transfer whose MsgTimeoutNow is lost: %v, want ErrTimeout", err)
 	}
 }

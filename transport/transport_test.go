@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -444,5 +446,30 @@ func TestOversizedMessageDropped(t *testing.T) {
 	}
 	if s := a.Stats().Peers[0]; s.DroppedTooLarge != 1 || !s.Connected {
 		t.Fatalf("stats: %+v", s)
+	}
+}
+
+// A MsgSnap for a member the transport does not know is reported as a
+// failed snapshot (raft would otherwise wait for it until the next leader
+// change), without blocking Send.
+func TestSnapshotToUnknownPeerIsReportedFailed(t *testing.T) {
+	h := &fakeHandler{}
+	tr := newTestTransport(t, 1, h)
+	tr.Send([]*raftpb.Message{{Type: raftpb.MsgSnap.Enum(), To: new(uint64(9)), From: new(uint64(1)), Snapshot: &raftpb.Snapshot{}}})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.mu.Lock()
+		got := slices.Clone(h.snaps)
+		h.mu.Unlock()
+		if len(got) == 1 {
+			if got[0] != (snapReport{9, raft.SnapshotFailure}) {
+				t.Fatalf("reported %+v, want a failure for member 9", got[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot reports %+v, want one failure for member 9", got)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

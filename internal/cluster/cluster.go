@@ -45,6 +45,8 @@ type Options struct {
 	WrapStorage func(id uint64, s *storage.Store) raft.Storage
 	// Logger for the nodes. Default: discard (set CLUSTER_LOG=1 for stderr).
 	Logger *slog.Logger
+	// RequestTimeout as in raft.Config (default raft's).
+	RequestTimeout time.Duration
 	// Membership, Policy and ManualMembership as in raft.Config.
 	Membership       confchange.Settings
 	Policy           confchange.Policy
@@ -132,6 +134,7 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		TickInterval:           c.opts.TickInterval,
 		SnapshotCount:          c.opts.SnapshotCount,
 		SnapshotCatchUpEntries: c.opts.SnapshotCatchUpEntries,
+		RequestTimeout:         c.opts.RequestTimeout,
 		Logger:                 c.opts.Logger,
 		Membership:             c.opts.Membership,
 		Policy:                 c.opts.Policy,

@@ -1,0 +1,95 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/storage"
+)
+
+func newLoneNode(t *testing.T, sm StateMachine) (*Node, *storage.Store) {
+	t.Helper()
+	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}}}, sm, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, st
+}
+
+// Finding 7: Stop racing Start, and Stops of a node never started, never
+// panic, and the node ends stopped either way.
+func TestStopRacesStart(t *testing.T) {
+	for i := range 30 {
+		n, st := newLoneNode(t, nopSM{})
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); _ = n.Start(loneTransport{}) }()
+		go func() { defer wg.Done(); _ = n.Stop(context.Background()) }()
+		go func() { defer wg.Done(); _ = n.Stop(context.Background()) }()
+		wg.Wait()
+		select {
+		case <-n.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the node did not stop", i)
+		}
+		if _, err := n.Propose(context.Background(), []byte("x")); !errors.Is(err, ErrStopped) {
+			t.Fatalf("round %d: Propose after Stop: %v, want ErrStopped", i, err)
+		}
+		if err := n.Start(loneTransport{}); err == nil {
+			t.Fatalf("round %d: Start after Stop succeeded", i)
+		}
+		_ = st.Close()
+	}
+}
+
+// blockingSM blocks in Apply until released.
+type blockingSM struct {
+	nopSM
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *blockingSM) Apply(cmds []Command, results []Result) {
+	s.once.Do(func() { close(s.entered) })
+	<-s.release
+}
+
+func (s *blockingSM) Restore(r io.Reader) error { _, err := io.Copy(io.Discard, r); return err }
+
+// Finding 12: Stop's context bounds its wait for a host Apply that does
+// not return; the node finishes stopping once it does.
+func TestStopIsBoundedByContext(t *testing.T) {
+	sm := &blockingSM{entered: make(chan struct{}), release: make(chan struct{})}
+	n, st := newLoneNode(t, sm)
+	defer st.Close()
+	if err := n.Start(loneTransport{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = n.Propose(context.Background(), []byte("x")) }()
+	select {
+	case <-sm.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Apply never called")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := n.Stop(ctx)
+	if !errors.Is(err, ErrStopTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop with a blocked Apply: %v, want ErrStopTimeout", err)
+	}
+	close(sm.release)
+	select {
+	case <-n.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not finish stopping after Apply returned")
+	}
+}
