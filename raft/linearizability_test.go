@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +15,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/internal/faultstore"
 	"github.com/understudy-raft/understudy/internal/testkv"
 	"github.com/understudy-raft/understudy/raft"
 )
@@ -75,24 +80,69 @@ var kvModel = porcupine.Model{
 	},
 }
 
+// linScenario is one shape of TestLinearizableUnderFaults.
+type linScenario struct {
+	name    string
+	voters  int
+	learner bool // a learner (a standby) serves clients too
+	// restarts: the nemesis only stops, crashes and restarts members —
+	// often, onto slow disks, with reads in flight.
+	restarts bool
+	seeds    []int64
+}
+
 // TestLinearizableUnderFaults runs concurrent clients doing put, get and
 // compare-and-swap through random members — voters and a learner, which
-// forward their writes — while a
-// nemesis partitions the network, drops, delays and duplicates messages and
-// crashes and restarts members; the history must be linearizable.
+// forward their writes — while a nemesis partitions the network, drops,
+// delays and duplicates messages, crashes and cleanly stops members of every
+// role and restarts them (with reads in flight, sometimes onto a slow disk),
+// slows and stalls fsync, and isolates the leader with an uncommitted conf
+// change before it leads again; clients give up on requests after random
+// deadlines (some at once) and retry writes of unknown outcome with the same
+// RequestID. The history must be linearizable. Each scenario runs with fixed
+// seeds (the nemesis's choices; timing still varies), plus CLUSTER_SEED if
+// set.
 func TestLinearizableUnderFaults(t *testing.T) {
-	duration := 6 * time.Second
+	scenarios := []linScenario{
+		{name: "3voters+learner", voters: 3, learner: true, seeds: []int64{1, 2}},
+		{name: "1voter+learner", voters: 1, learner: true, seeds: []int64{3}},
+		{name: "1voter", voters: 1, seeds: []int64{4}},
+		{name: "3voters+learner-restarts", voters: 3, learner: true, restarts: true, seeds: []int64{5}},
+		{name: "1voter+learner-restarts", voters: 1, learner: true, restarts: true, seeds: []int64{6, 7}},
+	}
+	for _, sc := range scenarios {
+		seeds := sc.seeds
+		if s := os.Getenv("CLUSTER_SEED"); s != "" {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				t.Fatalf("CLUSTER_SEED: %v", err)
+			}
+			seeds = []int64{v}
+		}
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", sc.name, seed), func(t *testing.T) {
+				runLinearizable(t, sc, seed)
+			})
+		}
+	}
+}
+
+func runLinearizable(t *testing.T, sc linScenario, seed int64) {
+	duration := 4 * time.Second
 	if testing.Short() {
 		duration = 2 * time.Second
 	}
-	c := cluster.New(t, cluster.Options{Members: 3, SnapshotCount: 200, SnapshotCatchUpEntries: 50})
-	// Three voters and a learner (a standby: the voter target is met), all
-	// serving the clients.
+	disks := &slowDisks{}
+	c := cluster.New(t, cluster.Options{Members: sc.voters, Seed: seed, SnapshotCount: 200, SnapshotCatchUpEntries: 50,
+		WrapStorage: disks.wrap, Membership: confchange.Settings{TargetVoters: sc.voters}})
 	lead := c.WaitLeader()
-	if err := lead.Node.AddLearner(ctxT(t, 10*time.Second), c.Record(4)); err != nil {
-		t.Fatal(err)
+	if sc.learner {
+		learner := uint64(sc.voters + 1)
+		if err := lead.Node.AddLearner(ctxT(t, 10*time.Second), c.Record(learner)); err != nil {
+			t.Fatal(err)
+		}
+		c.Join(learner)
 	}
-	c.Join(4)
 	rng := rand.New(rand.NewSource(c.Seed))
 
 	var (
@@ -100,6 +150,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		history []porcupine.Operation
 		start   = time.Now()
 		stop    atomic.Bool
+		quiet   atomic.Bool // clients pause (the nemesis makes the cluster idle before a restart)
 		wg      sync.WaitGroup
 		counts  [3]atomic.Int64 // ok, unknown, failed
 	)
@@ -112,27 +163,60 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		}
 		history = append(history, porcupine.Operation{ClientId: client, Input: in, Call: call.Sub(start).Nanoseconds(), Output: out, Return: r})
 	}
-	keys := []string{"a", "b", "c"}
+	keys := []string{"a", "b", "c", "d", "e", "f"} // one porcupine partition each
 	for client := range 6 {
 		crng := rand.New(rand.NewSource(c.Seed + int64(client) + 1))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
+				for quiet.Load() && !stop.Load() {
+					time.Sleep(time.Millisecond) // the nemesis's idle period
+				}
 				running := c.Running()
 				if len(running) == 0 {
 					continue
 				}
 				m := running[crng.Intn(len(running))]
 				in := kvInput{key: keys[crng.Intn(len(keys))], value: fmt.Sprintf("%d-%d", client, i)}
-				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				// Clients give up: most after half a second, some at once.
+				timeout := 500 * time.Millisecond
+				if crng.Intn(10) == 0 {
+					timeout = time.Duration(crng.Intn(3000)) * time.Microsecond
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				call := time.Now()
 				var out kvOutput
 				var err error
-				switch crng.Intn(3) {
+				op := crng.Intn(3)
+				// Writes carry a RequestID; one of unknown outcome is retried
+				// once with it (through another member) and counts as done if
+				// the retry succeeds or finds it applied.
+				rid := raft.RequestID{Client: uint64(client + 1), Seq: uint64(i + 1)}
+				write := func(cmd []byte) error {
+					_, err := m.Node.ProposeWithID(ctx, rid, cmd)
+					if err == nil || errors.Is(err, testkv.ErrCompareFailed) || errors.Is(err, raft.ErrProposalDropped) || errors.Is(err, raft.ErrStopped) || crng.Intn(2) == 0 {
+						return err
+					}
+					running := c.Running()
+					if len(running) == 0 {
+						return err
+					}
+					rctx, rcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+					defer rcancel()
+					_, rerr := running[crng.Intn(len(running))].Node.ProposeWithID(rctx, rid, cmd)
+					if errors.Is(rerr, raft.ErrDuplicateRequest) && in.op == "put" {
+						return nil // applied once, by the first attempt
+					}
+					if rerr == nil {
+						return nil
+					}
+					return err
+				}
+				switch op {
 				case 0:
 					in.op = "put"
-					_, err = m.Node.Propose(ctx, testkv.Put(in.key, in.value))
+					err = write(testkv.Put(in.key, in.value))
 				case 1:
 					in.op = "get"
 					var v []byte
@@ -140,10 +224,8 @@ func TestLinearizableUnderFaults(t *testing.T) {
 					out.value = string(v)
 				case 2:
 					in.op = "cas"
-					mu.Lock()
 					in.prev = fmt.Sprintf("%d-%d", crng.Intn(6), crng.Intn(i+1))
-					mu.Unlock()
-					_, err = m.Node.Propose(ctx, testkv.CAS(in.key, in.prev, in.value))
+					_, err = m.Node.ProposeWithID(ctx, rid, testkv.CAS(in.key, in.prev, in.value))
 					out.ok = err == nil
 					if errors.Is(err, testkv.ErrCompareFailed) {
 						err = nil
@@ -166,42 +248,115 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		}()
 	}
 
-	// The nemesis.
+	// The nemesis: one fault at a time, chosen by the seed.
 	deadline := time.Now().Add(duration)
-	var crashed uint64
+	var down uint64 // a member crashed or stopped, not yet restarted
+	var faults []string
+	restart := func() {
+		if down == 0 {
+			return
+		}
+		if rng.Intn(3) == 0 || (sc.restarts && rng.Intn(3) != 0) {
+			disks.setDelay(time.Duration(5+rng.Intn(30)) * time.Millisecond) // restarts onto a slow disk
+			faults = append(faults, fmt.Sprintf("restart %d (slow disk)", down))
+		} else {
+			faults = append(faults, fmt.Sprintf("restart %d", down))
+		}
+		c.Restart(down)
+		down = 0
+		quiet.Store(false)
+	}
 	for time.Now().Before(deadline) {
-		time.Sleep(time.Duration(150+rng.Intn(250)) * time.Millisecond) // the fault schedule, not a wait for a condition
+		pick := rng.Intn(10)
+		if sc.restarts {
+			time.Sleep(time.Duration(50+rng.Intn(150)) * time.Millisecond) // the fault schedule
+			pick = 4
+		} else {
+			time.Sleep(time.Duration(150+rng.Intn(250)) * time.Millisecond) // the fault schedule, not a wait for a condition
+		}
 		ids := c.Members()
-		switch rng.Intn(7) {
+		switch pick {
 		case 0:
 			a := ids[rng.Intn(len(ids))]
+			faults = append(faults, fmt.Sprintf("isolate %d", a))
 			c.Net.Isolate(a)
 		case 1:
+			faults = append(faults, "drop 10%")
 			c.Net.SetDropRate(0, 0, 0.1)
 		case 2:
+			faults = append(faults, "delay 20ms")
 			c.Net.SetDelay(20 * time.Millisecond)
 		case 3:
+			faults = append(faults, "duplicate 10%")
 			c.Net.SetDuplicateRate(0.1)
-		case 4:
-			if crashed == 0 {
-				crashed = ids[rng.Intn(len(ids))]
-				c.Crash(crashed)
+		case 4, 5:
+			if down == 0 {
+				down = ids[rng.Intn(len(ids))]
+				if sc.restarts && rng.Intn(2) == 0 {
+					// Idle first: the last writes are acknowledged and only
+					// the commit index moves — the state a restart must not
+					// lose track of. Clients resume as soon as it restarts.
+					quiet.Store(true)
+					time.Sleep(30 * time.Millisecond)
+					faults = append(faults, "idle")
+				}
+				if rng.Intn(2) == 0 {
+					faults = append(faults, fmt.Sprintf("crash %d", down))
+					c.Crash(down)
+				} else {
+					faults = append(faults, fmt.Sprintf("stop %d", down))
+					c.Stop(down)
+				}
+			} else {
+				restart()
 			}
-		case 5:
-			if crashed != 0 {
-				c.Restart(crashed)
-				crashed = 0
+			if sc.restarts && down != 0 && quiet.Load() {
+				restart() // at once, with the clients' reads waiting
 			}
 		case 6:
+			faults = append(faults, "heal")
 			c.Net.Heal()
+			disks.setDelay(0)
+		case 7:
+			d := time.Duration(5+rng.Intn(40)) * time.Millisecond
+			faults = append(faults, fmt.Sprintf("slow fsync %s", d))
+			disks.setDelay(d)
+		case 8:
+			// A stalled fsync on one member for a while.
+			a := ids[rng.Intn(len(ids))]
+			if m := c.Member(a); m.IsRunning() {
+				if f, ok := m.Storage.(*faultstore.Store); ok {
+					faults = append(faults, fmt.Sprintf("stall fsync on %d", a))
+					release := f.HoldSaves()
+					time.AfterFunc(time.Duration(50+rng.Intn(200))*time.Millisecond, release)
+				}
+			}
+		case 9:
+			// The leader, cut off, appends a conf change it cannot commit,
+			// then leads again once the others overwrote it.
+			if l, err := c.Leader(ctxT(t, 2*time.Second)); err == nil && len(c.Running()) > 2 {
+				faults = append(faults, fmt.Sprintf("isolate leader %d with a conf change", l.ID))
+				c.Net.Isolate(l.ID)
+				cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				_ = l.Node.UpdateMember(cctx, c.Record(l.ID))
+				cancel()
+				time.Sleep(300 * time.Millisecond) // an election among the others
+				c.Net.Heal()
+				tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if nl, err := c.Leader(tctx); err == nil && nl.ID != l.ID && l.IsRunning() {
+					_ = nl.Node.TransferLeadership(tctx, l.ID)
+				}
+				cancel()
+			}
 		}
 	}
 	c.Net.Heal()
-	if crashed != 0 {
-		c.Restart(crashed)
-	}
+	disks.setDelay(0)
+	restart()
+	disks.setDelay(0)
 	stop.Store(true)
 	wg.Wait()
+	t.Logf("faults: %v", faults)
 
 	ctx := ctxT(t, 30*time.Second)
 	// Every key read once more on every member after healing: nothing
@@ -219,14 +374,26 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A membership change still goes through after the faults.
+	if l, err := c.Leader(ctx); err != nil {
+		t.Fatal(err)
+	} else if err := l.Node.UpdateMember(ctx, c.Record(l.ID)); err != nil {
+		t.Fatalf("a membership change after the faults: %v", err)
+	}
 	t.Logf("operations: %d ok, %d unknown outcome, %d failed without effect; network %+v",
 		counts[0].Load(), counts[1].Load(), counts[2].Load(), c.Net.Stats())
 	if counts[0].Load() == 0 {
 		t.Fatal("no operation succeeded")
 	}
-	switch res := porcupine.CheckOperationsTimeout(kvModel, history, 60*time.Second); res {
+	res, info := porcupine.CheckOperationsVerbose(kvModel, history, 60*time.Second)
+	switch res {
 	case porcupine.Illegal:
-		t.Fatalf("history of %d operations is not linearizable (seed %d)", len(history), c.Seed)
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("understudy-lin-%s-%d.html", sc.name, c.Seed))
+		if f, err := os.Create(path); err == nil {
+			_ = porcupine.Visualize(kvModel, info, f)
+			_ = f.Close()
+		}
+		t.Fatalf("history of %d operations is not linearizable (seed %d; faults %v); visualization: %s", len(history), c.Seed, faults, path)
 	case porcupine.Unknown:
 		t.Logf("linearizability check timed out on %d operations", len(history))
 	}
