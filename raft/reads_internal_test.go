@@ -2,7 +2,10 @@ package raft
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,5 +78,50 @@ func TestAbandonedReadsAreNotHeld(t *testing.T) {
 	}
 	if held > 0 {
 		t.Fatalf("%d abandoned reads still held after their callers gave up", held)
+	}
+}
+
+// selfNamingTransport answers every forwarded request with "not the
+// leader; member 1 leads" — the caller itself.
+type selfNamingTransport struct {
+	loneTransport
+	calls atomic.Int64
+}
+
+func (s *selfNamingTransport) Call(ctx context.Context, to uint64, req []byte) ([]byte, error) {
+	s.calls.Add(1)
+	return json.Marshal(rpcResponse{V: peerRPCVersion, Err: &rpcError{Code: "not_leader", Message: "not the leader", Leader: 1}})
+}
+
+// Finding 9: a forwarded change answered with "you are the leader" is
+// retried (locally once this member leads) instead of failing with an
+// error no caller can classify.
+func TestForwardNamingSelfIsRetried(t *testing.T) {
+	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}, {ID: 2, PeerAddr: "127.0.0.1:7002"}, {ID: 3, PeerAddr: "127.0.0.1:7003"}}
+	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: members}, nopSM{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &selfNamingTransport{}
+	if err := n.Start(tr); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n.Stop(context.Background()); <-n.Done(); _ = st.Close() }()
+	// This member believes member 2 leads (as after a stale heartbeat).
+	if err := n.do(context.Background(), func() { n.loop.leader = 2; n.publishState() }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = n.AddLearner(ctx, Member{ID: 4, PeerAddr: "127.0.0.1:7004"})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AddLearner while the leader names this member: %v, want the caller's deadline (it keeps asking)", err)
+	}
+	if tr.calls.Load() < 2 {
+		t.Fatalf("forwarded %d times, want a retry", tr.calls.Load())
 	}
 }
