@@ -2,16 +2,13 @@ package raft
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
-	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/confchange"
@@ -63,15 +60,14 @@ func (f *snapFiles) close() {
 
 // applyState is owned by the apply goroutine (and by Start, before it runs).
 type applyState struct {
-	applied      uint64
-	members      *memberTable
-	dedup        *dedupWindow
-	clients      *dedupWindow // client request IDs (ProposeWithID)
-	snapIndex    uint64       // index of the last snapshot taken or restored
-	snapshotting atomic.Bool
-	cmds         []Command
-	ids          []requestID
-	results      []Result
+	applied uint64
+	members *memberTable
+	dedup   *dedupWindow
+	clients *dedupWindow // client request IDs (ProposeWithID)
+	snap    snapState
+	cmds    []Command
+	ids     []requestID
+	results []Result
 }
 
 func (a *applyState) init(n *Node) {
@@ -107,6 +103,8 @@ func (n *Node) runApply() {
 				n.fail("applying committed entries", err)
 				return
 			}
+		case <-n.snapWake:
+			n.maybeSnapshot()
 		case <-n.stopc:
 			return
 		}
@@ -172,6 +170,9 @@ func (n *Node) applyEntries(t applyTask) error {
 		if last := ents[len(ents)-1].GetIndex(); last > a.applied {
 			a.applied = last
 		}
+	}
+	for _, e := range ents {
+		a.snap.logBytes += uint64(len(e.GetData()))
 	}
 	advanceTo(n.applied, a.applied)
 	n.local.put(t.msg.GetResponses()...)
@@ -340,7 +341,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	a.dedup.reset(h.dedup)
 	a.clients.reset(h.clients)
 	a.applied = index
-	a.snapIndex = index
+	a.snap.restored(index, size)
 	if n.applied != nil {
 		advanceTo(n.applied, index)
 	}
@@ -348,58 +349,4 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	n.events.emit(Event{Type: EventSnapshotRestored, Index: index})
 	n.log.Info("restored the state machine from a snapshot", slog.Uint64("index", index), slog.Int64("bytes", size))
 	return nil
-}
-
-// maybeSnapshot starts a local snapshot once SnapshotCount entries were
-// applied since the last one. The state machine captures its state here, on
-// the apply goroutine; writing it and compacting the log run on another
-// goroutine while applying continues.
-func (n *Node) maybeSnapshot() {
-	a := &n.apply
-	if a.applied < a.snapIndex+n.cfg.SnapshotCount || a.snapshotting.Load() {
-		return
-	}
-	s, err := n.sm.Snapshot()
-	if err != nil {
-		n.log.Error("state machine snapshot failed; retrying after the next entries", slog.Any("err", err))
-		return
-	}
-	index := a.applied
-	cs := proto.Clone(a.members.confState).(*raftpb.ConfState)
-	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids(), clients: a.clients.ids()}
-	a.snapIndex = index
-	a.snapshotting.Store(true)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		defer a.snapshotting.Store(false)
-		defer s.Release()
-		n.writeSnapshot(index, cs, h, s)
-	}()
-}
-
-func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, s Snapshot) {
-	_, err := n.store.CreateSnapshot(index, cs, func(w io.Writer) error {
-		if err := h.writeTo(w); err != nil {
-			return err
-		}
-		return s.Write(w)
-	})
-	if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
-		return // a newer snapshot arrived from the leader meanwhile
-	}
-	if err != nil {
-		n.log.Error("writing a snapshot failed; retrying after the next entries", slog.Uint64("index", index), slog.Any("err", err))
-		return
-	}
-	if index > n.cfg.SnapshotCatchUpEntries {
-		compact := index - n.cfg.SnapshotCatchUpEntries
-		if first, err := n.store.FirstIndex(); err == nil && compact >= first {
-			if err := n.store.Compact(compact); err != nil && !errors.Is(err, etcdraft.ErrCompacted) {
-				n.log.Error("compacting the log failed", slog.Uint64("index", compact), slog.Any("err", err))
-			}
-		}
-	}
-	n.events.emit(Event{Type: EventSnapshotCreated, Index: index})
-	n.log.Info("snapshot written", slog.Uint64("index", index))
 }

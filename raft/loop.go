@@ -32,6 +32,12 @@ type loopState struct {
 	lastBatch     int               // proposals in the last flush
 	ms            membershipLoop
 	nowLeader     bool // became leader in the Ready being handled
+	// confAdded is the index of the last conf change raft took that added
+	// a member (in any role): a snapshot sent to a member must be at least
+	// that recent to list it (see snapshotToSend).
+	confAdded uint64
+	// snapBackoff is the current backoff of failed snapshot sends, by member.
+	snapBackoff map[uint64]time.Duration
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the
@@ -63,7 +69,7 @@ func (n *Node) restore() (err error) {
 		ID:                        c.ID,
 		ElectionTick:              c.ElectionTicks,
 		HeartbeatTick:             c.HeartbeatTicks,
-		Storage:                   raftStorage{n.store},
+		Storage:                   raftStorage{Storage: n.store, n: n},
 		Applied:                   applied,
 		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             c.MaxSizePerMsg,
@@ -356,7 +362,17 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 	if err != nil {
 		panic(err)
 	}
+	before := n.loop.rn.Status().Config
 	cs := n.loop.rn.ApplyConfChange(cc)
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		for _, id := range ids {
+			_, voter := before.Voters.IDs()[id]
+			_, learner := before.Learners[id]
+			if !voter && !learner {
+				n.loop.confAdded = e.GetIndex()
+			}
+		}
+	}
 	var recs []Member
 	if ctx, err := changeContext(cc); err == nil {
 		recs = ctx.Members
@@ -462,7 +478,20 @@ func (n *Node) publishState() {
 // index may trail the latest snapshot, whose entries were all committed:
 // InitialState reports at least the snapshot's index, as raft requires
 // Config.Applied <= commit.
-type raftStorage struct{ Storage }
+type raftStorage struct {
+	Storage
+	n *Node
+}
+
+// Snapshot is the latest snapshot, unless a member joined after it: see
+// Node.snapshotToSend. Raft calls it on the run loop.
+func (s raftStorage) Snapshot() (*raftpb.Snapshot, error) {
+	snap, err := s.Storage.Snapshot()
+	if err != nil || s.n == nil {
+		return snap, err
+	}
+	return s.n.snapshotToSend(snap)
+}
 
 func (s raftStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	hs, cs, err := s.Storage.InitialState()

@@ -39,6 +39,8 @@ type Node struct {
 	local   *mailbox // responses from the append and apply goroutines
 	appendc chan *raftpb.Message
 	applyc  chan applyTask
+	// snapWake wakes the apply goroutine to look at the snapshot state.
+	snapWake chan struct{}
 
 	life     atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
 	stopOnce sync.Once
@@ -80,20 +82,21 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.Uint64("member", cfg.ID)),
-		sm:      sm,
-		store:   store,
-		propc:   make(chan *proposal, cfg.MaxPendingProposals),
-		readc:   make(chan *readRequest, 4096),
-		recvc:   make(chan *raftpb.Message, 4096),
-		actc:    make(chan func(), 1024),
-		local:   newMailbox(),
-		appendc: make(chan *raftpb.Message, 1024),
-		applyc:  make(chan applyTask, cfg.ApplyQueueSize),
-		stopc:   make(chan struct{}),
-		donec:   make(chan struct{}),
-		state:   newWatched(nodeState{}),
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.Uint64("member", cfg.ID)),
+		sm:       sm,
+		store:    store,
+		propc:    make(chan *proposal, cfg.MaxPendingProposals),
+		readc:    make(chan *readRequest, 4096),
+		recvc:    make(chan *raftpb.Message, 4096),
+		actc:     make(chan func(), 1024),
+		local:    newMailbox(),
+		appendc:  make(chan *raftpb.Message, 1024),
+		applyc:   make(chan applyTask, cfg.ApplyQueueSize),
+		snapWake: make(chan struct{}, 1),
+		stopc:    make(chan struct{}),
+		donec:    make(chan struct{}),
+		state:    newWatched(nodeState{}),
 	}
 	n.waiters.m = make(map[uint64]*proposal)
 	return n, nil
@@ -531,7 +534,7 @@ func (h peerHandler) ReportUnreachable(id uint64) {
 }
 
 func (h peerHandler) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
-	h.n.post(func() { h.n.loop.rn.ReportSnapshot(id, status) })
+	h.n.post(func() { h.n.reportSnapshot(id, status) })
 }
 
 func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error) {

@@ -40,36 +40,49 @@ func startTCPCluster(t *testing.T, n int, cfg raft.Config) []*tcpMember {
 	dir := t.TempDir()
 	var ms []*tcpMember
 	for i, rec := range initial {
-		st, err := storage.Open(filepath.Join(dir, fmt.Sprint(rec.ID)), storage.Options{NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := cfg
-		c.ID, c.InitialMembers, c.TickInterval = rec.ID, initial, 10*time.Millisecond
-		sm := testkv.New()
-		node, err := raft.NewNode(c, sm, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := transport.New(transport.Config{ID: rec.ID, ClusterID: 7, Listener: lns[i], Handler: node.PeerHandler(), Snapshots: st})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := node.Start(tr); err != nil {
-			t.Fatal(err)
-		}
-		m := &tcpMember{node: node, store: st, tr: tr, sm: sm}
-		ms = append(ms, m)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = m.node.Stop(ctx)
-			<-m.node.Done()
-			_ = m.tr.Close()
-			_ = m.store.Close()
-		})
+		ms = append(ms, startTCPMember(t, filepath.Join(dir, fmt.Sprint(rec.ID)), rec.ID, cfg, initial, lns[i], nil))
 	}
 	return ms
+}
+
+// startTCPMember starts member id on ln with storage in dir: a new cluster
+// of initial, or (initial nil) a member joining the peers in seeds.
+func startTCPMember(t *testing.T, dir string, id uint64, cfg raft.Config, initial []raft.Member, ln net.Listener, seeds []raft.Member) *tcpMember {
+	t.Helper()
+	st, err := storage.Open(dir, storage.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg
+	c.ID, c.InitialMembers, c.TickInterval = id, initial, 10*time.Millisecond
+	sm := testkv.New()
+	node, err := raft.NewNode(c, sm, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := transport.New(transport.Config{ID: id, ClusterID: 7, Listener: ln, Handler: node.PeerHandler(), Snapshots: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range seeds {
+		tr.AddPeer(p.ID, p.PeerAddr)
+	}
+	if err := node.Start(tr); err != nil {
+		t.Fatal(err)
+	}
+	m := &tcpMember{node: node, store: st, tr: tr, sm: sm}
+	t.Cleanup(m.stop)
+	return m
+}
+
+// stop stops the member and closes its transport and storage (idempotent).
+func (m *tcpMember) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.node.Stop(ctx)
+	<-m.node.Done()
+	_ = m.tr.Close()
+	_ = m.store.Close()
 }
 
 // A command of exactly MaxCommandSize is replicated over the real transport,

@@ -34,6 +34,7 @@ type Network struct {
 	dupRate   float64
 	filter    func(from uint64, m *raftpb.Message) bool
 	stats     NetStats
+	snapsTo   map[uint64]uint64 // snapshot sends attempted, by receiver
 	closed    bool
 	wg        sync.WaitGroup
 }
@@ -52,7 +53,16 @@ func NewNetwork(seed int64) *Network {
 		endpoints: make(map[uint64]*endpoint),
 		blocked:   make(map[link]bool),
 		dropRate:  make(map[link]float64),
+		snapsTo:   make(map[uint64]uint64),
 	}
+}
+
+// SnapshotsTo returns how many snapshot sends to member id were attempted
+// (dropped ones included).
+func (nw *Network) SnapshotsTo(id uint64) uint64 {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.snapsTo[id]
 }
 
 // endpoint is one member's attachment: a Transport for its node, and the
@@ -310,6 +320,9 @@ func (nw *Network) sendSnapshot(src, dst *endpoint, m *raftpb.Message, drop bool
 		return
 	}
 	to := m.GetTo()
+	nw.mu.Lock()
+	nw.snapsTo[to]++
+	nw.mu.Unlock()
 	if drop {
 		src.handler.ReportSnapshot(to, etcdraft.SnapshotFailure)
 		return
