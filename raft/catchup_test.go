@@ -264,5 +264,3 @@ func TestSnapshotsAmortizedAgainstStateSize(t *testing.T) {
 	}
 	t.Logf("%d snapshots for %d writes of 1 KiB (a fixed count would take %d)", snapshots, entries, entries/50)
 }
-
-
