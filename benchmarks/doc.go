@@ -3,10 +3,18 @@
 // bbolt with fsync on, in its own temporary directory, and a TCP transport on
 // 127.0.0.1), the same 256-byte put commands, the same concurrent writers.
 //
+// Two configurations (Profile): Tuned is BenchmarkCompare's (short timers, no
+// snapshots); Defaults is every library default, snapshots on
+// (BenchmarkDefaults, BenchmarkCatchUp). BenchmarkCatchUp loads a state into
+// a cluster, adds a fourth member as a learner (non-voter) while writers keep
+// writing, and measures the catch-up; see RunCatchUp.
+//
 // It is a nested module, so that hashicorp/raft and its dependencies stay out
 // of the root module. Run it from this directory:
 //
 //	go test -run '^$' -bench Compare -benchtime 3000x -count 3 -benchmem .
+//	go test -run '^$' -bench Defaults -benchtime 3000x -benchmem .
+//	go test -run '^$' -bench CatchUp -benchtime 1x .
 package benchmarks
 
 import (
@@ -23,23 +31,88 @@ import (
 // CommandSize is the size in bytes of every command written.
 const CommandSize = 256
 
-// Cluster is a running three-member cluster of one system.
+// Profile is how both systems are configured.
+type Profile int
+
+const (
+	// Tuned is BenchmarkCompare's configuration (the published snapshots-off
+	// tables): short timers (understudy's tick 10ms; hashicorp's heartbeat and
+	// election timeouts 200ms, lease 100ms) and no snapshots (understudy's
+	// SnapshotCount and hashicorp's SnapshotThreshold out of reach).
+	Tuned Profile = iota
+	// Defaults is each library's defaults, snapshots on: understudy's
+	// raft.Config with only ID, InitialMembers and Logger set (tick 100ms,
+	// SnapshotCount 10,000, SnapshotCatchUpEntries 5,000), hashicorp's
+	// DefaultConfig with only LocalID and Logger set (timeouts 1s/1s/500ms,
+	// SnapshotThreshold 8192, SnapshotInterval 120s, TrailingLogs 10240).
+	Defaults
+)
+
+func (p Profile) String() string {
+	switch p {
+	case Tuned:
+		return "tuned"
+	case Defaults:
+		return "defaults"
+	}
+	return fmt.Sprintf("Profile(%d)", int(p))
+}
+
+// Cluster is a running three-member cluster of one system, to which one
+// learner (a non-voter) can be added.
 type Cluster interface {
 	// Write replicates one command through the leader and waits until the
 	// leader has applied it.
 	Write(ctx context.Context, cmd []byte) error
 	// Read returns key's value linearizably, as the leader sees it.
 	Read(ctx context.Context, key string) (value string, ok bool, err error)
-	// Close stops every member and releases its storage and transport.
+	// Close stops every member (the learner included) and releases its
+	// storage and transport.
 	Close() error
+
+	// SnapshotsTaken counts the snapshots the leader's state machine was
+	// asked for since it started (the system's own, or TakeSnapshot's).
+	SnapshotsTaken() uint64
+
+	// AddLearner adds a fourth member as a learner (understudy) or non-voter
+	// (hashicorp) through the leader, starts it with empty storage under
+	// dir, and returns the leader's commit index read once the addition was
+	// committed: the learner has caught up when its applied index reaches it.
+	AddLearner(ctx context.Context, dir string) (target uint64, err error)
+	// LearnerApplied returns the learner's applied index (0 before
+	// AddLearner).
+	LearnerApplied() uint64
+	// SnapshotsToLearner returns what every member sent the learner so far.
+	SnapshotsToLearner() SnapshotStats
+	// CheckLearner, once writes have stopped, waits until the learner has
+	// applied everything the leader has and compares their states.
+	CheckLearner(ctx context.Context) error
+	// RemoveLearner removes the learner from the cluster and stops it.
+	RemoveLearner(ctx context.Context) error
+	// TakeSnapshot makes the leader snapshot now, if the system has an API
+	// for it (errors.ErrUnsupported otherwise).
+	TakeSnapshot(ctx context.Context) error
+}
+
+// SnapshotStats counts snapshots sent to one member.
+type SnapshotStats struct {
+	Sent   uint64 // snapshots the receiver accepted
+	Failed uint64 // attempts that failed or were refused
+	Bytes  uint64 // bytes of the accepted snapshots' data
+	// Restored counts the snapshots the learner's state machine restored
+	// from: fewer than Sent when the receiver stored a snapshot that raft
+	// then ignored.
+	Restored uint64
+	// How says where the figures come from.
+	How string
 }
 
 // System names a system and starts fresh clusters of it.
 type System struct {
 	Name string
-	// Start starts a three-member cluster with data under dir and returns
-	// once it has a leader that has committed a write.
-	Start func(dir string) (Cluster, error)
+	// Start starts a three-member cluster configured by p with data under
+	// dir and returns once it has a leader that has committed a write.
+	Start func(dir string, p Profile) (Cluster, error)
 }
 
 // Systems are the systems compared, in the order they are benchmarked.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/understudy-raft/understudy/internal/testkv"
@@ -26,19 +29,43 @@ type usMember struct {
 	node  *raft.Node
 	store *storage.Store
 	tr    *transport.Transport
-	sm    *testkv.Store
+	sm    *countingKV
+}
+
+// countingKV is testkv's store, counting the snapshots it took and
+// restored from.
+type countingKV struct {
+	*testkv.Store
+	snapshots, restores atomic.Uint64
+}
+
+func (s *countingKV) Snapshot() (raft.Snapshot, error) {
+	s.snapshots.Add(1)
+	return s.Store.Snapshot()
+}
+
+func (s *countingKV) Restore(r io.Reader) error {
+	s.restores.Add(1)
+	return s.Store.Restore(r)
 }
 
 // understudyCluster is three understudy members, each with its own bbolt
-// store (fsync on) and TCP transport on 127.0.0.1.
+// store (fsync on) and TCP transport on 127.0.0.1, and optionally a learner.
 type understudyCluster struct {
+	profile Profile
+	logger  *slog.Logger
 	members []*usMember
 	leader  *usMember
+	learner *usMember
 }
 
-// StartUnderstudy starts a three-member understudy cluster under dir.
-func StartUnderstudy(dir string) (Cluster, error) {
-	logger := slog.New(slog.DiscardHandler)
+// understudyLearnerID is the ID of the member AddLearner adds.
+const understudyLearnerID = 4
+
+// StartUnderstudy starts a three-member understudy cluster configured by p
+// under dir.
+func StartUnderstudy(dir string, p Profile) (Cluster, error) {
+	logger := benchLogger()
 	var initial []raft.Member
 	lns := map[uint64]net.Listener{}
 	for id := uint64(1); id <= 3; id++ {
@@ -52,12 +79,12 @@ func StartUnderstudy(dir string) (Cluster, error) {
 		lns[id] = ln
 		initial = append(initial, raft.Member{ID: id, PeerAddr: ln.Addr().String()})
 	}
-	c := &understudyCluster{}
+	c := &understudyCluster{profile: p, logger: logger}
 	for _, m := range initial {
-		mem, err := startUnderstudyMember(m.ID, filepath.Join(dir, fmt.Sprint(m.ID)), lns[m.ID], initial, logger)
+		mem, err := startUnderstudyMember(m.ID, filepath.Join(dir, fmt.Sprint(m.ID)), lns[m.ID], initial, p, logger)
 		if err != nil {
 			for id, l := range lns {
-				if id >= m.ID {
+				if id > m.ID {
 					l.Close()
 				}
 			}
@@ -81,20 +108,42 @@ func StartUnderstudy(dir string) (Cluster, error) {
 	return c, nil
 }
 
-func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raft.Member, logger *slog.Logger) (*usMember, error) {
+// benchLogger discards, unless BENCH_LOG is set: then understudy's logs go
+// to stderr (BENCH_LOG=debug for debug level).
+func benchLogger() *slog.Logger {
+	switch os.Getenv("BENCH_LOG") {
+	case "":
+		return slog.New(slog.DiscardHandler)
+	case "debug":
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	default:
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+}
+
+// understudyConfig is member id's configuration under profile p: initial
+// nil joins an existing cluster.
+func understudyConfig(id uint64, initial []raft.Member, p Profile, logger *slog.Logger) raft.Config {
+	cfg := raft.Config{ID: id, InitialMembers: initial, Logger: logger}
+	if p == Tuned {
+		cfg.TickInterval = UnderstudyTick
+		cfg.SnapshotCount = 1 << 40 // no snapshot during a run
+	}
+	return cfg
+}
+
+// startUnderstudyMember starts member id listening on ln (which it closes
+// on failure): a member of a new cluster (initial), or a joiner (initial
+// nil) whose transport is given the seeds' addresses so that it accepts
+// their connections.
+func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raft.Member, p Profile, logger *slog.Logger, seeds ...raft.Member) (*usMember, error) {
 	store, err := storage.Open(dir, storage.Options{NoSync: false, Logger: logger})
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	sm := testkv.New()
-	node, err := raft.NewNode(raft.Config{
-		ID:             id,
-		InitialMembers: initial,
-		TickInterval:   UnderstudyTick,
-		SnapshotCount:  1 << 40, // no snapshot during a run
-		Logger:         logger,
-	}, sm, store)
+	sm := &countingKV{Store: testkv.New()}
+	node, err := raft.NewNode(understudyConfig(id, initial, p, logger), sm, store)
 	if err != nil {
 		ln.Close()
 		store.Close()
@@ -108,6 +157,9 @@ func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raf
 		ln.Close()
 		store.Close()
 		return nil, err
+	}
+	for _, s := range seeds {
+		tr.AddPeer(s.ID, s.PeerAddr)
 	}
 	if err := node.Start(tr); err != nil {
 		tr.Close()
@@ -156,15 +208,20 @@ func (c *understudyCluster) Read(ctx context.Context, key string) (string, bool,
 }
 
 // Leader returns the leader's node and state machine (for tests).
-func (c *understudyCluster) Leader() (*raft.Node, *testkv.Store) { return c.leader.node, c.leader.sm }
+func (c *understudyCluster) Leader() (*raft.Node, *testkv.Store) {
+	return c.leader.node, c.leader.sm.Store
+}
 
 func (c *understudyCluster) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
-	// Followers first, so that the leader's hand-off on Stop is not
-	// attempted towards members that are about to stop too.
-	ms := make([]*usMember, 0, len(c.members))
+	// The learner, then the followers, so that the leader's hand-off on Stop
+	// is not attempted towards members that are about to stop too.
+	var ms []*usMember
+	if c.learner != nil {
+		ms = append(ms, c.learner)
+	}
 	for _, m := range c.members {
 		if m != c.leader {
 			ms = append(ms, m)
@@ -174,15 +231,116 @@ func (c *understudyCluster) Close() error {
 		ms = append(ms, c.leader)
 	}
 	for _, m := range ms {
-		if err := m.node.Stop(ctx); err != nil && !errors.Is(err, raft.ErrStopped) {
-			errs = append(errs, fmt.Errorf("understudy member %d: stop: %w", m.id, err))
-		}
-		if err := m.tr.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("understudy member %d: transport: %w", m.id, err))
-		}
-		if err := m.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("understudy member %d: storage: %w", m.id, err))
-		}
+		errs = append(errs, m.stop(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+func (m *usMember) stop(ctx context.Context) error {
+	var errs []error
+	if err := m.node.Stop(ctx); err != nil && !errors.Is(err, raft.ErrStopped) && !errors.Is(err, raft.ErrRemoved) {
+		errs = append(errs, fmt.Errorf("understudy member %d: stop: %w", m.id, err))
+	}
+	<-m.node.Done() // the storage stays open until the node has stopped
+	if err := m.tr.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("understudy member %d: transport: %w", m.id, err))
+	}
+	if err := m.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("understudy member %d: storage: %w", m.id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// AddLearner adds member 4 as a learner through the leader, then starts it
+// in join mode (empty storage, no InitialMembers; its transport is given
+// the members' addresses, as examples/demo does).
+func (c *understudyCluster) AddLearner(ctx context.Context, dir string) (uint64, error) {
+	if c.learner != nil {
+		return 0, errors.New("understudy: a learner was already added")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	rec := raft.Member{ID: understudyLearnerID, PeerAddr: ln.Addr().String()}
+	if err := c.leader.node.AddLearner(ctx, rec); err != nil {
+		ln.Close()
+		return 0, fmt.Errorf("understudy: AddLearner: %w", err)
+	}
+	st, err := c.leader.node.Status(ctx)
+	if err != nil {
+		ln.Close()
+		return 0, err
+	}
+	var seeds []raft.Member
+	for _, m := range c.members {
+		seeds = append(seeds, raft.Member{ID: m.id, PeerAddr: m.tr.Addr().String()})
+	}
+	mem, err := startUnderstudyMember(understudyLearnerID, dir, ln, nil, c.profile, c.logger, seeds...)
+	if err != nil {
+		return 0, fmt.Errorf("understudy: starting the learner: %w", err)
+	}
+	c.learner = mem
+	return st.Commit, nil
+}
+
+func (c *understudyCluster) SnapshotsTaken() uint64 { return c.leader.sm.snapshots.Load() }
+
+func (c *understudyCluster) LearnerApplied() uint64 {
+	if c.learner == nil {
+		return 0
+	}
+	return c.learner.node.AppliedIndex()
+}
+
+// SnapshotsToLearner sums every member's transport counters for the
+// learner (transport.Stats, per peer; sent and bytes count the snapshots the
+// learner acknowledged).
+func (c *understudyCluster) SnapshotsToLearner() SnapshotStats {
+	s := SnapshotStats{How: "transport.Transport.Stats per-peer counters, summed over the members"}
+	for _, m := range c.members {
+		for _, p := range m.tr.Stats().Peers {
+			if p.ID == understudyLearnerID {
+				s.Sent += p.SnapshotsSent
+				s.Failed += p.SnapshotsFailed
+				s.Bytes += p.SnapshotBytesSent
+			}
+		}
+	}
+	if c.learner != nil {
+		s.Restored = c.learner.sm.restores.Load()
+	}
+	return s
+}
+
+func (c *understudyCluster) CheckLearner(ctx context.Context) error {
+	if c.learner == nil {
+		return errors.New("understudy: no learner")
+	}
+	if err := c.leader.node.ReadBarrier(ctx); err != nil {
+		return fmt.Errorf("understudy: leader read barrier: %w", err)
+	}
+	want := c.leader.node.AppliedIndex()
+	return waitSameState(ctx, want, c.learner.node.AppliedIndex, func() error {
+		return diffStates(c.leader.sm.Clone(), c.learner.sm.Clone())
+	})
+}
+
+func (c *understudyCluster) RemoveLearner(ctx context.Context) error {
+	if c.learner == nil {
+		return nil
+	}
+	if err := c.leader.node.RemoveMember(ctx, understudyLearnerID); err != nil {
+		return fmt.Errorf("understudy: RemoveMember: %w", err)
+	}
+	err := c.learner.stop(ctx)
+	c.learner = nil
+	return err
+}
+
+// TakeSnapshot snapshots the leader (Node.Snapshot), which also compacts
+// its log.
+func (c *understudyCluster) TakeSnapshot(ctx context.Context) error {
+	_, err := c.leader.node.Snapshot(ctx)
+	return err
 }
