@@ -136,6 +136,8 @@ func TestLearnerJoinsWhileWritesRun(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	lead := c.WaitLeader()
 	writeN(ctx, t, lead.Node, "before", 300, 8, "v")
+	events, cancel := lead.Node.Subscribe(1024)
+	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -149,6 +151,28 @@ func TestLearnerJoinsWhileWritesRun(t *testing.T) {
 	}
 	if got := learner.SM.Len(); got != 900 {
 		t.Fatalf("the learner has %d keys, want 900", got)
+	}
+	// The leader reported the catch-up as it happened.
+	var progress *raft.CatchUp
+	for progress == nil {
+		select {
+		case e := <-events:
+			if e.Type == raft.EventCatchUp && e.Member == 4 {
+				progress = e.CatchUp
+			}
+		default:
+			t.Fatal("no catch-up event for the joining learner")
+		}
+	}
+	if progress.EntriesBehind == 0 {
+		t.Fatalf("catch-up event without a lag: %+v", progress)
+	}
+	m, err := lead.Node.Membership(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := memberStatus(m, 4); !ok || s.CatchUp == nil {
+		t.Fatalf("Membership shows no catch-up for member 4: %+v", s)
 	}
 	if st, err := learner.Node.Status(ctx); err != nil || st.Role != raft.RoleLearner {
 		t.Fatalf("the learner's own role: %v, %v", st.Role, err)

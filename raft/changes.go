@@ -165,6 +165,7 @@ func (n *Node) becameLeader() {
 	ms := &n.loop.ms
 	ms.leaderSince = time.Now()
 	ms.readySince = nil
+	n.loop.catchUp = nil // rates measured in an earlier term are stale
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
 	// The gate is the leader's last index, as raft's own pendingConfIndex:
@@ -232,6 +233,10 @@ func (n *Node) membershipTick() {
 		return
 	}
 	v := n.view()
+	for id, p := range v.Progress {
+		tr := n.trackCatchUp(id, p.Match, v.Now)
+		n.emitCatchUp(id, n.catchUp(id, p.Lag(v.LastIndex), tr), tr, v.Now)
+	}
 	l.ms.readySince = confchange.UpdateReadySince(v, n.cfg.Membership)
 	v.ReadySince = l.ms.readySince
 	if v.PendingChange {

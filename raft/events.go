@@ -49,6 +49,10 @@ const (
 	EventMembershipChanged
 	// EventRemoved: this member was removed from the cluster at Index.
 	EventRemoved
+	// EventCatchUp (on the leader, about once a second per member): Member
+	// is behind the readiness threshold or receiving a snapshot; CatchUp
+	// says how far it has come.
+	EventCatchUp
 )
 
 func (t EventType) String() string {
@@ -65,6 +69,8 @@ func (t EventType) String() string {
 		return "membership-changed"
 	case EventRemoved:
 		return "removed"
+	case EventCatchUp:
+		return "catch-up"
 	}
 	return "unknown"
 }
@@ -77,6 +83,10 @@ type Event struct {
 	Leader uint64
 	Role   Role
 	Index  uint64
+	// Member is the member an EventCatchUp is about.
+	Member uint64
+	// CatchUp is set on EventCatchUp.
+	CatchUp *CatchUp
 }
 
 // Subscribe returns a channel of events with room for buf of them, and a

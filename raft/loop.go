@@ -38,6 +38,8 @@ type loopState struct {
 	confAdded uint64
 	// snapBackoff is the current backoff of failed snapshot sends, by member.
 	snapBackoff map[uint64]time.Duration
+	// catchUp measures each member's catch-up rate (on the leader).
+	catchUp map[uint64]*catchUpTrack
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the

@@ -46,6 +46,9 @@ type MemberStatus struct {
 	// Readiness says whether the member could be promoted now and, if not,
 	// why (for voters it is the same measure).
 	Readiness confchange.Reason
+	// CatchUp is how the member is catching up (rate, estimate, snapshot in
+	// flight); nil for the leader itself.
+	CatchUp *CatchUp
 }
 
 // Membership returns the membership as the leader sees it, with every
@@ -105,6 +108,8 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 		if pr, ok := v.Progress[id]; ok {
 			ms.Progress = &pr
 			ms.Lag = pr.Lag(v.LastIndex)
+			cu := n.catchUp(id, ms.Lag, n.loop.catchUp[id])
+			ms.CatchUp = &cu
 		}
 		m.Members = append(m.Members, ms)
 	}

@@ -119,6 +119,12 @@ type Config struct {
 	// MsgSnaps wait their turn) and, separately, those received at once
 	// (further ones are refused as busy and retried by raft). Default 2.
 	MaxConcurrentSnapshots int
+	// SnapshotBytesPerSec bounds the rate, in bytes per second, of all the
+	// snapshot streams this member sends together (0: no limit). A leader
+	// that streams a large snapshot to a catching-up learner uses disk
+	// reads, CPU and bandwidth its voters' appends need: the limit keeps
+	// that cost bounded, at the price of a longer catch-up.
+	SnapshotBytesPerSec int64
 
 	// DialTimeout bounds establishing a TCP connection. Default 5s.
 	DialTimeout time.Duration
@@ -247,6 +253,7 @@ func (c Config) Validate() error {
 	nonNeg("MaxFrameSize", int64(c.MaxFrameSize))
 	nonNeg("SnapshotChunkSize", int64(c.SnapshotChunkSize))
 	nonNeg("MaxConcurrentSnapshots", int64(c.MaxConcurrentSnapshots))
+	nonNeg("SnapshotBytesPerSec", c.SnapshotBytesPerSec)
 	for _, d := range []struct {
 		name string
 		v    time.Duration

@@ -46,7 +46,8 @@ type peer struct {
 	out        net.Conn           // the current outbound stream
 	dialCancel context.CancelFunc // cancels a dial in progress
 	inbound    map[net.Conn]wire.Kind
-	snapping   bool // a snapshot to this peer is in flight
+	snapping   bool             // a snapshot to this peer is in flight
+	snapProg   SnapshotProgress // its progress (Index 0: none)
 	stopped    bool
 }
 
@@ -417,6 +418,7 @@ func (p *peer) stats() PeerStats {
 	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = c.snapsSent.Load(), c.snapsFailed.Load(), c.snapsRecv.Load()
 	s.SnapshotBytesSent, s.SnapshotBytesReceived = c.snapBytesSent.Load(), c.snapBytesRecv.Load()
 	s.SnapshotSendDuration = c.snapHist.snapshot()
+	s.SnapshotInFlight = p.snapshotProgress()
 	return s
 }
 
@@ -469,3 +471,15 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
+
+func (p *peer) snapshotProgress() SnapshotProgress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.snapProg
+}
+
+func (p *peer) setSnapshotProgress(sp SnapshotProgress) {
+	p.mu.Lock()
+	p.snapProg = sp
+	p.mu.Unlock()
+}

@@ -37,6 +37,7 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	size, err := p.streamSnapshot(m)
 	p.mu.Lock()
 	p.snapping = false
+	p.snapProg = SnapshotProgress{}
 	p.mu.Unlock()
 	if p.ctx.Err() != nil {
 		return // removed, or the transport is closing: raft no longer cares
@@ -122,8 +123,15 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	}
 	buf := make([]byte, wire.HeaderSize+int(min(int64(t.cfg.SnapshotChunkSize), max(size, 1))))
 	var crc uint32
+	index := m.GetSnapshot().GetMetadata().GetIndex()
 	for sent := int64(0); sent < size; {
+		p.setSnapshotProgress(SnapshotProgress{Index: index, Sent: sent, Total: size})
 		n := int(min(int64(len(buf)-wire.HeaderSize), size-sent))
+		if t.snapRate != nil {
+			if err := t.snapRate.WaitN(p.ctx, n); err != nil {
+				return sent, fmt.Errorf("transport: snapshot rate limit: %w", err)
+			}
+		}
 		frame := buf[:wire.HeaderSize+n]
 		if _, err := io.ReadFull(file, frame[wire.HeaderSize:]); err != nil {
 			return sent, fmt.Errorf("transport: reading snapshot file at byte %d of %d: %w", sent, size, err)

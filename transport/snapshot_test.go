@@ -288,3 +288,31 @@ func TestRemovePeerAbortsSnapshot(t *testing.T) {
 		t.Fatalf("%d snapshot reports for a removed peer", n)
 	}
 }
+
+// A rate-limited snapshot stream shows its progress while it runs, and
+// arrives whole; the progress is cleared when it ends.
+func TestSnapshotRateLimitAndProgress(t *testing.T) {
+	ha, hb := &fakeHandler{}, &fakeHandler{}
+	sa, sb := &patternStore{}, &patternStore{}
+	const chunk, size = 64 << 10, 8 * 64 << 10
+	a := newTestTransport(t, 1, ha, func(c *Config) {
+		c.Snapshots, c.SnapshotChunkSize, c.SnapshotBytesPerSec = sa, chunk, 4*chunk // two seconds for the file
+	})
+	b := newTestTransport(t, 2, hb, func(c *Config) { c.Snapshots = sb })
+	connect(a, b)
+	m := snapMsg(1, 2, size)
+	a.Send([]*raftpb.Message{m})
+	waitFor(t, "progress part-way through the stream", func() bool {
+		p := a.SnapshotProgress(2)
+		return p.Index == m.GetSnapshot().GetMetadata().GetIndex() && p.Sent > 0 && p.Sent < p.Total && p.Total == size
+	})
+	if st := ha.waitSnapReport(t, 2); st != raft.SnapshotFinish {
+		t.Fatalf("status %v", st)
+	}
+	if len(sb.received) != 1 || sb.received[0] != patternCRC(size) {
+		t.Fatalf("stored files %x, want one with CRC %x", sb.received, patternCRC(size))
+	}
+	if p := a.SnapshotProgress(2); p != (SnapshotProgress{}) {
+		t.Fatalf("progress after the stream: %+v", p)
+	}
+}

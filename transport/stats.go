@@ -53,6 +53,15 @@ type PeerStats struct {
 	SnapshotsSent, SnapshotsFailed, SnapshotsReceived uint64
 	SnapshotBytesSent, SnapshotBytesReceived          uint64
 	SnapshotSendDuration                              Histogram // from dial to the receiver's ack, successes only
+	// SnapshotInFlight is the snapshot being sent to the peer now, if any.
+	SnapshotInFlight SnapshotProgress
+}
+
+// SnapshotProgress is how far a snapshot stream to a peer has come.
+type SnapshotProgress struct {
+	Index uint64 // the snapshot's index; 0: no snapshot in flight
+	Sent  int64  // bytes of its file sent so far
+	Total int64  // bytes of its file
 }
 
 // Histogram is a distribution of durations in fixed buckets, in the shape

@@ -15,6 +15,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/time/rate"
 )
 
 // Transport carries raft messages, snapshots and member-to-member requests
@@ -43,6 +44,7 @@ type Transport struct {
 	conns   map[io.Closer]struct{} // every open connection, closed by Close
 
 	snapSend chan struct{} // semaphore: snapshots being sent
+	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
 	snapRecv chan struct{} // semaphore: snapshots being received
 
 	unreachable unreachableSet
@@ -78,6 +80,7 @@ func New(cfg Config) (*Transport, error) {
 		removed:  make(map[uint64]bool),
 		conns:    make(map[io.Closer]struct{}),
 		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapRate: snapshotLimiter(cfg),
 		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		start:    time.Now(),
 	}
@@ -243,6 +246,24 @@ func (t *Transport) RemovePeer(id uint64) {
 		p.stop()
 		t.log.Info("peer removed", "peer", fmt.Sprintf("%x", id))
 	}
+}
+
+// snapshotLimiter is the limiter of Config.SnapshotBytesPerSec: a burst of
+// one chunk, so that a stream starts at once and then keeps the rate.
+func snapshotLimiter(cfg Config) *rate.Limiter {
+	if cfg.SnapshotBytesPerSec <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(cfg.SnapshotBytesPerSec), max(cfg.SnapshotChunkSize, int(min(cfg.SnapshotBytesPerSec, 1<<30))))
+}
+
+// SnapshotProgress reports the snapshot being sent to member id, if any
+// (Index 0 otherwise): the node shows it as a learner's catch-up progress.
+func (t *Transport) SnapshotProgress(id uint64) SnapshotProgress {
+	if p := t.peer(id); p != nil {
+		return p.snapshotProgress()
+	}
+	return SnapshotProgress{}
 }
 
 func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
