@@ -252,6 +252,8 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 	deadline := time.Now().Add(duration)
 	var down uint64 // a member crashed or stopped, not yet restarted
 	var faults []string
+	removed := map[uint64]bool{}
+	nextID := uint64(sc.voters + 2)
 	restart := func() {
 		if down == 0 {
 			return
@@ -267,14 +269,19 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 		quiet.Store(false)
 	}
 	for time.Now().Before(deadline) {
-		pick := rng.Intn(10)
+		pick := rng.Intn(11)
 		if sc.restarts {
 			time.Sleep(time.Duration(50+rng.Intn(150)) * time.Millisecond) // the fault schedule
 			pick = 4
 		} else {
 			time.Sleep(time.Duration(150+rng.Intn(250)) * time.Millisecond) // the fault schedule, not a wait for a condition
 		}
-		ids := c.Members()
+		var ids []uint64
+		for _, id := range c.Members() {
+			if !removed[id] {
+				ids = append(ids, id)
+			}
+		}
 		switch pick {
 		case 0:
 			a := ids[rng.Intn(len(ids))]
@@ -345,6 +352,32 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 				tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				if nl, err := c.Leader(tctx); err == nil && nl.ID != l.ID && l.IsRunning() {
 					_ = nl.Node.TransferLeadership(tctx, l.ID)
+				}
+				cancel()
+			}
+		case 10:
+			// Membership churn: a new learner joins (and catches up through
+			// a snapshot: the snapshot count is small), or a learner that is
+			// not down is removed.
+			var learners []uint64
+			if l, err := c.Leader(ctxT(t, time.Second)); err == nil {
+				if st, err := l.Node.Status(ctxT(t, time.Second)); err == nil {
+					learners = st.Learners
+				}
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				if len(learners) < 2 {
+					id := nextID
+					if err := l.Node.AddLearner(cctx, c.Record(id)); err == nil {
+						nextID++
+						c.Join(id)
+						faults = append(faults, fmt.Sprintf("add learner %d", id))
+					}
+				} else if victim := learners[rng.Intn(len(learners))]; victim != down {
+					if err := l.Node.RemoveMember(cctx, victim); err == nil {
+						removed[victim] = true
+						c.Crash(victim) // it stops itself on applying its removal; make sure
+						faults = append(faults, fmt.Sprintf("remove learner %d", victim))
+					}
 				}
 				cancel()
 			}
