@@ -19,15 +19,28 @@
 //
 // Propose works on every member: followers and learners forward to the
 // leader, and the proposing member answers its caller when it applies the
-// entry, which carries a request ID (member ID and sequence number). Every
-// member skips a request ID it applied among the last 8192 commands, so a
-// proposal duplicated on the way is applied once. When the term changes
-// before a proposal is applied its caller gets ErrLeaderChanged: the outcome
-// is unknown (see hashicorp/raft's ErrLeadershipLost for the same contract).
+// entry, which carries a request ID (member ID and a sequence number that
+// starts at a random point every run: no clock is trusted). Every member
+// skips a request ID it applied among the last 8192 commands, so a proposal
+// duplicated on the way is applied once. When the term changes before a
+// proposal is applied its caller gets ErrLeaderChanged, and ErrTimeout when
+// it has no outcome within Config.RequestTimeout (raft drops some forwarded
+// messages silently): in both, the outcome is unknown (see hashicorp/raft's
+// ErrLeadershipLost for the same contract). ProposeWithID lets the caller
+// retry such a command with its own RequestID, through any member and
+// across restarts: a retry of a command applied before is not applied again
+// (ErrDuplicateRequest).
 //
 // Read is linearizable: concurrent reads share one ReadIndex round (asked of
 // the leader by followers and learners), then wait until this member has
-// applied that index. StaleRead reads local state at once.
+// applied that index. A new leader answers no ReadIndex — its own or a
+// forwarded one — before its commit index reaches the first entry of its
+// term (etcd raft answers a single voter at once, from a commit index that
+// can trail acknowledged writes after a restart), and read rounds carry a
+// random per-run ID, so an answer meant for an earlier run of a member is
+// ignored. At most 4096 reads wait in the loop (ReadBarrier then waits
+// within its context); reads whose callers gave up are dropped. StaleRead
+// reads local state at once.
 //
 // # Membership
 //
@@ -59,14 +72,35 @@
 //
 // # Snapshots
 //
-// After Config.SnapshotCount applied entries the node asks the state machine
-// for a point-in-time Snapshot, writes it through Storage.CreateSnapshot on
-// a separate goroutine while applying continues, and compacts the log,
-// keeping Config.SnapshotCatchUpEntries entries for slow followers. A
-// snapshot's data starts with the node's header (member records, removed
-// IDs and the dedup window), then the state machine's bytes. A member too far behind
-// receives the leader's snapshot through the Transport as a stream; its data
-// is verified whole before the state machine is restored from it.
+// Snapshots are amortized: once at least Config.SnapshotCount entries were
+// applied since the last snapshot AND those entries weigh at least as much
+// as the last snapshot, the node asks the state machine for a point-in-time
+// Snapshot, writes it through Storage.CreateSnapshot on a separate goroutine
+// while applying continues (one at a time), and compacts the log, keeping
+// Config.SnapshotCatchUpEntries entries for slow followers. A small state is
+// thus snapshotted every SnapshotCount entries, as etcd does, and a large
+// one about once per "state's size" of writes, so that snapshot work per
+// byte written stays bounded (a fixed count would rewrite a 100 MB state
+// every second under load). To tune: SnapshotCount bounds how often (raise
+// it to snapshot less with a small state), the log kept is at most about
+// the state's size plus SnapshotCatchUpEntries, and Node.Snapshot takes one
+// on demand (before a backup, after a bulk load).
+//
+// A snapshot's data starts with the node's header (member records, removed
+// IDs and the dedup windows), then the state machine's bytes. A member too
+// far behind receives the leader's snapshot through the Transport as a
+// stream; its data is verified whole before the state machine is restored
+// from it. A member added after the latest snapshot is not in that
+// snapshot's configuration and would refuse it: the leader then takes a
+// fresh snapshot, at an applied index that includes the member, and sends
+// that one (as etcd server merges its backend with the current
+// configuration), so a learner added to an idle cluster catches up with
+// exactly one snapshot. A failed send is retried after a backoff (half an
+// election timeout, doubling). The leader measures each member's catch-up
+// (Membership's CatchUp: lag, rate, estimate, snapshot bytes in flight;
+// EventCatchUp); the transport can bound the rate of snapshot streams
+// (transport.Config.SnapshotBytesPerSec) and gives learners a smaller
+// queue (the node tells it who is a learner, Transport.SetLearner).
 //
 // # Failure
 //
@@ -81,7 +115,7 @@
 //	tr, _ := transport.New(transport.Config{ID: 1, ClusterID: cid, ListenAddr: addr,
 //		Handler: node.PeerHandler(), Snapshots: store})
 //	_ = node.Start(tr)
-//	defer node.Stop(ctx)
+//	defer func() { _ = node.Stop(ctx); <-node.Done(); tr.Close(); store.Close() }()
 //	result, err := node.Propose(ctx, cmd)
 //	value, err := node.Read(ctx, query)
 package raft
