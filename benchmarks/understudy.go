@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -152,6 +153,7 @@ func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raf
 	tr, err := transport.New(transport.Config{
 		ID: id, ClusterID: understudyClusterID, Listener: ln,
 		Handler: node.PeerHandler(), Snapshots: store, Logger: logger,
+		SnapshotBytesPerSec: *snapshotRate,
 	})
 	if err != nil {
 		ln.Close()
@@ -337,6 +339,10 @@ func (c *understudyCluster) RemoveLearner(ctx context.Context) error {
 	c.learner = nil
 	return err
 }
+
+// snapshotRate is transport.Config.SnapshotBytesPerSec for understudy's
+// members (0, the default: no limit).
+var snapshotRate = flag.Int64("understudy.snaprate", 0, "understudy members' transport.Config.SnapshotBytesPerSec (0: no limit)")
 
 // TakeSnapshot snapshots the leader (Node.Snapshot), which also compacts
 // its log.

@@ -61,6 +61,7 @@ var nodeErrors = []struct {
 	err  error
 }{
 	{"leader_changed", ErrLeaderChanged},
+	{"timeout", ErrTimeout},
 	{"change_dropped", ErrChangeDropped},
 	{"proposal_dropped", ErrProposalDropped},
 	{"removed", ErrRemoved},

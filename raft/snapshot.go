@@ -34,7 +34,8 @@ type snapState struct {
 	index    uint64 // index of the last snapshot taken (or being taken) or restored
 	logBytes uint64 // bytes of entries applied since then
 	lastSize atomic.Int64
-	running  atomic.Bool // a snapshot is being written (at most one at a time)
+	written  atomic.Uint64 // index of the last snapshot written or restored
+	running  atomic.Bool   // a snapshot is being written (at most one at a time)
 
 	// want is an index a snapshot must reach (set by the run loop): the
 	// configuration raft has now added a member, and a member that joins
@@ -52,6 +53,7 @@ type snapResult struct {
 
 func (s *snapState) restored(index uint64, size int64) {
 	s.index = index
+	s.written.Store(index)
 	s.logBytes = 0
 	s.lastSize.Store(size)
 }
@@ -116,7 +118,9 @@ func (n *Node) maybeSnapshot() {
 	s.mu.Unlock()
 	want := s.want.Load()
 	due := a.applied >= s.index+n.cfg.SnapshotCount && s.logBytes >= uint64(s.lastSize.Load())
-	wanted := want > s.index && a.applied >= want
+	// A wanted snapshot is retried until one is written (a failed write
+	// must not leave a joining member without one).
+	wanted := want > s.written.Load() && a.applied >= want
 	if !due && !wanted && !asked {
 		return
 	}
@@ -183,6 +187,7 @@ func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, 
 		return fmt.Errorf("raft: writing snapshot %d: %w", index, err)
 	}
 	n.apply.snap.lastSize.Store(size)
+	n.apply.snap.written.Store(index)
 	if index > n.cfg.SnapshotCatchUpEntries {
 		compact := index - n.cfg.SnapshotCatchUpEntries
 		if first, err := n.store.FirstIndex(); err == nil && compact >= first {
