@@ -25,7 +25,7 @@ type tcpMember struct {
 }
 
 // startTCPCluster starts n members over TCP on 127.0.0.1 with cfg's sizes.
-func startTCPCluster(t *testing.T, n int, cfg raft.Config) []*tcpMember {
+func startTCPCluster(t *testing.T, n int, cfg raft.Config, opts ...func(*transport.Config)) []*tcpMember {
 	t.Helper()
 	var initial []raft.Member
 	var lns []net.Listener
@@ -40,14 +40,14 @@ func startTCPCluster(t *testing.T, n int, cfg raft.Config) []*tcpMember {
 	dir := t.TempDir()
 	var ms []*tcpMember
 	for i, rec := range initial {
-		ms = append(ms, startTCPMember(t, filepath.Join(dir, fmt.Sprint(rec.ID)), rec.ID, cfg, initial, lns[i], nil))
+		ms = append(ms, startTCPMember(t, filepath.Join(dir, fmt.Sprint(rec.ID)), rec.ID, cfg, initial, lns[i], nil, opts...))
 	}
 	return ms
 }
 
 // startTCPMember starts member id on ln with storage in dir: a new cluster
 // of initial, or (initial nil) a member joining the peers in seeds.
-func startTCPMember(t *testing.T, dir string, id uint64, cfg raft.Config, initial []raft.Member, ln net.Listener, seeds []raft.Member) *tcpMember {
+func startTCPMember(t *testing.T, dir string, id uint64, cfg raft.Config, initial []raft.Member, ln net.Listener, seeds []raft.Member, opts ...func(*transport.Config)) *tcpMember {
 	t.Helper()
 	st, err := storage.Open(dir, storage.Options{NoSync: true})
 	if err != nil {
@@ -60,7 +60,11 @@ func startTCPMember(t *testing.T, dir string, id uint64, cfg raft.Config, initia
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := transport.New(transport.Config{ID: id, ClusterID: 7, Listener: ln, Handler: node.PeerHandler(), Snapshots: st})
+	tcfg := transport.Config{ID: id, ClusterID: 7, Listener: ln, Handler: node.PeerHandler(), Snapshots: st}
+	for _, o := range opts {
+		o(&tcfg)
+	}
+	tr, err := transport.New(tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
