@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
 )
@@ -70,6 +71,9 @@ func (n *Node) Membership(ctx context.Context) (Membership, error) {
 		if nl.leader != 0 && nl.leader != n.cfg.ID {
 			m, err = n.forwardMembership(ctx, nl.leader)
 			if !errors.As(err, &nl) {
+				return m, err
+			}
+			if err := n.pauseTick(ctx); err != nil {
 				return m, err
 			}
 		}
@@ -164,13 +168,30 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 				return res, n.waitApplied(ctx, res.Index)
 			}
 			// The member asked does not lead (any more), or names this
-			// member as the leader: ask again who leads.
+			// member as the leader: ask again who leads, a tick later.
+			if err := n.pauseTick(ctx); err != nil {
+				return res, err
+			}
 		}
 		// No leader known, or this member is taking over: wait for the
 		// leadership state to move, as Propose does.
 		if werr := n.waitLeaderChange(ctx, nl.leader); werr != nil {
 			return res, werr
 		}
+	}
+}
+
+// pauseTick waits one tick, within ctx.
+func (n *Node) pauseTick(ctx context.Context) error {
+	t := time.NewTimer(n.cfg.TickInterval)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return n.ctxErr(ctx)
+	case <-n.stopc:
+		return n.stopErr()
 	}
 }
 
