@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -95,4 +96,47 @@ func ExampleNode_AddLearner() {
 	// Output:
 	// learner 2 reads: hello <nil>
 	// promote 2 at once: learner_not_ready
+}
+
+// Retrying a write whose outcome is unknown (a leader change, a timeout)
+// with the same RequestID applies it at most once: the retry of a command
+// already applied returns ErrDuplicateRequest instead of applying it again.
+func ExampleNode_ProposeWithID() {
+	dir, _ := os.MkdirTemp("", "understudy-example")
+	defer os.RemoveAll(dir)
+	store, err := storage.Open(filepath.Join(dir, "1"), storage.Options{NoSync: true})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	node, err := raft.NewNode(raft.Config{
+		ID:             1,
+		InitialMembers: []raft.Member{{ID: 1, PeerAddr: "127.0.0.1:0"}},
+		TickInterval:   10 * time.Millisecond,
+	}, testkv.New(), store)
+	if err != nil {
+		panic(err)
+	}
+	tr, err := transport.New(transport.Config{ID: 1, ClusterID: 1, ListenAddr: "127.0.0.1:0", Handler: node.PeerHandler(), Snapshots: store})
+	if err != nil {
+		panic(err)
+	}
+	defer tr.Close()
+	if err := node.Start(tr); err != nil {
+		panic(err)
+	}
+	defer node.Stop(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := raft.RequestID{Client: 42, Seq: 1} // a client's own ID and request number
+	cmd := testkv.CAS("lock", "", "client-42")
+	_, err = node.ProposeWithID(ctx, id, cmd)
+	fmt.Println("first attempt:", err)
+	// Say the caller never saw that answer, and retries.
+	_, err = node.ProposeWithID(ctx, id, cmd)
+	fmt.Println("retry:", errors.Is(err, raft.ErrDuplicateRequest))
+	// Output:
+	// first attempt: <nil>
+	// retry: true
 }
