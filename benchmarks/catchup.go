@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 )
 
 // CatchUpKey is the key of write number i in a state of keys keys (write i
@@ -19,14 +19,14 @@ func CatchUpKey(i, keys int) string { return fmt.Sprintf("c%08d", i%keys) }
 
 // CatchUpCommand puts CatchUpKey(i, keys) to a value of valueSize bytes
 // that starts with i in decimal (so that a stale value shows in a state
-// comparison). Both systems apply these same bytes (testkv's encoding).
+// comparison). Both systems apply these same bytes (kv's encoding).
 func CatchUpCommand(i, keys, valueSize int) []byte {
 	v := make([]byte, valueSize)
 	n := copy(v, strconv.Itoa(i))
 	for j := n; j < len(v); j++ {
 		v[j] = '.'
 	}
-	return testkv.Put(CatchUpKey(i, keys), string(v))
+	return kv.Put(CatchUpKey(i, keys), string(v))
 }
 
 // CatchUpConfig is the learner catch-up scenario's shape.

@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 )
 
 // CommandSize is the size in bytes of every command written.
@@ -127,13 +127,13 @@ var padding = string(make([]byte, CommandSize))
 func Key(i int) string { return fmt.Sprintf("k%d", i%1024) }
 
 // Command encodes a put of key to a value whose length makes the command
-// exactly CommandSize bytes (testkv's encoding: an op byte, then
+// exactly CommandSize bytes (kv's encoding: an op byte, then
 // length-prefixed key, value and expected value). Both systems apply these
 // same bytes.
 func Command(key string) []byte {
 	// op + uvarint(len key) + key + uvarint(len value) (2 bytes: 128..16383) + value + uvarint(0)
 	n := CommandSize - (1 + 1 + len(key) + 2 + 1)
-	return testkv.Put(key, padding[:n])
+	return kv.Put(key, padding[:n])
 }
 
 // ValueFor is the value Command(key) puts.

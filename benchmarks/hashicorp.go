@@ -35,8 +35,8 @@ const (
 // applyTimeout bounds the wait to enqueue one Apply.
 const applyTimeout = time.Minute
 
-// kvFSM is a map[string][]byte under a mutex that applies testkv's put
-// commands (the same bytes understudy's testkv applies).
+// kvFSM is a map[string][]byte under a mutex that applies kv's put
+// commands (the same bytes understudy's kv applies).
 type kvFSM struct {
 	mu        sync.RWMutex
 	data      map[string][]byte
@@ -46,7 +46,7 @@ type kvFSM struct {
 
 var errBadCommand = errors.New("kvFSM: bad command")
 
-// decodePut decodes testkv's put encoding: an op byte (1 = put), then
+// decodePut decodes kv's put encoding: an op byte (1 = put), then
 // uvarint-length-prefixed key, value and expected value.
 func decodePut(b []byte) (key string, value []byte, err error) {
 	if len(b) == 0 || b[0] != 1 {
@@ -86,7 +86,7 @@ func (f *kvFSM) get(key string) ([]byte, bool) {
 }
 
 // Snapshot returns a copy of the map (values are never modified in place,
-// so a shallow copy is a point-in-time view, as testkv's); Persist writes it
+// so a shallow copy is a point-in-time view, as kv's); Persist writes it
 // while Apply continues.
 func (f *kvFSM) Snapshot() (hraft.FSMSnapshot, error) {
 	f.snapshots.Add(1)

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
@@ -33,10 +33,10 @@ type usMember struct {
 	sm    *countingKV
 }
 
-// countingKV is testkv's store, counting the snapshots it took and
+// countingKV is kv's store, counting the snapshots it took and
 // restored from.
 type countingKV struct {
-	*testkv.Store
+	*kv.Store
 	snapshots, restores atomic.Uint64
 }
 
@@ -143,7 +143,7 @@ func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raf
 		ln.Close()
 		return nil, err
 	}
-	sm := &countingKV{Store: testkv.New()}
+	sm := &countingKV{Store: kv.New()}
 	node, err := raft.NewNode(understudyConfig(id, initial, p, logger), sm, store)
 	if err != nil {
 		ln.Close()
@@ -210,7 +210,7 @@ func (c *understudyCluster) Read(ctx context.Context, key string) (string, bool,
 }
 
 // Leader returns the leader's node and state machine (for tests).
-func (c *understudyCluster) Leader() (*raft.Node, *testkv.Store) {
+func (c *understudyCluster) Leader() (*raft.Node, *kv.Store) {
 	return c.leader.node, c.leader.sm.Store
 }
 

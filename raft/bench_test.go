@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/understudy-raft/understudy/internal/cluster"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 )
 
 // BenchmarkPropose measures replicated writes on a 3-member in-process
@@ -48,7 +48,7 @@ func benchPropose(b *testing.B, members, proposers int) {
 	for w := range cmds {
 		cmds[w] = make([][]byte, 1024)
 		for i := range cmds[w] {
-			cmds[w][i] = testkv.Put(fmt.Sprintf("w%d-%d", w, i), value)
+			cmds[w][i] = kv.Put(fmt.Sprintf("w%d-%d", w, i), value)
 		}
 	}
 	before := lead.Store.Metrics()

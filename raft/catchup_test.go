@@ -12,7 +12,7 @@ import (
 
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/internal/faultstore"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/transport"
 )
@@ -31,7 +31,7 @@ func writeN(ctx context.Context, t *testing.T, node *raft.Node, prefix string, n
 		go func() {
 			defer wg.Done()
 			for i := g; i < n; i += w {
-				propose(ctx, t, node, testkv.Put(fmt.Sprintf("%s%d", prefix, i), value))
+				propose(ctx, t, node, kv.Put(fmt.Sprintf("%s%d", prefix, i), value))
 			}
 		}()
 	}

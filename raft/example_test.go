@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
@@ -26,7 +26,7 @@ func Example() {
 		panic(err)
 	}
 	defer store.Close()
-	sm := testkv.New() // the host's raft.StateMachine
+	sm := kv.New() // the host's raft.StateMachine
 	node, err := raft.NewNode(raft.Config{
 		ID:             1,
 		InitialMembers: []raft.Member{{ID: 1, PeerAddr: "127.0.0.1:0"}},
@@ -47,7 +47,7 @@ func Example() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := node.Propose(ctx, testkv.Put("greeting", "hello")); err != nil {
+	if _, err := node.Propose(ctx, kv.Put("greeting", "hello")); err != nil {
 		panic(err)
 	}
 	v, err := node.Read(ctx, []byte("greeting"))
@@ -67,7 +67,7 @@ func ExampleNode_AddLearner() {
 	defer cancel()
 	start := func(id uint64, initial []raft.Member, seeds ...raft.Member) (*raft.Node, string) {
 		store, _ := storage.Open(filepath.Join(dir, fmt.Sprint(id)), storage.Options{NoSync: true})
-		node, _ := raft.NewNode(raft.Config{ID: id, InitialMembers: initial, TickInterval: 10 * time.Millisecond, ManualMembership: true}, testkv.New(), store)
+		node, _ := raft.NewNode(raft.Config{ID: id, InitialMembers: initial, TickInterval: 10 * time.Millisecond, ManualMembership: true}, kv.New(), store)
 		tr, _ := transport.New(transport.Config{ID: id, ClusterID: 1, ListenAddr: "127.0.0.1:0", Handler: node.PeerHandler(), Snapshots: store})
 		for _, s := range seeds { // a joiner must be able to reach the cluster
 			tr.AddPeer(s.ID, s.PeerAddr)
@@ -82,7 +82,7 @@ func ExampleNode_AddLearner() {
 	if err := n1.UpdateMember(ctx, raft.Member{ID: 1, PeerAddr: addr1}); err != nil {
 		panic(err)
 	}
-	_, _ = n1.Propose(ctx, testkv.Put("greeting", "hello"))
+	_, _ = n1.Propose(ctx, kv.Put("greeting", "hello"))
 
 	n2, addr2 := start(2, nil, raft.Member{ID: 1, PeerAddr: addr1})
 	defer n2.Stop(context.Background())
@@ -113,7 +113,7 @@ func ExampleNode_ProposeWithID() {
 		ID:             1,
 		InitialMembers: []raft.Member{{ID: 1, PeerAddr: "127.0.0.1:0"}},
 		TickInterval:   10 * time.Millisecond,
-	}, testkv.New(), store)
+	}, kv.New(), store)
 	if err != nil {
 		panic(err)
 	}
@@ -130,7 +130,7 @@ func ExampleNode_ProposeWithID() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	id := raft.RequestID{Client: 42, Seq: 1} // a client's own ID and request number
-	cmd := testkv.CAS("lock", "", "client-42")
+	cmd := kv.CAS("lock", "", "client-42")
 	_, err = node.ProposeWithID(ctx, id, cmd)
 	fmt.Println("first attempt:", err)
 	// Say the caller never saw that answer, and retries.

@@ -18,7 +18,7 @@ import (
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/internal/faultstore"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 )
 
@@ -195,7 +195,7 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 				rid := raft.RequestID{Client: uint64(client + 1), Seq: uint64(i + 1)}
 				write := func(cmd []byte) error {
 					_, err := m.Node.ProposeWithID(ctx, rid, cmd)
-					if err == nil || errors.Is(err, testkv.ErrCompareFailed) || errors.Is(err, raft.ErrProposalDropped) || errors.Is(err, raft.ErrStopped) || crng.Intn(2) == 0 {
+					if err == nil || errors.Is(err, kv.ErrCompareFailed) || errors.Is(err, raft.ErrProposalDropped) || errors.Is(err, raft.ErrStopped) || crng.Intn(2) == 0 {
 						return err
 					}
 					running := c.Running()
@@ -216,7 +216,7 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 				switch op {
 				case 0:
 					in.op = "put"
-					err = write(testkv.Put(in.key, in.value))
+					err = write(kv.Put(in.key, in.value))
 				case 1:
 					in.op = "get"
 					var v []byte
@@ -225,9 +225,9 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 				case 2:
 					in.op = "cas"
 					in.prev = fmt.Sprintf("%d-%d", crng.Intn(6), crng.Intn(i+1))
-					_, err = m.Node.ProposeWithID(ctx, rid, testkv.CAS(in.key, in.prev, in.value))
+					_, err = m.Node.ProposeWithID(ctx, rid, kv.CAS(in.key, in.prev, in.value))
 					out.ok = err == nil
-					if errors.Is(err, testkv.ErrCompareFailed) {
+					if errors.Is(err, kv.ErrCompareFailed) {
 						err = nil
 					}
 				}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 )
@@ -124,18 +124,18 @@ func TestLearnerProposesAndReads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lead := c.WaitLeader()
-	if _, err := lead.Node.Propose(ctx, testkv.Put("before", "1")); err != nil {
+	if _, err := lead.Node.Propose(ctx, kv.Put("before", "1")); err != nil {
 		t.Fatal(err)
 	}
 	f := follower(t, c, lead)
 	l := addLearner(ctx, t, c, f.Node, 4)
 
 	// The learner's own write, forwarded to the leader, resolved on it.
-	if _, err := l.Node.Propose(ctx, testkv.Put("from-learner", "4")); err != nil {
+	if _, err := l.Node.Propose(ctx, kv.Put("from-learner", "4")); err != nil {
 		t.Fatalf("propose on the learner: %v", err)
 	}
 	// A write through a voter, then a linearizable read on the learner.
-	if _, err := lead.Node.Propose(ctx, testkv.Put("after", "2")); err != nil {
+	if _, err := lead.Node.Propose(ctx, kv.Put("after", "2")); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"before", "from-learner", "after"} {
@@ -280,7 +280,7 @@ func TestPolicyGrowsOneVoterToThree(t *testing.T) {
 	if err := lead.Node.AddLearner(ctx, c.Record(3)); !errors.Is(err, confchange.ErrMemberExists) {
 		t.Fatalf("re-adding removed ID 3: %v", err)
 	}
-	if _, err := lead.Node.Propose(ctx, testkv.Put("k", "v")); err != nil {
+	if _, err := lead.Node.Propose(ctx, kv.Put("k", "v")); err != nil {
 		t.Fatalf("write with voters (1 2): %v", err)
 	}
 }
@@ -314,7 +314,7 @@ func TestPolicyFailsOverToStandby(t *testing.T) {
 	if len(m.Config.Voters) != 3 || slices.Contains(m.Config.Voters, lost) || !slices.Contains(m.Config.Learners, lost) {
 		t.Fatalf("after failover: %v", m.Config)
 	}
-	if _, err := lead.Node.Propose(ctx, testkv.Put("after-failover", "x")); err != nil {
+	if _, err := lead.Node.Propose(ctx, kv.Put("after-failover", "x")); err != nil {
 		t.Fatal(err)
 	}
 	c.Restart(lost)
@@ -357,7 +357,7 @@ func TestExplicitJointSwap(t *testing.T) {
 	if st.Role != raft.RoleLearner {
 		t.Fatalf("demoted member's role %v", st.Role)
 	}
-	if _, err := c.Member(4).Node.Propose(ctx, testkv.Put("by-new-voter", "4")); err != nil {
+	if _, err := c.Member(4).Node.Propose(ctx, kv.Put("by-new-voter", "4")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Converge(ctx); err != nil {
@@ -426,7 +426,7 @@ func TestNextLeaderCompletesJointChange(t *testing.T) {
 	if !slices.Contains(m.Config.Voters, 4) || slices.Contains(m.Config.Voters, old.ID) || !slices.Contains(m.Config.Learners, old.ID) {
 		t.Fatalf("after completion: %v", m.Config)
 	}
-	if _, err := next.Node.Propose(ctx, testkv.Put("k", "v")); err != nil {
+	if _, err := next.Node.Propose(ctx, kv.Put("k", "v")); err != nil {
 		t.Fatal(err)
 	}
 	c.Restart(lead.ID)
@@ -494,7 +494,7 @@ func TestRemovedMemberStopsAndIsTombstoned(t *testing.T) {
 			t.Fatalf("reopening removed member %d's storage: %v, want storage.ErrRemoved", m.ID, err)
 		}
 	}
-	if _, err := lead.Node.Propose(ctx, testkv.Put("k", "v")); err != nil {
+	if _, err := lead.Node.Propose(ctx, kv.Put("k", "v")); err != nil {
 		t.Fatalf("write with three voters left: %v", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/understudy-raft/understudy/internal/cluster"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 )
 
@@ -47,7 +47,7 @@ func TestProposeAndReadOnEveryMember(t *testing.T) {
 	c.WaitLeader()
 	for _, m := range c.Running() {
 		key := fmt.Sprintf("k%d", m.ID)
-		propose(ctx, t, m.Node, testkv.Put(key, "v"))
+		propose(ctx, t, m.Node, kv.Put(key, "v"))
 		// Read-your-write on the proposing member, without a round trip.
 		if v, _ := m.Node.StaleRead([]byte(key)); string(v) != "v" {
 			t.Fatalf("member %d: stale read after propose = %q", m.ID, v)
@@ -73,11 +73,11 @@ func TestCompareAndSwapResult(t *testing.T) {
 	c := cluster.New(t, cluster.Options{})
 	ctx := ctxT(t, 20*time.Second)
 	lead := c.WaitLeader()
-	propose(ctx, t, lead.Node, testkv.Put("x", "1"))
-	if _, err := lead.Node.Propose(ctx, testkv.CAS("x", "2", "3")); !errors.Is(err, testkv.ErrCompareFailed) {
+	propose(ctx, t, lead.Node, kv.Put("x", "1"))
+	if _, err := lead.Node.Propose(ctx, kv.CAS("x", "2", "3")); !errors.Is(err, kv.ErrCompareFailed) {
 		t.Fatalf("CAS with a wrong expectation: err = %v, want ErrCompareFailed", err)
 	}
-	if _, err := lead.Node.Propose(ctx, testkv.CAS("x", "1", "3")); err != nil {
+	if _, err := lead.Node.Propose(ctx, kv.CAS("x", "1", "3")); err != nil {
 		t.Fatalf("CAS: %v", err)
 	}
 	if v, _ := lead.Node.Read(ctx, []byte("x")); string(v) != "3" {
@@ -90,7 +90,7 @@ func TestLeaderCrashAndRestart(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	lead := c.WaitLeader()
 	for i := range 50 {
-		propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("a%d", i), "1"))
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("a%d", i), "1"))
 	}
 	c.Crash(lead.ID)
 	next := c.WaitLeader()
@@ -98,7 +98,7 @@ func TestLeaderCrashAndRestart(t *testing.T) {
 		t.Fatalf("crashed member %d still leads", lead.ID)
 	}
 	for i := range 50 {
-		propose(ctx, t, next.Node, testkv.Put(fmt.Sprintf("b%d", i), "1"))
+		propose(ctx, t, next.Node, kv.Put(fmt.Sprintf("b%d", i), "1"))
 	}
 	c.Restart(lead.ID)
 	if err := c.Converge(ctx); err != nil {

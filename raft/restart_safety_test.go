@@ -14,7 +14,7 @@ import (
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/internal/faultstore"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 )
@@ -64,8 +64,8 @@ func TestOneVoterReadAfterRestartSeesAcknowledgedWrites(t *testing.T) {
 			lead := c.WaitLeader()
 			for round := range 3 {
 				want := fmt.Sprintf("v%d", round)
-				propose(ctx, t, lead.Node, testkv.Put("x", "older"))
-				propose(ctx, t, lead.Node, testkv.Put("x", want))
+				propose(ctx, t, lead.Node, kv.Put("x", "older"))
+				propose(ctx, t, lead.Node, kv.Put("x", want))
 				disks.setDelay(0)
 				if stop == "clean" {
 					c.Stop(lead.ID)
@@ -99,7 +99,7 @@ func TestReadIndexAnswerDoesNotCrossRestart(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	lead := c.WaitLeader()
 	f := follower(t, c, lead)
-	propose(ctx, t, lead.Node, testkv.Put("x", "1"))
+	propose(ctx, t, lead.Node, kv.Put("x", "1"))
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestReadIndexAnswerDoesNotCrossRestart(t *testing.T) {
 		oldRead <- err
 	}()
 	waitReads(1) // pending on the leader at the commit index of x=1
-	propose(ctx, t, lead.Node, testkv.Put("x", "2"))
+	propose(ctx, t, lead.Node, kv.Put("x", "2"))
 
 	c.Crash(f.ID)
 	if err := <-oldRead; !errors.Is(err, raft.ErrStopped) {
@@ -171,7 +171,7 @@ func TestConfGateAfterOverwrittenConfChange(t *testing.T) {
 	c := cluster.New(t, cluster.Options{ManualMembership: true})
 	ctx := ctxT(t, 30*time.Second)
 	old := c.WaitLeader()
-	propose(ctx, t, old.Node, testkv.Put("x", "1"))
+	propose(ctx, t, old.Node, kv.Put("x", "1"))
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestConfGateAfterOverwrittenConfChange(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = old.Node.Propose(short, testkv.Put(fmt.Sprintf("lost%d", i), "v"))
+			_, _ = old.Node.Propose(short, kv.Put(fmt.Sprintf("lost%d", i), "v"))
 		}()
 	}
 	// The writes reach raft before the conf change (the leader appends them
@@ -248,17 +248,17 @@ func TestProposeWithIDAppliesRetriesOnce(t *testing.T) {
 	lead := c.WaitLeader()
 	f := follower(t, c, lead)
 	id := raft.RequestID{Client: 77, Seq: 1}
-	if _, err := f.Node.ProposeWithID(ctx, id, testkv.CAS("k", "", "first")); err != nil {
+	if _, err := f.Node.ProposeWithID(ctx, id, kv.CAS("k", "", "first")); err != nil {
 		t.Fatal(err)
 	}
 	// The retry finds "first" there: a CAS applied twice would fail the
 	// compare; a duplicate is not applied at all.
 	for _, m := range []*cluster.Member{f, lead} {
-		if _, err := m.Node.ProposeWithID(ctx, id, testkv.CAS("k", "", "first")); !errors.Is(err, raft.ErrDuplicateRequest) {
+		if _, err := m.Node.ProposeWithID(ctx, id, kv.CAS("k", "", "first")); !errors.Is(err, raft.ErrDuplicateRequest) {
 			t.Fatalf("retry through member %d: %v, want ErrDuplicateRequest", m.ID, err)
 		}
 	}
-	if _, err := lead.Node.ProposeWithID(ctx, raft.RequestID{Client: 0, Seq: 1}, testkv.Put("k", "v")); !errors.Is(err, raft.ErrInvalidRequest) {
+	if _, err := lead.Node.ProposeWithID(ctx, raft.RequestID{Client: 0, Seq: 1}, kv.Put("k", "v")); !errors.Is(err, raft.ErrInvalidRequest) {
 		t.Fatalf("client ID 0: %v, want ErrInvalidRequest", err)
 	}
 	// Enough writes for snapshots and compaction, then a crash and restart
@@ -267,14 +267,14 @@ func TestProposeWithIDAppliesRetriesOnce(t *testing.T) {
 	// duplicates of its earlier runs).
 	for _, mid := range c.Members() {
 		for i := range 30 {
-			propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("fill%d", i), "v"))
+			propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("fill%d", i), "v"))
 		}
 		c.Crash(mid)
 		m := c.Restart(mid)
 		lead = c.WaitLeader()
 		key := fmt.Sprintf("after-restart-%d", mid)
-		propose(ctx, t, m.Node, testkv.Put(key, "1"))
-		if _, err := m.Node.ProposeWithID(ctx, id, testkv.CAS("k", "", "first")); !errors.Is(err, raft.ErrDuplicateRequest) {
+		propose(ctx, t, m.Node, kv.Put(key, "1"))
+		if _, err := m.Node.ProposeWithID(ctx, id, kv.CAS("k", "", "first")); !errors.Is(err, raft.ErrDuplicateRequest) {
 			t.Fatalf("retry through restarted member %d: %v, want ErrDuplicateRequest", mid, err)
 		}
 		if v, err := m.Node.Read(ctx, []byte(key)); err != nil || string(v) != "1" {
@@ -368,7 +368,7 @@ func TestDroppedForwardsTimeOut(t *testing.T) {
 	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
 		return (from == f.ID && m.GetType() == raftpb.MsgProp) || m.GetType() == raftpb.MsgTimeoutNow
 	})
-	if _, err := f.Node.Propose(context.Background(), testkv.Put("k", "v")); !errors.Is(err, raft.ErrTimeout) {
+	if _, err := f.Node.Propose(context.Background(), kv.Put("k", "v")); !errors.Is(err, raft.ErrTimeout) {
 		t.Fatalf("a forwarded proposal the leader never got: %v, want ErrTimeout", err)
 	}
 	if err := lead.Node.TransferLeadership(context.Background(), f.ID); !errors.Is(err, raft.ErrTimeout) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/internal/faultstore"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 )
@@ -32,7 +32,7 @@ func TestSnapshotInstallAfterPartition(t *testing.T) {
 	defer cancel()
 	c.Net.Isolate(lagger)
 	for i := range 400 {
-		propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("k%d", i), "v"))
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("k%d", i), "v"))
 	}
 	first, err := lead.Storage.FirstIndex()
 	if err != nil {
@@ -65,7 +65,7 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	lead := c.WaitLeader()
 	for i := range 175 {
-		propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("k%d", i%60), fmt.Sprint(i)))
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("k%d", i%60), fmt.Sprint(i)))
 	}
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestRestartFromSnapshotAndLog(t *testing.T) {
 	// the ones it used before the crash (they are in the restored dedup window).
 	for _, m := range c.Running() {
 		key := fmt.Sprintf("after-%d", m.ID)
-		propose(ctx, t, m.Node, testkv.Put(key, "restart"))
+		propose(ctx, t, m.Node, kv.Put(key, "restart"))
 		want[key] = "restart"
 	}
 	if err := c.Converge(ctx); err != nil {
@@ -113,14 +113,14 @@ func TestStopHandsOffLeadership(t *testing.T) {
 	c := cluster.New(t, cluster.Options{})
 	ctx := ctxT(t, 20*time.Second)
 	lead := c.WaitLeader()
-	propose(ctx, t, lead.Node, testkv.Put("k", "v"))
+	propose(ctx, t, lead.Node, kv.Put("k", "v"))
 	events, cancel := c.Member(lead.ID%3 + 1).Node.Subscribe(16)
 	defer cancel()
 	c.Stop(lead.ID)
 	if err := lead.Node.Stop(ctx); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
-	if _, err := lead.Node.Propose(ctx, testkv.Put("k", "w")); !errors.Is(err, raft.ErrStopped) {
+	if _, err := lead.Node.Propose(ctx, kv.Put("k", "w")); !errors.Is(err, raft.ErrStopped) {
 		t.Fatalf("Propose after Stop: %v, want ErrStopped", err)
 	}
 	next := c.WaitLeader()
@@ -149,10 +149,10 @@ func TestFailedPersistStopsTheNode(t *testing.T) {
 	}})
 	ctx := ctxT(t, 20*time.Second)
 	lead := c.WaitLeader()
-	propose(ctx, t, lead.Node, testkv.Put("before", "1"))
+	propose(ctx, t, lead.Node, kv.Put("before", "1"))
 	broken := lead.ID%3 + 1 // a follower
 	disks[broken].FailSaves(1 << 30)
-	propose(ctx, t, lead.Node, testkv.Put("after", "1"))
+	propose(ctx, t, lead.Node, kv.Put("after", "1"))
 	m := c.Member(broken)
 	select {
 	case <-m.Node.Done():
@@ -166,14 +166,14 @@ func TestFailedPersistStopsTheNode(t *testing.T) {
 	if !errors.As(m.Node.Err(), &fe) {
 		t.Fatalf("Err() = %T, want *FatalError", m.Node.Err())
 	}
-	if _, err := m.Node.Propose(ctx, testkv.Put("x", "y")); !errors.Is(err, raft.ErrStopped) {
+	if _, err := m.Node.Propose(ctx, kv.Put("x", "y")); !errors.Is(err, raft.ErrStopped) {
 		t.Fatalf("Propose on the stopped node: %v", err)
 	}
 	// The other two still form a quorum.
 	other := lead
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	propose(wctx, t, other.Node, testkv.Put("still", "works"))
+	propose(wctx, t, other.Node, kv.Put("still", "works"))
 }
 
 // A follower with a slow disk (every write takes 30 ms) neither stalls the
@@ -195,7 +195,7 @@ func TestSlowDiskFollower(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 25 {
-				propose(ctx, t, lead.Node, testkv.Put(fmt.Sprintf("w%d-%d", w, i), "v"))
+				propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("w%d-%d", w, i), "v"))
 			}
 		}()
 	}

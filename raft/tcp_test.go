@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
@@ -21,7 +21,7 @@ type tcpMember struct {
 	node  *raft.Node
 	store *storage.Store
 	tr    *transport.Transport
-	sm    *testkv.Store
+	sm    *kv.Store
 }
 
 // startTCPCluster starts n members over TCP on 127.0.0.1 with cfg's sizes.
@@ -55,7 +55,7 @@ func startTCPMember(t *testing.T, dir string, id uint64, cfg raft.Config, initia
 	}
 	c := cfg
 	c.ID, c.InitialMembers, c.TickInterval = id, initial, 10*time.Millisecond
-	sm := testkv.New()
+	sm := kv.New()
 	node, err := raft.NewNode(c, sm, st)
 	if err != nil {
 		t.Fatal(err)
@@ -100,11 +100,11 @@ func TestMaxCommandSizeOverTCP(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("big-%d", i) }
 	for i, m := range ms {
 		// The largest value whose encoded Put is exactly MaxCommandSize.
-		n := cfg.MaxCommandSize - len(testkv.Put(key(i), ""))
-		for len(testkv.Put(key(i), string(make([]byte, n)))) > cfg.MaxCommandSize {
+		n := cfg.MaxCommandSize - len(kv.Put(key(i), ""))
+		for len(kv.Put(key(i), string(make([]byte, n)))) > cfg.MaxCommandSize {
 			n-- // the value's length prefix grows with it
 		}
-		cmd := testkv.Put(key(i), string(bytes.Repeat([]byte{byte('a' + i)}, n)))
+		cmd := kv.Put(key(i), string(bytes.Repeat([]byte{byte('a' + i)}, n)))
 		if len(cmd) != cfg.MaxCommandSize {
 			t.Fatalf("command of %d bytes, want %d", len(cmd), cfg.MaxCommandSize)
 		}

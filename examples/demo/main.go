@@ -19,7 +19,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
@@ -35,7 +35,7 @@ type member struct {
 	node  *raft.Node
 	store *storage.Store
 	tr    *transport.Transport
-	sm    *testkv.Store
+	sm    *kv.Store
 }
 
 func main() {
@@ -100,12 +100,12 @@ func run(dataDir string, logger *slog.Logger) error {
 	fmt.Printf("member %d was elected leader\n", leader)
 
 	follower := members[leader%3+1]
-	for i, kv := range [][2]string{{"color", "green"}, {"shape", "circle"}, {"size", "7"}} {
+	for i, pair := range [][2]string{{"color", "green"}, {"shape", "circle"}, {"size", "7"}} {
 		t0 := time.Now()
-		if _, err := follower.node.Propose(ctx, testkv.Put(kv[0], kv[1])); err != nil {
+		if _, err := follower.node.Propose(ctx, kv.Put(pair[0], pair[1])); err != nil {
 			return fmt.Errorf("write %d: %w", i, err)
 		}
-		fmt.Printf("wrote %s=%s through follower %d (forwarded to the leader) in %s\n", kv[0], kv[1], follower.id, time.Since(t0).Round(time.Microsecond))
+		fmt.Printf("wrote %s=%s through follower %d (forwarded to the leader) in %s\n", pair[0], pair[1], follower.id, time.Since(t0).Round(time.Microsecond))
 	}
 	for id := uint64(1); id <= 3; id++ {
 		v, err := members[id].node.Read(ctx, []byte("color"))
@@ -159,7 +159,7 @@ func run(dataDir string, logger *slog.Logger) error {
 		return err
 	}
 	fmt.Printf("member %d leads now\n", leader)
-	if _, err := members[leader].node.Propose(ctx, testkv.Put("color", "blue")); err != nil {
+	if _, err := members[leader].node.Propose(ctx, kv.Put("color", "blue")); err != nil {
 		return fmt.Errorf("write after the leader stopped: %w", err)
 	}
 	fmt.Println("wrote color=blue with two of three members up")
@@ -190,7 +190,7 @@ func start(id uint64, dir string, ln net.Listener, initial []raft.Member, logger
 	if err != nil {
 		return nil, err
 	}
-	sm := testkv.New()
+	sm := kv.New()
 	node, err := raft.NewNode(raft.Config{ID: id, InitialMembers: initial, Logger: logger}, sm, store)
 	if err != nil {
 		store.Close()

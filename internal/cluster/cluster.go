@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
-	"github.com/understudy-raft/understudy/internal/testkv"
+	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 )
@@ -72,7 +72,7 @@ type Member struct {
 	ID    uint64
 	Dir   string
 	Node  *raft.Node
-	SM    *testkv.Store
+	SM    *kv.Store
 	Store *storage.Store
 	// Storage is what the node uses: Store, or its wrapper.
 	Storage raft.Storage
@@ -173,7 +173,7 @@ func (c *Cluster) start(id uint64, initial []raft.Member) *Member {
 	if c.opts.WrapStorage != nil {
 		s = c.opts.WrapStorage(id, st)
 	}
-	sm := testkv.New()
+	sm := kv.New()
 	n, err := raft.NewNode(c.Config(id, initial), sm, s)
 	if err != nil {
 		c.t.Fatalf("member %d: %v", id, err)

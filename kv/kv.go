@@ -1,7 +1,17 @@
-// Package testkv is a small key-value state machine for the node's tests,
-// benchmarks and examples: put, delete and compare-and-swap commands, get
-// queries, and snapshots that are written while applying continues.
-package testkv
+// Package kv is the example state machine a host starts from: a key-value
+// map that implements raft.StateMachine with put, delete and
+// compare-and-swap commands (encoded by Put, Delete and CAS, the bytes a
+// host hands to raft.Node.Propose), lookups by key (the query of
+// raft.Node.Read and StaleRead is the key; a missing key reads as empty),
+// and snapshots that copy the map at once and are written while applying
+// continues. The examples, the example server and the library's own tests
+// use it; a host with other needs copies it and changes the commands.
+//
+// Results: a command's result is nil, or ErrCompareFailed for a
+// compare-and-swap whose expected value did not match, or ErrBadCommand
+// for bytes that do not decode (deterministic on every member, as
+// raft.StateMachine requires).
+package kv
 
 import (
 	"bufio"
@@ -17,10 +27,10 @@ import (
 
 // ErrCompareFailed is the result of a compare-and-swap whose expected value
 // did not match.
-var ErrCompareFailed = errors.New("testkv: compare failed")
+var ErrCompareFailed = errors.New("kv: compare failed")
 
 // ErrBadCommand is the result of a command that does not decode.
-var ErrBadCommand = errors.New("testkv: bad command")
+var ErrBadCommand = errors.New("kv: bad command")
 
 // Operations.
 const (
@@ -182,7 +192,7 @@ func (s *Store) Restore(r io.Reader) error {
 		n, err = 0, nil // an empty snapshot: an empty store
 	}
 	if err != nil {
-		return fmt.Errorf("testkv: restore: %w", err)
+		return fmt.Errorf("kv: restore: %w", err)
 	}
 	data := make(map[string]string)
 	readStr := func() (string, error) {
@@ -200,11 +210,11 @@ func (s *Store) Restore(r io.Reader) error {
 	for i := uint64(0); i < n; i++ {
 		k, err := readStr()
 		if err != nil {
-			return fmt.Errorf("testkv: restore: %w", err)
+			return fmt.Errorf("kv: restore: %w", err)
 		}
 		v, err := readStr()
 		if err != nil {
-			return fmt.Errorf("testkv: restore: %w", err)
+			return fmt.Errorf("kv: restore: %w", err)
 		}
 		data[k] = v
 	}
