@@ -38,6 +38,16 @@ func writeN(ctx context.Context, t *testing.T, node *raft.Node, prefix string, n
 	wg.Wait()
 }
 
+// tcpSeeds are the records of the members ms (IDs 1..len), for a joiner's
+// transport.
+func tcpSeeds(ms []*tcpMember) []raft.Member {
+	var seeds []raft.Member
+	for i, m := range ms {
+		seeds = append(seeds, raft.Member{ID: uint64(i + 1), PeerAddr: m.tr.Addr().String()})
+	}
+	return seeds
+}
+
 func tcpLeader(ctx context.Context, t *testing.T, ms []*tcpMember) *tcpMember {
 	t.Helper()
 	for {
@@ -75,10 +85,7 @@ func TestIdleClusterLearnerCatchesUpOverTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seeds []raft.Member
-	for i, m := range ms {
-		seeds = append(seeds, raft.Member{ID: uint64(i + 1), PeerAddr: m.tr.Addr().String()})
-	}
+	seeds := tcpSeeds(ms)
 	joiner := startTCPMember(t, filepath.Join(t.TempDir(), "4"), 4, cfg, nil, ln, seeds)
 	for joiner.node.AppliedIndex() < st.Commit {
 		if err := pause(ctx, 10*time.Millisecond); err != nil {
@@ -151,10 +158,7 @@ func TestLearnerRestartedMidSnapshotStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seeds []raft.Member
-	for i, m := range ms {
-		seeds = append(seeds, raft.Member{ID: uint64(i + 1), PeerAddr: m.tr.Addr().String()})
-	}
+	seeds := tcpSeeds(ms)
 	dir := filepath.Join(t.TempDir(), "4")
 	joiner := startTCPMember(t, dir, 4, cfg, nil, ln, seeds, slow)
 	for {

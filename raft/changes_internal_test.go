@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -38,24 +39,39 @@ func (loneTransport) Call(context.Context, uint64, []byte) ([]byte, error) {
 	return nil, errors.New("no peers")
 }
 
-// startLone starts a one-member cluster on real storage.
-func startLone(t *testing.T) *Node {
+// newTestNode returns member 1 of a cluster of members 1..size on real
+// storage, not started; the cleanup stops it (if started) and closes the
+// storage once it is done.
+func newTestNode(t *testing.T, size int, sm StateMachine) *Node {
 	t.Helper()
 	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}}}, nopSM{}, st)
-	if err != nil {
-		t.Fatal(err)
+	var members []Member
+	for id := uint64(1); id <= uint64(size); id++ {
+		members = append(members, Member{ID: id, PeerAddr: fmt.Sprintf("127.0.0.1:%d", 7000+id)})
 	}
-	if err := n.Start(loneTransport{}); err != nil {
+	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: members}, sm, st)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = n.Stop(context.Background())
+		<-n.Done()
 		_ = st.Close()
 	})
+	return n
+}
+
+// startLone starts a one-member cluster on real storage and waits until it
+// leads.
+func startLone(t *testing.T) *Node {
+	t.Helper()
+	n := newTestNode(t, 1, nopSM{})
+	if err := n.Start(loneTransport{}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.role == RoleLeader }); err != nil {

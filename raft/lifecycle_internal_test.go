@@ -7,28 +7,13 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/understudy-raft/understudy/storage"
 )
-
-func newLoneNode(t *testing.T, sm StateMachine) (*Node, *storage.Store) {
-	t.Helper()
-	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}}}, sm, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n, st
-}
 
 // Finding 7: Stop racing Start, and Stops of a node never started, never
 // panic, and the node ends stopped either way.
 func TestStopRacesStart(t *testing.T) {
 	for i := range 30 {
-		n, st := newLoneNode(t, nopSM{})
+		n := newTestNode(t, 1, nopSM{})
 		var wg sync.WaitGroup
 		wg.Add(3)
 		go func() { defer wg.Done(); _ = n.Start(loneTransport{}) }()
@@ -46,7 +31,6 @@ func TestStopRacesStart(t *testing.T) {
 		if err := n.Start(loneTransport{}); err == nil {
 			t.Fatalf("round %d: Start after Stop succeeded", i)
 		}
-		_ = st.Close()
 	}
 }
 
@@ -69,8 +53,7 @@ func (s *blockingSM) Restore(r io.Reader) error { _, err := io.Copy(io.Discard, 
 // not return; the node finishes stopping once it does.
 func TestStopIsBoundedByContext(t *testing.T) {
 	sm := &blockingSM{entered: make(chan struct{}), release: make(chan struct{})}
-	n, st := newLoneNode(t, sm)
-	defer st.Close()
+	n := newTestNode(t, 1, sm)
 	if err := n.Start(loneTransport{}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,31 +8,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/understudy-raft/understudy/storage"
 )
 
 // startLeaderless starts member 1 of a three-member cluster whose other
 // members never answer: it never knows a leader.
 func startLeaderless(t *testing.T) *Node {
 	t.Helper()
-	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}, {ID: 2, PeerAddr: "127.0.0.1:7002"}, {ID: 3, PeerAddr: "127.0.0.1:7003"}}
-	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: members}, nopSM{}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newTestNode(t, 3, nopSM{})
 	if err := n.Start(loneTransport{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = n.Stop(context.Background())
-		<-n.Done()
-		_ = st.Close()
-	})
 	return n
 }
 
@@ -97,27 +82,18 @@ func (s *selfNamingTransport) Call(ctx context.Context, to uint64, req []byte) (
 // retried (locally once this member leads) instead of failing with an
 // error no caller can classify.
 func TestForwardNamingSelfIsRetried(t *testing.T) {
-	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := []Member{{ID: 1, PeerAddr: "127.0.0.1:7001"}, {ID: 2, PeerAddr: "127.0.0.1:7002"}, {ID: 3, PeerAddr: "127.0.0.1:7003"}}
-	n, err := NewNode(Config{ID: 1, TickInterval: 10 * time.Millisecond, InitialMembers: members}, nopSM{}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newTestNode(t, 3, nopSM{})
 	tr := &selfNamingTransport{}
 	if err := n.Start(tr); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = n.Stop(context.Background()); <-n.Done(); _ = st.Close() }()
 	// This member believes member 2 leads (as after a stale heartbeat).
 	if err := n.do(context.Background(), func() { n.loop.leader = 2; n.publishState() }); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err = n.AddLearner(ctx, Member{ID: 4, PeerAddr: "127.0.0.1:7004"})
+	err := n.AddLearner(ctx, Member{ID: 4, PeerAddr: "127.0.0.1:7004"})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AddLearner while the leader names this member: %v, want the caller's deadline (it keeps asking)", err)
 	}

@@ -2,10 +2,11 @@ package raft
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // Status is a member's view of itself and, on the leader, of every peer's
@@ -71,6 +72,7 @@ func (n *Node) status() Status {
 	// The last index handed to storage: the leader's log may be ahead of
 	// what its storage holds (it replicates before its own fsync).
 	last := l.ms.lastIndex
+	cfg := confchange.ConfigFromTracker(rs.Config)
 	st := Status{
 		ID:             n.cfg.ID,
 		Role:           l.role,
@@ -78,10 +80,10 @@ func (n *Node) status() Status {
 		Leader:         rs.Lead,
 		Commit:         rs.GetCommit(),
 		Applied:        n.applied.get(),
-		Voters:         sortedIDs(rs.Config.Voters[0]),
-		VotersOutgoing: sortedIDs(rs.Config.Voters[1]),
-		Learners:       sortedIDs(rs.Config.Learners),
-		LearnersNext:   sortedIDs(rs.Config.LearnersNext),
+		Voters:         cfg.Voters,
+		VotersOutgoing: cfg.VotersOutgoing,
+		Learners:       cfg.Learners,
+		LearnersNext:   cfg.LearnersNext,
 		EventsDropped:  n.events.dropped.Load(),
 	}
 	if rs.RaftState == etcdraft.StateLeader {
@@ -108,16 +110,4 @@ func (n *Node) status() Status {
 	}
 	st.LastIndex = last
 	return st
-}
-
-func sortedIDs[V any](m map[uint64]V) []uint64 {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make([]uint64, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
 }
