@@ -120,6 +120,9 @@ type membershipLoop struct {
 	leaderSince time.Time
 	// readySince is the policy's memory (confchange.UpdateReadySince).
 	readySince map[uint64]time.Time
+	// firstSeen is when this leader first tracked each member: a member
+	// added while it leads is not "unheard of" for longer than it exists.
+	firstSeen map[uint64]time.Time
 	// checking is the change ID of a conf change just handed to raft, until
 	// the append that carries it is seen (0: none).
 	checking uint64
@@ -165,6 +168,7 @@ func (n *Node) becameLeader() {
 	ms := &n.loop.ms
 	ms.leaderSince = time.Now()
 	ms.readySince = nil
+	ms.firstSeen = nil
 	n.loop.catchUp = nil // rates measured in an earlier term are stale
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
@@ -199,10 +203,23 @@ func (n *Node) view() confchange.View {
 		}
 		// Before this member led, it heard only from the old leader: it
 		// counts from when it took over, never from stale times.
+		// A member added after that counts from when this leader first
+		// tracked it, not from before it existed.
 		heard := l.lastContact[id]
 		lc := heard
 		if lc.Before(ms.leaderSince) {
 			lc = ms.leaderSince
+		}
+		if ms.firstSeen == nil {
+			ms.firstSeen = make(map[uint64]time.Time)
+		}
+		first, ok := ms.firstSeen[id]
+		if !ok {
+			first = v.Now
+			ms.firstSeen[id] = first
+		}
+		if lc.Before(first) {
+			lc = first
 		}
 		p := confchange.ProgressFromTracker(pr, lc)
 		// Raft's RecentActive is cleared for every member at each election

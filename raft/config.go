@@ -39,6 +39,14 @@ type Config struct {
 	// added to the cluster first).
 	InitialMembers []Member
 
+	// ClusterID is the cluster this member belongs to, if the host knows it
+	// (0: not checked). Start records the member ID, and ClusterID when set,
+	// in a storage that keeps an identity (storage.Store does) and refuses a
+	// storage that holds another member or another cluster with an error
+	// matching ErrIdentityMismatch: two members with swapped data dirs would
+	// each carry the other's vote.
+	ClusterID uint64
+
 	// TickInterval is the duration of one raft tick. Default 100ms.
 	TickInterval time.Duration
 	// ElectionTicks is the election timeout in ticks; it must be greater than
@@ -74,7 +82,8 @@ type Config struct {
 	// snapshots the state machine and compacts the log. Default 10,000.
 	SnapshotCount uint64
 	// SnapshotCatchUpEntries is the number of entries kept in the log behind
-	// a snapshot so that slow followers can catch up without one. Default 5,000.
+	// a snapshot so that slow followers can catch up without one. Default
+	// 5,000, or half of SnapshotCount when that is smaller.
 	SnapshotCatchUpEntries uint64
 
 	// RequestTimeout bounds how long a proposal, membership change or
@@ -142,7 +151,9 @@ func (c Config) WithDefaults() Config {
 		c.SnapshotCount = DefaultSnapshotCount
 	}
 	if c.SnapshotCatchUpEntries == 0 {
-		c.SnapshotCatchUpEntries = DefaultSnapshotCatchUpEntries
+		// Scales down with a small SnapshotCount, so that any valid
+		// SnapshotCount works with the default.
+		c.SnapshotCatchUpEntries = min(DefaultSnapshotCatchUpEntries, max(c.SnapshotCount/2, 1))
 	}
 	if c.MaxPendingProposals == 0 {
 		c.MaxPendingProposals = DefaultMaxPendingProposals

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // Errors returned by the Node. They are sentinels: compare them with errors.Is.
@@ -44,6 +46,13 @@ var (
 	// (or read first whether it took effect).
 	ErrLeaderChanged = errors.New("raft: leader changed, outcome unknown")
 
+	// ErrNotProposed is returned, joined with the context's error or
+	// ErrStopped, when a call ended before its command was handed to raft
+	// (e.g. while no leader was known): the command will never be applied,
+	// and a retry is safe. Without it, a context error means "outcome
+	// unknown".
+	ErrNotProposed = errors.New("raft: not proposed, safe to retry")
+
 	// ErrProposalDropped is returned when raft refused a proposal before it
 	// was appended (a leadership transfer is in progress, or too many
 	// uncommitted entries): the command was not applied, a retry is safe.
@@ -74,6 +83,21 @@ var (
 	// it as removed). The storage records it: the member cannot start again
 	// from it (its ID is never reused; add a new member instead).
 	ErrRemoved = errors.New("raft: this member was removed from the cluster")
+
+	// ErrNotMember is returned when joining a cluster that does not list
+	// this member (Discover): it must be added first (Node.AddLearner on a
+	// member of the cluster), then started.
+	ErrNotMember = errors.New("raft: not a member of the cluster")
+
+	// ErrClusterMismatch is returned when a member belongs to another
+	// cluster than the one expected (Discover). It is the transport's
+	// sentinel, so a refused connection matches it too.
+	ErrClusterMismatch = transport.ErrClusterMismatch
+
+	// ErrIdentityMismatch is returned by Start for a storage that holds
+	// another member or another cluster (a *storage.IdentityError says
+	// which). It is the storage's sentinel.
+	ErrIdentityMismatch = storage.ErrIdentityMismatch
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raft: invalid config")

@@ -92,31 +92,40 @@ type Event struct {
 // Subscribe returns a channel of events with room for buf of them, and a
 // function that ends the subscription. Events are sent without blocking: a
 // subscriber that does not keep up misses events (see Status.EventsDropped),
-// it never slows the node down.
+// it never slows the node down. The channel is closed when the subscription
+// ends and once the node has stopped (a Subscribe after that returns a
+// closed channel), so a range over it ends.
 func (n *Node) Subscribe(buf int) (<-chan Event, func()) {
 	if buf < 1 {
 		buf = 1
 	}
 	ch := make(chan Event, buf)
-	n.events.mu.Lock()
-	if n.events.subs == nil {
-		n.events.subs = make(map[chan Event]struct{})
+	h := &n.events
+	h.mu.Lock()
+	if h.closed {
+		close(ch)
+		h.mu.Unlock()
+		return ch, func() {}
 	}
-	n.events.subs[ch] = struct{}{}
-	n.events.mu.Unlock()
-	var once sync.Once
+	if h.subs == nil {
+		h.subs = make(map[chan Event]struct{})
+	}
+	h.subs[ch] = struct{}{}
+	h.mu.Unlock()
 	return ch, func() {
-		once.Do(func() {
-			n.events.mu.Lock()
-			delete(n.events.subs, ch)
-			n.events.mu.Unlock()
-		})
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if _, ok := h.subs[ch]; ok {
+			delete(h.subs, ch)
+			close(ch)
+		}
 	}
 }
 
 type eventHub struct {
 	mu      sync.Mutex
 	subs    map[chan Event]struct{}
+	closed  bool
 	dropped atomic.Uint64
 }
 
@@ -129,6 +138,17 @@ func (h *eventHub) emit(e Event) {
 		default:
 			h.dropped.Add(1)
 		}
+	}
+}
+
+// closeAll closes every subscriber's channel (the node stopped).
+func (h *eventHub) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for ch := range h.subs {
+		delete(h.subs, ch)
+		close(ch)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/understudy-raft/understudy/confchange"
 )
@@ -59,7 +60,7 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 				continue
 			}
 			pr, ok := st.Progress[id]
-			if !ok || !n.recentlyActive(n.loop.lastContact[id], time.Now()) {
+			if !ok || !n.answersNow(id) || pr.State != tracker.StateReplicate || pr.Match == 0 {
 				continue // a member that cannot answer cannot take over
 			}
 			if target == 0 || pr.Match > best || (pr.Match == best && id < target) {
@@ -78,4 +79,18 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())
 	defer cancel()
 	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
+}
+
+// answersNow reports whether this leader heard from member id since it took
+// over and within the last three heartbeats: a live member answers every
+// heartbeat, and one that stopped a moment ago (its last message is older)
+// must not be handed leadership, or the stop waits for a transfer that
+// cannot complete while proposals are refused.
+func (n *Node) answersNow(id uint64) bool {
+	heard := n.loop.lastContact[id]
+	if heard.IsZero() || heard.Before(n.loop.ms.leaderSince) {
+		return false
+	}
+	window := max(3*time.Duration(n.cfg.HeartbeatTicks)*n.cfg.TickInterval, 50*time.Millisecond)
+	return time.Since(heard) <= window
 }

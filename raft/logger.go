@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	etcdraft "go.etcd.io/raft/v3"
 )
@@ -44,9 +45,32 @@ func (r raftLogger) Info(v ...any) {
 }
 
 func (r raftLogger) Infof(format string, v ...any) {
-	if r.enabled(slog.LevelInfo) {
-		r.log(slog.LevelInfo, fmt.Sprintf(format, v...))
+	level := slog.LevelInfo
+	if chatter(format) {
+		level = slog.LevelDebug
 	}
+	if r.enabled(level) {
+		r.log(level, fmt.Sprintf(format, v...))
+	}
+}
+
+// chatter reports whether an etcd raft Info message is harmless noise that
+// floods the log under normal operation (thousands a minute with
+// asynchronous storage writes): it is logged at Debug instead.
+func chatter(format string) bool {
+	for _, prefix := range chatterFormats {
+		if strings.HasPrefix(format, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// chatterFormats are the etcd raft v3.7 Infof formats demoted to Debug.
+var chatterFormats = []string{
+	"entry at index %d missing from unstable log; ignoring",
+	"entry at index %d matched unstable snapshot; ignoring",
+	"%x [logterm: %d, index: %d, vote: %x] ignored %s from %x [logterm: %d, index: %d] at term %d: lease is not expired",
 }
 
 func (r raftLogger) Warning(v ...any) { r.log(slog.LevelWarn, fmt.Sprint(v...)) }

@@ -111,6 +111,12 @@ func (n *Node) restore() (err error) {
 	}
 	// The transport refuses removed members (and tells them so).
 	n.syncPeers(n.apply.members.removedIDs())
+	// Members added after the snapshot are known from the log only once it
+	// is replayed: tell the transport now, so that it accepts them from the
+	// first moment (a restarted member would refuse its peers as unknown).
+	if err := n.preloadPeers(applied+1, last); err != nil {
+		return err
+	}
 	n.loop = loopState{
 		rn:          rn,
 		readRounds:  make(map[uint64]*readRound),
@@ -125,6 +131,51 @@ func (n *Node) restore() (err error) {
 	}
 	n.publishState()
 	n.loop.ms.nextChangeID = randomUint64() >> 1 // unique across runs, like request IDs
+	return nil
+}
+
+// preloadPeers reads the conf changes of the log in [lo, hi] and makes every
+// member they add reachable in the transport (and forgets those they remove)
+// before the log is replayed. The member table itself changes only as the
+// entries are applied.
+func (n *Node) preloadPeers(lo, hi uint64) error {
+	if lo > hi {
+		return nil
+	}
+	peers := map[uint64]string{}
+	for lo <= hi {
+		ents, err := n.store.Entries(lo, hi+1, 4<<20)
+		if err != nil {
+			return fmt.Errorf("raft: reading the log at start: %w", err)
+		}
+		if len(ents) == 0 {
+			break
+		}
+		for _, e := range ents {
+			if !isConfChange(e) {
+				continue
+			}
+			cc, err := decodeConfChange(e)
+			if err != nil {
+				continue // applying it will stop the node with the error
+			}
+			ctx, _ := changeContext(cc)
+			for _, m := range ctx.Members {
+				peers[m.ID] = m.PeerAddr
+			}
+			for _, c := range cc.AsV2().GetChanges() {
+				if c.GetType() == raftpb.ConfChangeRemoveNode {
+					delete(peers, c.GetNodeId())
+				}
+			}
+		}
+		lo = ents[len(ents)-1].GetIndex() + 1
+	}
+	for id, addr := range peers {
+		if id != n.cfg.ID && !n.apply.members.removed[id] {
+			n.tr.AddPeer(id, addr)
+		}
+	}
 	return nil
 }
 

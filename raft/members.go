@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -70,11 +71,14 @@ func (n *Node) Membership(ctx context.Context) (Membership, error) {
 		}
 		if nl.leader != 0 && nl.leader != n.cfg.ID {
 			m, err = n.forwardMembership(ctx, nl.leader)
-			if !errors.As(err, &nl) {
+			if !errors.As(err, &nl) && !retryForward(err, true) {
 				return m, err
 			}
-			if err := n.pauseTick(ctx); err != nil {
-				return m, err
+			// The member asked does not lead (any more) or cannot be
+			// reached (the leader was removed or stopped): look again a
+			// tick later, within ctx.
+			if perr := n.pauseTick(ctx); perr != nil {
+				return m, lastAttempt(perr, err)
 			}
 		}
 		if err := n.waitLeaderChange(ctx, nl.leader); err != nil {
@@ -159,7 +163,7 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 		}
 		if nl.leader != 0 && nl.leader != n.cfg.ID {
 			res, err = n.forwardChange(ctx, nl.leader, req, dryRun)
-			if !errors.As(err, &nl) {
+			if !errors.As(err, &nl) && !retryForward(err, dryRun) {
 				if err != nil || dryRun {
 					return res, err
 				}
@@ -167,10 +171,12 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 				// member's Membership and Status already show it.
 				return res, n.waitApplied(ctx, res.Index)
 			}
-			// The member asked does not lead (any more), or names this
-			// member as the leader: ask again who leads, a tick later.
-			if err := n.pauseTick(ctx); err != nil {
-				return res, err
+			// The member asked does not lead (any more), names this member
+			// as the leader, or could not be reached with the request (the
+			// leader was removed or stopped): ask again who leads, a tick
+			// later, within ctx.
+			if perr := n.pauseTick(ctx); perr != nil {
+				return res, lastAttempt(perr, err)
 			}
 		}
 		// No leader known, or this member is taking over: wait for the
@@ -179,6 +185,16 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 			return res, werr
 		}
 	}
+}
+
+// lastAttempt is the error of a call whose context ended while it retried:
+// the context's error, with what the last attempt met.
+func lastAttempt(ctxErr, last error) error {
+	var nl errNotLeader
+	if last == nil || errors.As(last, &nl) {
+		return ctxErr
+	}
+	return fmt.Errorf("%w (last attempt: %v)", ctxErr, last)
 }
 
 // pauseTick waits one tick, within ctx.

@@ -58,6 +58,8 @@ type Node struct {
 	waiters waiterSet
 	changes changeSet
 	members atomic.Pointer[memberTable] // the applied membership
+	// clusterID is the cluster's ID as configured or recorded (0: unknown).
+	clusterID atomic.Uint64
 	applied *watched[uint64]
 	state   *watched[nodeState]
 	events  eventHub
@@ -126,8 +128,13 @@ func (n *Node) Start(tr Transport) error {
 	// trusted, and two runs collide with probability about 2^-50.
 	n.runID = randomUint64()
 	n.seq.Store(randomUint64() >> 1)
-	if err := n.restore(); err != nil {
+	err := n.checkIdentity()
+	if err == nil {
+		err = n.restore()
+	}
+	if err != nil {
 		n.stopOnce.Do(func() { close(n.stopc) })
+		n.events.closeAll()
 		n.doneOnce.Do(func() { close(n.donec) })
 		return err
 	}
@@ -139,6 +146,7 @@ func (n *Node) Start(tr Transport) error {
 		n.wg.Wait()
 		n.waiters.failAll(n.stopErr())
 		n.changes.failAll(n.stopErr())
+		n.events.closeAll()
 		n.doneOnce.Do(func() { close(n.donec) })
 	}()
 	return nil
@@ -196,10 +204,10 @@ func (n *Node) propose(ctx context.Context, rid RequestID, cmd []byte) ([]byte, 
 	case n.propc <- p:
 	case <-ctx.Done():
 		p.release()
-		return nil, n.ctxErr(ctx)
+		return nil, notProposed(n.ctxErr(ctx))
 	case <-n.stopc:
 		p.release()
-		return nil, n.stopErr()
+		return nil, notProposed(n.stopErr())
 	}
 	select {
 	case r := <-p.done:
@@ -208,10 +216,14 @@ func (n *Node) propose(ctx context.Context, rid RequestID, cmd []byte) ([]byte, 
 	case <-ctx.Done():
 		// p may still be referred to (queued, or about to be resolved): it
 		// is left to the garbage collector, not reused.
-		n.waiters.cancel(p)
+		if !n.waiters.cancel(p) {
+			return nil, notProposed(n.ctxErr(ctx))
+		}
 		return nil, n.ctxErr(ctx)
 	case <-n.stopc:
-		n.waiters.cancel(p)
+		if !n.waiters.cancel(p) {
+			return nil, notProposed(n.stopErr())
+		}
 		return nil, n.stopErr()
 	}
 }
@@ -293,6 +305,7 @@ func (n *Node) Done() <-chan struct{} { return n.donec }
 // concurrently with Start, or on a node never started.
 func (n *Node) Stop(ctx context.Context) error {
 	if n.life.CompareAndSwap(lifeNew, lifeStoppedUnstarted) || n.life.Load() == lifeStoppedUnstarted {
+		n.events.closeAll()
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.doneOnce.Do(func() { close(n.donec) })
 		return nil
@@ -452,15 +465,21 @@ type waiterSet struct {
 	m  map[uint64]*proposal
 }
 
-// cancel marks p canceled and forgets it. Under the lock the loop encodes
-// proposals with, so once cancel returns the loop no longer reads p.cmd
-// (the caller's buffer).
-func (w *waiterSet) cancel(p *proposal) {
+// cancel marks p canceled and forgets it, and reports whether p had been
+// handed to raft. Under the lock the loop encodes proposals with, so once
+// cancel returns the loop no longer reads p.cmd (the caller's buffer) and
+// never hands p to raft if it had not yet.
+func (w *waiterSet) cancel(p *proposal) (handed bool) {
 	w.mu.Lock()
 	p.canceled.Store(true)
 	delete(w.m, p.seq)
+	handed = p.term != 0
 	w.mu.Unlock()
+	return handed
 }
+
+// notProposed marks err as the end of a proposal that never reached raft.
+func notProposed(err error) error { return fmt.Errorf("%w: %w", ErrNotProposed, err) }
 
 // resolve delivers r to the proposal with seq, if anyone waits for it.
 func (w *waiterSet) resolve(seq uint64, r Result) {

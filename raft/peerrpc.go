@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // The member-to-member requests the node serves (through
@@ -22,6 +23,7 @@ const (
 	rpcChange     = "change"
 	rpcCheck      = "check"
 	rpcMembership = "membership"
+	rpcDiscover   = "discover" // a joiner asks any member about the cluster
 )
 
 type rpcRequest struct {
@@ -34,6 +36,7 @@ type rpcResponse struct {
 	V          int           `json:"v"`
 	Result     *ChangeResult `json:"result,omitempty"`
 	Membership *Membership   `json:"membership,omitempty"`
+	Cluster    *ClusterInfo  `json:"cluster,omitempty"`
 	Err        *rpcError     `json:"error,omitempty"`
 }
 
@@ -184,10 +187,38 @@ func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte,
 			resp.Membership = &m
 		}
 		resp.Err = toRPCError(err)
+	case rpcDiscover:
+		ci := n.clusterInfo()
+		resp.Cluster = &ci
 	default:
 		return nil, fmt.Errorf("raft: member %d: unknown request op %q from %d", n.cfg.ID, req.Op, from)
 	}
 	return json.Marshal(resp)
+}
+
+// forwardError is a failure to reach the leader with a forwarded request
+// (the transport's error, not the leader's answer).
+type forwardError struct {
+	leader uint64
+	err    error
+}
+
+func (e *forwardError) Error() string {
+	return fmt.Sprintf("raft: forwarding to leader %d: %v", e.leader, e.err)
+}
+func (e *forwardError) Unwrap() error { return e.err }
+
+// retryForward reports whether a forwarded request that failed with err
+// should be sent again once a leader is known (again): always when it
+// changes nothing (a query, a dry run), else only when the transport says
+// it never reached the leader — a removed or stopped leader, a dial
+// failure — so a change is never applied twice.
+func retryForward(err error, readOnly bool) bool {
+	var fe *forwardError
+	if !errors.As(err, &fe) {
+		return false
+	}
+	return readOnly || errors.Is(err, transport.ErrNotSent)
 }
 
 // maxForwardHops bounds how often a forwarded request follows a
@@ -204,7 +235,7 @@ func (n *Node) call(ctx context.Context, leader uint64, req rpcRequest) (rpcResp
 	for hop := 0; ; hop++ {
 		out, err := n.tr.Call(ctx, leader, b)
 		if err != nil {
-			return rpcResponse{}, fmt.Errorf("raft: forwarding to leader %d: %w", leader, err)
+			return rpcResponse{}, &forwardError{leader: leader, err: err}
 		}
 		var resp rpcResponse
 		if err := json.Unmarshal(out, &resp); err != nil {

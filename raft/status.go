@@ -111,3 +111,47 @@ func (n *Node) status() Status {
 	st.LastIndex = last
 	return st
 }
+
+// Leader returns the ID of the leader this member knows of, 0 if none.
+// It reads what the run loop last published: no round trip.
+func (n *Node) Leader() uint64 {
+	if n.life.Load() != lifeStarted {
+		return 0
+	}
+	return n.state.get().leader
+}
+
+// Term returns the current term as the run loop last published it.
+func (n *Node) Term() uint64 {
+	if n.life.Load() != lifeStarted {
+		return 0
+	}
+	return n.state.get().term
+}
+
+// IsLeader reports whether this member leads, as the run loop last published
+// it (it may have lost leadership a moment ago without knowing yet; use
+// ReadBarrier when that matters).
+func (n *Node) IsLeader() bool {
+	if n.life.Load() != lifeStarted {
+		return false
+	}
+	return n.state.get().role == RoleLeader
+}
+
+// WaitReady waits until this member can serve: it knows a leader and has
+// applied everything the cluster had committed when WaitReady was called
+// (a ReadBarrier). It is what a health check or a host's start-up calls
+// before it takes traffic.
+//
+// Errors: ctx.Err() (with ErrNoLeader attached when no leader is known);
+// ErrStopped (with the fatal error, if any); ErrNotStarted.
+func (n *Node) WaitReady(ctx context.Context) error {
+	if err := n.usable(); err != nil {
+		return err
+	}
+	if err := waitFor(n, ctx, n.state, func(s nodeState) bool { return s.leader != 0 }); err != nil {
+		return err
+	}
+	return n.ReadBarrier(ctx)
+}

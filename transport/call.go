@@ -23,14 +23,15 @@ type Reply struct {
 //
 // Errors: ErrUnknownPeer; ErrNoCluster before SetClusterID; a
 // *RefusedError (errors.Is ErrRefused and the reason); a *RemoteError if
-// the peer's handler failed; ctx's error; ErrClosed; I/O errors.
+// the peer's handler failed; ctx's error; ErrClosed; I/O errors. Those that
+// match ErrNotSent certainly did not reach the peer (a retry is safe).
 func (t *Transport) Call(ctx context.Context, to uint64, req []byte) ([]byte, error) {
 	p := t.peer(to)
 	if p == nil {
-		return nil, fmt.Errorf("%w: %x", ErrUnknownPeer, to)
+		return nil, notSent(fmt.Errorf("%w: %x", ErrUnknownPeer, to))
 	}
 	if t.cluster.Load() == 0 {
-		return nil, ErrNoCluster
+		return nil, notSent(ErrNoCluster)
 	}
 	p.mu.Lock()
 	addr := p.addr
@@ -54,7 +55,7 @@ func (t *Transport) CallAddr(ctx context.Context, addr string, req []byte) (*Rep
 
 func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte) (*Reply, error) {
 	if t.ctx.Err() != nil {
-		return nil, ErrClosed
+		return nil, notSent(ErrClosed)
 	}
 	payload := wire.AppendRequest(nil, budget(ctx), req)
 	if len(payload) > t.cfg.MaxFrameSize {
@@ -68,11 +69,11 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 
 	c, err := t.dial(ctx, addr, wire.KindRequest, to)
 	if err != nil {
-		return nil, t.callErr(err)
+		return nil, notSent(t.callErr(err))
 	}
 	defer func() { _ = c.Close() }()
 	if !t.track(c) {
-		return nil, ErrClosed
+		return nil, notSent(ErrClosed)
 	}
 	defer t.untrack(c)
 	// A call without a deadline still cannot hang on a silent peer: the

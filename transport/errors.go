@@ -20,6 +20,13 @@ var (
 	// ErrNoCluster is returned by Call on a transport whose cluster ID is
 	// still 0: a joiner must use CallAddr until it learns the cluster.
 	ErrNoCluster = errors.New("transport: cluster ID not known yet")
+	// ErrNotSent is matched (besides the cause) by a Call or CallAddr error
+	// when the request certainly never reached the peer's handler: an
+	// unknown peer, no cluster ID yet, a dial, TLS or handshake failure,
+	// a refusal, a closed transport. Retrying such a call cannot apply a
+	// request twice. Any other error (the connection broke after the request
+	// was written) leaves the outcome unknown.
+	ErrNotSent = errors.New("transport: request not sent")
 	// ErrRefused matches every refusal of a connection by the peer; the
 	// reason is one of the sentinels below.
 	ErrRefused = errors.New("transport: connection refused by peer")
@@ -138,3 +145,11 @@ func (e *RemoteError) Error() string {
 
 // Unwrap returns ErrRemote.
 func (e *RemoteError) Unwrap() error { return ErrRemote }
+
+// notSentError marks a call error whose request never left this member.
+type notSentError struct{ err error }
+
+func notSent(err error) error { return &notSentError{err} }
+
+func (e *notSentError) Error() string   { return e.err.Error() }
+func (e *notSentError) Unwrap() []error { return []error{ErrNotSent, e.err} }

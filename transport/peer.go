@@ -32,8 +32,9 @@ type peer struct {
 	ctx    context.Context // canceled by stop
 	cancel context.CancelFunc
 	wake   chan struct{} // cap 1: the queue is not empty
-	redial chan struct{} // cap 1: the address changed
+	redial chan struct{} // cap 1: the address changed, or the peer connected to us
 	c      *peerCounters
+	kicked bool // owned by run: woken through redial
 
 	// mu guards the fields below; never held during I/O or Handler calls.
 	mu         sync.Mutex
@@ -162,6 +163,12 @@ func (p *peer) run() {
 	defer p.t.wg.Done()
 	bo := backoff{min: p.t.cfg.MinBackoff, max: p.t.cfg.MaxBackoff}
 	for p.ctx.Err() == nil {
+		if p.kicked {
+			// The address changed, or the peer just connected to us (it
+			// restarted): dial at once, and from the shortest backoff.
+			p.kicked = false
+			bo.reset()
+		}
 		c, addr, err := p.connect()
 		if err != nil {
 			if p.ctx.Err() != nil {
@@ -270,6 +277,7 @@ func (p *peer) wait(d time.Duration) bool {
 	case <-p.ctx.Done():
 		return false
 	case <-p.redial:
+		p.kicked = true
 	case <-timer.C:
 	}
 	return true
@@ -441,7 +449,16 @@ func (p *peer) addInbound(c net.Conn, kind wire.Kind) bool {
 		}
 	}
 	p.inbound[c] = kind
+	down := p.down || p.out == nil
 	p.mu.Unlock()
+	if kind == wire.KindStream && down {
+		// The peer reached us while our stream to it is down: it is up
+		// again (a restart), so redial now rather than on the backoff timer.
+		select {
+		case p.redial <- struct{}{}:
+		default:
+		}
+	}
 	for _, oc := range old {
 		_ = oc.Close()
 	}

@@ -421,10 +421,10 @@ func (ep *endpoint) Call(ctx context.Context, to uint64, req []byte) ([]byte, er
 		(p > 0 && nw.rng.Float64() < p)
 	nw.mu.Unlock()
 	if down {
-		return nil, fmt.Errorf("%w: %d", ErrUnreachable, to)
+		return nil, fmt.Errorf("%w: %d (%w)", ErrUnreachable, to, transport.ErrNotSent)
 	}
 	if dst.refuses(ep.id) {
-		return nil, fmt.Errorf("cluster: member %d: %w", to, transport.ErrRemoved)
+		return nil, fmt.Errorf("cluster: member %d: %w (%w)", to, transport.ErrRemoved, transport.ErrNotSent)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -1,0 +1,190 @@
+package raft
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
+)
+
+// IdentityStore is the part of a Storage that keeps the identity of the
+// member it belongs to (storage.Store implements it). When the node's
+// Storage implements it, Start checks and records the identity.
+type IdentityStore interface {
+	Identity() (storage.Identity, error)
+	SetIdentity(storage.Identity) error
+}
+
+// checkIdentity refuses a storage of another member or cluster, and records
+// this member's identity in one that has none yet.
+func (n *Node) checkIdentity() error {
+	is, ok := n.store.(IdentityStore)
+	if !ok {
+		n.clusterID.Store(n.cfg.ClusterID)
+		return nil
+	}
+	stored, err := is.Identity()
+	if err != nil {
+		return fmt.Errorf("raft: reading the stored identity: %w", err)
+	}
+	want := storage.Identity{ClusterID: n.cfg.ClusterID, MemberID: n.cfg.ID}
+	if want.ClusterID == 0 {
+		want.ClusterID = stored.ClusterID
+	}
+	if (stored.MemberID != 0 && stored.MemberID != want.MemberID) ||
+		(stored.ClusterID != 0 && stored.ClusterID != want.ClusterID) {
+		return &storage.IdentityError{Stored: stored, Requested: want}
+	}
+	if stored != want {
+		if err := is.SetIdentity(want); err != nil {
+			return fmt.Errorf("raft: recording the identity: %w", err)
+		}
+	}
+	n.clusterID.Store(want.ClusterID)
+	return nil
+}
+
+// ClusterID returns the cluster ID this member knows (Config.ClusterID, or
+// the one its storage recorded), 0 if none.
+func (n *Node) ClusterID() uint64 { return n.clusterID.Load() }
+
+// ClusterInfo is what any member tells a joiner about its cluster
+// (Discover): the cluster ID and the membership as that member applied it.
+type ClusterInfo struct {
+	// ClusterID is the cluster's ID.
+	ClusterID uint64 `json:"cluster_id"`
+	// From is the member that answered and Leader the leader it knows (0:
+	// none).
+	From   uint64 `json:"from"`
+	Leader uint64 `json:"leader"`
+	// Index is the log index the membership is current at.
+	Index uint64 `json:"index"`
+	// Config is the configuration (voters, learners).
+	Config confchange.Config `json:"config"`
+	// Members are the member records (peer address, metadata), by ID.
+	Members []Member `json:"members"`
+	// Removed are the IDs removed from the cluster (never reused).
+	Removed []uint64 `json:"removed,omitempty"`
+}
+
+// Member returns the record of member id, if the configuration lists it.
+func (ci ClusterInfo) Member(id uint64) (Member, bool) {
+	if !ci.Config.Contains(id) {
+		return Member{}, false
+	}
+	for _, m := range ci.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Member{ID: id}, true
+}
+
+// clusterInfo answers a joiner from the applied member table.
+func (n *Node) clusterInfo() ClusterInfo {
+	t := n.members.Load()
+	return ClusterInfo{
+		ClusterID: n.clusterID.Load(),
+		From:      n.cfg.ID,
+		Leader:    n.state.get().leader,
+		Index:     t.index,
+		Config:    confchange.ConfigFromConfState(t.confState),
+		Members:   t.sorted(),
+		Removed:   t.removedIDs(),
+	}
+}
+
+// AddrCaller sends a member-to-member request to an address:
+// transport.Transport's CallAddr.
+type AddrCaller interface {
+	CallAddr(ctx context.Context, addr string, req []byte) (*transport.Reply, error)
+}
+
+// Discover asks the members at addrs (any member: leader, follower or
+// learner) about their cluster, for member id that is about to join it
+// with empty storage: the cluster ID and every member's record, so that the
+// joiner can record its identity, reach its peers and start. It tries each
+// address in turn, again and again within ctx, until one answers.
+//
+// clusterID is the cluster the joiner expects (0: any); the caller's
+// transport must have the same cluster ID (or 0). The joiner must have been
+// added first (Node.AddLearner): a member that does not list it refuses it.
+//
+// Errors: ErrNotMember when the cluster does not list id (it was not added,
+// or not yet applied where asked, until ctx ends); ErrRemoved when id was
+// removed; an error matching ErrClusterMismatch when the cluster is another
+// one; ctx's error, with the last failure, when no address answered.
+func Discover(ctx context.Context, tr AddrCaller, addrs []string, id, clusterID uint64) (ClusterInfo, error) {
+	if len(addrs) == 0 {
+		return ClusterInfo{}, fmt.Errorf("%w: no peer address to join through", ErrInvalidRequest)
+	}
+	req, err := json.Marshal(rpcRequest{V: peerRPCVersion, Op: rpcDiscover})
+	if err != nil {
+		return ClusterInfo{}, err
+	}
+	var last error
+	for attempt := 0; ; attempt++ {
+		for _, addr := range addrs {
+			info, err := discoverAt(ctx, tr, addr, req, id, clusterID)
+			if err == nil {
+				return info, nil
+			}
+			if errors.Is(err, ErrRemoved) || errors.Is(err, ErrClusterMismatch) {
+				return ClusterInfo{}, err
+			}
+			last = err
+		}
+		t := time.NewTimer(min(100*time.Millisecond<<min(attempt, 4), time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if errors.Is(last, ErrNotMember) {
+				return ClusterInfo{}, fmt.Errorf("%w (still not listed when %w)", last, ctx.Err())
+			}
+			return ClusterInfo{}, fmt.Errorf("raft: joining through %v: %w (last: %v)", addrs, ctx.Err(), last)
+		case <-t.C:
+		}
+	}
+}
+
+func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id, clusterID uint64) (ClusterInfo, error) {
+	rep, err := tr.CallAddr(ctx, addr, req)
+	switch {
+	case errors.Is(err, transport.ErrClusterMismatch):
+		return ClusterInfo{}, fmt.Errorf("%w: the member at %s: %w", ErrClusterMismatch, addr, err)
+	case errors.Is(err, transport.ErrRemoved):
+		return ClusterInfo{}, fmt.Errorf("%w: the member at %s knows member %d as removed", ErrRemoved, addr, id)
+	case errors.Is(err, transport.ErrUnknownSender):
+		return ClusterInfo{}, fmt.Errorf("%w: the member at %s does not know member %d (add it first, e.g. Node.AddLearner)", ErrNotMember, addr, id)
+	case err != nil:
+		return ClusterInfo{}, fmt.Errorf("raft: asking %s: %w", addr, err)
+	}
+	if clusterID != 0 && rep.ClusterID != clusterID {
+		return ClusterInfo{}, fmt.Errorf("%w: the member at %s belongs to cluster %x, not %x", ErrClusterMismatch, addr, rep.ClusterID, clusterID)
+	}
+	var resp rpcResponse
+	if err := json.Unmarshal(rep.Payload, &resp); err != nil || resp.V != peerRPCVersion || resp.Cluster == nil {
+		return ClusterInfo{}, fmt.Errorf("raft: malformed discovery answer from %s", addr)
+	}
+	info := *resp.Cluster
+	if info.ClusterID == 0 {
+		info.ClusterID = rep.ClusterID
+	}
+	if info.ClusterID == 0 || info.ClusterID != rep.ClusterID {
+		return ClusterInfo{}, fmt.Errorf("raft: the member at %s has no cluster ID yet", addr)
+	}
+	if slices.Contains(info.Removed, id) {
+		return ClusterInfo{}, fmt.Errorf("%w: cluster %x removed member %d", ErrRemoved, info.ClusterID, id)
+	}
+	if _, ok := info.Member(id); !ok {
+		return ClusterInfo{}, fmt.Errorf("%w: cluster %x (as member %d at %s applied it, index %d) does not list member %d",
+			ErrNotMember, info.ClusterID, info.From, addr, info.Index, id)
+	}
+	return info, nil
+}
