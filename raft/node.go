@@ -60,9 +60,9 @@ type Node struct {
 	members atomic.Pointer[memberTable] // the applied membership
 	// clusterID is the cluster's ID as configured or recorded (0: unknown).
 	clusterID atomic.Uint64
-	applied *watched[uint64]
-	state   *watched[nodeState]
-	events  eventHub
+	applied   *watched[uint64]
+	state     *watched[nodeState]
+	events    eventHub
 
 	loop  loopState   // owned by the run loop
 	apply applyState  // owned by the apply goroutine
