@@ -121,3 +121,18 @@ func (t *memberTable) removedIDs() []uint64 { return slices.Sorted(maps.Keys(t.r
 func bootstrapContext(m Member) ([]byte, error) {
 	return confchange.Context{Members: []Member{m}}.Encode()
 }
+
+// Member returns member id's record (peer address, metadata) as this member
+// applied it, and whether the applied configuration lists id. It reads the
+// local table: no round trip, possibly behind the leader's.
+func (n *Node) Member(id uint64) (Member, bool) {
+	t := n.members.Load()
+	if t == nil || !confchange.ConfigFromConfState(t.confState).Contains(id) {
+		return Member{}, false
+	}
+	m, ok := t.records[id]
+	if !ok {
+		m = Member{ID: id}
+	}
+	return m, true
+}

@@ -1,0 +1,512 @@
+package understudy
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
+)
+
+// Config is what Start needs to run one member. Exactly one way to start
+// applies, chosen by what the data dir holds (as etcd does):
+//
+//   - the data dir holds a member: it restarts as that member, and
+//     InitialMembers and Join are ignored (ID must match, and ClusterID if
+//     set; ForceNewCluster turns it into a new one-member cluster first);
+//   - it is empty and InitialMembers is set: a new cluster, every initial
+//     member a voter;
+//   - it is empty and Join is set: it joins the cluster reachable at those
+//     addresses, which must have added it first (Host.AddLearner on any
+//     member).
+type Config struct {
+	// ID is this member's ID: non-zero, unique in the cluster, never reused.
+	ID uint64
+	// DataDir is where the member keeps its log, snapshots and identity.
+	DataDir string
+	// ListenPeer is the host:port the member listens on for its peers
+	// (raft messages, snapshots, member-to-member requests).
+	ListenPeer string
+	// Listener, if set, is used instead of listening on ListenPeer (its
+	// address is then the default AdvertisePeer).
+	Listener net.Listener
+	// AdvertisePeer is the address the other members dial; default
+	// ListenPeer (or the Listener's address).
+	AdvertisePeer string
+	// Metadata is this member's application metadata (e.g. its client
+	// address), published through the log once it runs, so that every
+	// member's Membership shows it.
+	Metadata map[string]string
+
+	// InitialMembers bootstraps a new cluster (see above). It must list ID.
+	InitialMembers []raft.Member
+	// ClusterToken distinguishes clusters with the same InitialMembers:
+	// the cluster ID of a new cluster is derived from both (ClusterIDFor).
+	ClusterToken string
+	// Join lists peer addresses of an existing cluster (any member: leader,
+	// follower or learner); the member learns the cluster ID and every
+	// member's address from the first that answers.
+	Join []string
+	// ClusterID, if set, is the only cluster this member accepts: a data
+	// dir or a peer of another cluster is refused (ErrIdentityMismatch,
+	// raft.ErrClusterMismatch).
+	ClusterID uint64
+	// ForceNewCluster turns the member in DataDir into the only voter of a
+	// new cluster, keeping every entry of its log: the last resort after
+	// the permanent loss of a quorum (see ForceNewCluster). Only with a
+	// data dir that holds a member.
+	ForceNewCluster bool
+
+	// TLS secures every peer connection (transport.NewMutualTLS); nil: plain TCP.
+	TLS *tls.Config
+	// Logger receives the member's logs; nil discards them.
+	Logger *slog.Logger
+
+	// Raft tunes the node; Start sets its ID, InitialMembers, ClusterID and
+	// Logger.
+	Raft raft.Config
+	// Storage tunes the storage (Logger defaults to Logger).
+	Storage storage.Options
+	// Transport tunes the transport; Start sets its ID, ClusterID,
+	// addresses, TLS, Handler, Snapshots and Logger.
+	Transport transport.Config
+}
+
+// Errors of Start beyond the parts' own.
+var (
+	// ErrNoBootstrap: the data dir is empty and neither InitialMembers nor
+	// Join says how to start.
+	ErrNoBootstrap = errors.New("understudy: empty data dir: set InitialMembers (a new cluster) or Join (an existing one)")
+	// ErrRemoved: the data dir belongs to a member that was removed from its
+	// cluster; it cannot start again (add a new member with a new ID).
+	ErrRemoved = raft.ErrRemoved
+	// ErrIdentityMismatch: the data dir holds another member or cluster.
+	ErrIdentityMismatch = raft.ErrIdentityMismatch
+)
+
+// Host is one running member: its storage, transport and node, started
+// together by Start and closed in order by Close. Every raft.Node method
+// (Propose, Read, AddLearner, Membership, …) is available on it directly.
+type Host struct {
+	*raft.Node
+	store  *storage.Store
+	tr     *transport.Transport
+	log    *slog.Logger
+	advert string
+
+	closeOnce sync.Once
+	closeErr  error
+	stopPub   context.CancelFunc
+	pubDone   chan struct{}
+}
+
+// Start opens the data dir, builds the transport and the node, and starts
+// the member: it restarts, bootstraps or joins as the data dir says (see
+// Config). Joining waits, within ctx, until a member at one of the Join
+// addresses lists this member. On error nothing stays open.
+//
+// Errors: ErrRemoved; an error matching ErrIdentityMismatch (a
+// *storage.IdentityError names both); raft.ErrNotMember and
+// raft.ErrClusterMismatch when joining; ErrNoBootstrap; raft.ErrInvalidConfig
+// and transport.ErrInvalidConfig; the storage's errors (storage.ErrLocked,
+// storage.ErrCorrupt); ctx's error.
+func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err error) {
+	if cfg.ID == 0 {
+		return nil, fmt.Errorf("%w: ID must be non-zero", raft.ErrInvalidConfig)
+	}
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("%w: DataDir is required", raft.ErrInvalidConfig)
+	}
+	if cfg.Listener == nil && cfg.ListenPeer == "" {
+		return nil, fmt.Errorf("%w: ListenPeer (or Listener) is required", raft.ErrInvalidConfig)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	sopts := cfg.Storage
+	if sopts.Logger == nil {
+		sopts.Logger = logger
+	}
+	store, err := storage.Open(cfg.DataDir, sopts)
+	if err != nil {
+		if errors.Is(err, storage.ErrRemoved) {
+			return nil, fmt.Errorf("%w: data dir %s: %w", ErrRemoved, cfg.DataDir, err)
+		}
+		return nil, err
+	}
+	var (
+		tr    *transport.Transport
+		ln    = cfg.Listener
+		ownLn bool
+	)
+	defer func() {
+		if err != nil {
+			if tr != nil {
+				_ = tr.Close()
+			} else if ownLn {
+				_ = ln.Close()
+			}
+			_ = store.Close()
+		}
+	}()
+	has, err := holdsMember(store)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ForceNewCluster {
+		if !has {
+			return nil, fmt.Errorf("%w: ForceNewCluster needs a data dir that holds a member; %s holds none", raft.ErrInvalidConfig, cfg.DataDir)
+		}
+		if err := forceNewCluster(store, cfg, logger); err != nil {
+			return nil, err
+		}
+	}
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.ListenPeer); err != nil {
+			return nil, fmt.Errorf("understudy: listening for peers: %w", err)
+		}
+		ownLn = true
+	}
+	advert := cfg.AdvertisePeer
+	if advert == "" {
+		advert = cfg.ListenPeer
+		if advert == "" || cfg.Listener != nil {
+			advert = ln.Addr().String()
+		}
+	}
+
+	rcfg := cfg.Raft
+	rcfg.ID, rcfg.Logger, rcfg.ClusterID = cfg.ID, logger, cfg.ClusterID
+	rcfg.InitialMembers = nil
+	mode := "restart"
+	switch {
+	case has:
+		if len(cfg.InitialMembers) > 0 || len(cfg.Join) > 0 {
+			logger.Info("the data dir holds a member: ignoring InitialMembers and Join", slog.String("dir", cfg.DataDir))
+		}
+		id, err := store.Identity()
+		if err != nil {
+			return nil, err
+		}
+		if rcfg.ClusterID == 0 {
+			rcfg.ClusterID = id.ClusterID
+		}
+	case len(cfg.InitialMembers) > 0:
+		mode = "bootstrap"
+		// Every initial member writes the same bootstrap entries: the list
+		// as given (this member's metadata is published once it runs).
+		rcfg.InitialMembers = cfg.InitialMembers
+		if rcfg.ClusterID == 0 {
+			rcfg.ClusterID = ClusterIDFor(cfg.InitialMembers, cfg.ClusterToken)
+		}
+	case len(cfg.Join) > 0:
+		mode = "join"
+	default:
+		return nil, ErrNoBootstrap
+	}
+
+	// The transport listens before the node exists (a joiner discovers the
+	// cluster through it first); until the node is made, what arrives is
+	// dropped, as a lossy network would.
+	hd := &lateHandler{}
+	tcfg := cfg.Transport
+	tcfg.ID, tcfg.ClusterID, tcfg.Listener, tcfg.ListenAddr = cfg.ID, rcfg.ClusterID, ln, ""
+	tcfg.TLS, tcfg.Handler, tcfg.Snapshots = cfg.TLS, hd, store
+	if tcfg.Logger == nil {
+		tcfg.Logger = logger
+	}
+	if tr, err = transport.New(tcfg); err != nil {
+		return nil, err
+	}
+	var joinPeers []raft.Member
+	if mode == "join" {
+		info, err := raft.Discover(ctx, tr, cfg.Join, cfg.ID, cfg.ClusterID)
+		if err != nil {
+			return nil, fmt.Errorf("understudy: joining as member %d: %w", cfg.ID, err)
+		}
+		logger.Info("joining cluster", slog.String("cluster", fmt.Sprintf("%x", info.ClusterID)),
+			slog.Uint64("answered_by", info.From), slog.Int("members", len(info.Members)))
+		rcfg.ClusterID = info.ClusterID
+		tr.SetClusterID(info.ClusterID)
+		joinPeers = info.Members
+	}
+	node, err := raft.NewNode(rcfg, sm, store)
+	if err != nil {
+		return nil, err
+	}
+	hd.set(node.PeerHandler())
+	for _, m := range joinPeers {
+		if m.ID != cfg.ID {
+			tr.AddPeer(m.ID, m.PeerAddr)
+		}
+	}
+	if err := node.Start(tr); err != nil {
+		return nil, err
+	}
+	logger.Info("member started", slog.Uint64("id", cfg.ID), slog.String("mode", mode),
+		slog.String("peer_addr", advert), slog.String("cluster", fmt.Sprintf("%x", node.ClusterID())))
+	h = &Host{Node: node, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
+	pctx, cancel := context.WithCancel(context.Background())
+	h.stopPub = cancel
+	go h.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata)})
+	return h, nil
+}
+
+// lateHandler is the transport's Handler until the node exists.
+type lateHandler struct {
+	mu sync.RWMutex
+	h  raft.PeerHandler
+}
+
+func (l *lateHandler) set(h raft.PeerHandler) {
+	l.mu.Lock()
+	l.h = h
+	l.mu.Unlock()
+}
+
+func (l *lateHandler) get() raft.PeerHandler {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.h
+}
+
+func (l *lateHandler) Process(m *raftpb.Message) {
+	if h := l.get(); h != nil {
+		h.Process(m)
+	}
+}
+
+func (l *lateHandler) ReportUnreachable(id uint64) {
+	if h := l.get(); h != nil {
+		h.ReportUnreachable(id)
+	}
+}
+
+func (l *lateHandler) ReportSnapshot(id uint64, st etcdraft.SnapshotStatus) {
+	if h := l.get(); h != nil {
+		h.ReportSnapshot(id, st)
+	}
+}
+
+func (l *lateHandler) ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error) {
+	if h := l.get(); h != nil {
+		return h.ServeRequest(ctx, from, req)
+	}
+	return nil, errors.New("understudy: member starting")
+}
+
+func (l *lateHandler) ReportRefused(id uint64, err error) {
+	if h := l.get(); h != nil {
+		h.ReportRefused(id, err)
+	}
+}
+
+// publish makes this member's record in the log match its advertised
+// address and metadata, once the member has applied its own record (a
+// joiner learns it as it catches up), retrying until it succeeds or the
+// host closes.
+func (h *Host) publish(ctx context.Context, want raft.Member) {
+	defer close(h.pubDone)
+	wait := 200 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.Done():
+			return
+		case <-time.After(wait):
+		}
+		cur, ok := h.Member(h.ID())
+		if !ok {
+			continue // not applied here yet
+		}
+		if cur.PeerAddr == want.PeerAddr && maps.Equal(cur.Metadata, want.Metadata) {
+			return
+		}
+		want.ReadOnly = cur.ReadOnly
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := h.UpdateMember(cctx, want)
+		cancel()
+		if err == nil {
+			h.log.Info("published this member's address and metadata", slog.String("peer_addr", want.PeerAddr))
+			return
+		}
+		h.log.Debug("publishing this member's record failed; retrying", slog.Any("err", err))
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// Close stops the member and releases everything in order: the node
+// (a leader hands leadership over first, bounded by ctx), then the transport,
+// then the storage once the node's goroutines have exited. It returns the
+// node's fatal error, if any. If ctx ends before the node stopped, Close
+// returns an error matching raft.ErrStopTimeout and the storage is closed in
+// the background once the node is done. Close is idempotent.
+func (h *Host) Close(ctx context.Context) error {
+	h.closeOnce.Do(func() {
+		h.stopPub()
+		err := h.Stop(ctx)
+		<-h.pubDone
+		_ = h.tr.Close()
+		if errors.Is(err, raft.ErrStopTimeout) {
+			go func() { <-h.Done(); _ = h.store.Close() }()
+			h.closeErr = err
+			return
+		}
+		h.closeErr = errors.Join(err, h.store.Close())
+	})
+	return h.closeErr
+}
+
+// Storage returns the member's storage (for metrics and backups).
+func (h *Host) Storage() *storage.Store { return h.store }
+
+// Transport returns the member's transport (for metrics).
+func (h *Host) Transport() *transport.Transport { return h.tr }
+
+// PeerAddr returns the address the other members dial to reach this one.
+func (h *Host) PeerAddr() string { return h.advert }
+
+// holdsMember reports whether store holds a member (an identity, a log, a
+// hard state or a snapshot).
+func holdsMember(store *storage.Store) (bool, error) {
+	id, err := store.Identity()
+	if err != nil {
+		return false, err
+	}
+	if id.MemberID != 0 {
+		return true, nil
+	}
+	hs, _, err := store.InitialState()
+	if err != nil {
+		return false, err
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		return false, err
+	}
+	return last > 0 || !etcdraft.IsEmptyHardState(hs), nil
+}
+
+// HasMember reports whether the data dir dir holds a member, so that a host
+// ignores its bootstrap settings on a restart (as etcd does). A data dir that
+// does not exist holds none. It opens the storage briefly: not while a
+// member runs from dir (storage.ErrLocked). A removed member's data dir
+// answers true with an error matching ErrRemoved.
+func HasMember(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Clean(dir)); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	store, err := storage.Open(dir, storage.Options{NoOpenCheck: true})
+	if err != nil {
+		if errors.Is(err, storage.ErrRemoved) {
+			return true, fmt.Errorf("%w: %w", ErrRemoved, err)
+		}
+		return false, err
+	}
+	defer store.Close()
+	return holdsMember(store)
+}
+
+// ClusterIDFor derives the ID of a new cluster from its initial members and
+// a token, the same on every initial member (as etcd derives its cluster ID
+// from --initial-cluster and --initial-cluster-token): two clusters started
+// with different members or tokens get different IDs, so members of one can
+// never join the other by mistake.
+func ClusterIDFor(members []raft.Member, token string) uint64 {
+	ms := slices.Clone(members)
+	slices.SortFunc(ms, func(a, b raft.Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	var b strings.Builder
+	for _, m := range ms {
+		b.WriteString(strconv.FormatUint(m.ID, 10))
+		b.WriteByte('=')
+		b.WriteString(m.PeerAddr)
+		b.WriteByte(',')
+	}
+	b.WriteString(token)
+	sum := sha256.Sum256([]byte(b.String()))
+	id := binary.BigEndian.Uint64(sum[:8])
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+// ParseMembers parses "1=host:port,2=host:port" (etcd's --initial-cluster
+// form, without a scheme) into member records.
+func ParseMembers(s string) ([]raft.Member, error) {
+	var out []raft.Member
+	seen := map[uint64]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		idStr, addr, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is not id=host:port", raft.ErrInvalidConfig, part)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(idStr), 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("%w: %q: the member ID must be a positive integer", raft.ErrInvalidConfig, part)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("%w: member %d is listed twice", raft.ErrInvalidConfig, id)
+		}
+		seen[id] = true
+		addr = strings.TrimSpace(addr)
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%w: member %d: %q is not host:port: %v", raft.ErrInvalidConfig, id, addr, err)
+		}
+		out = append(out, raft.Member{ID: id, PeerAddr: addr})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no member in %q", raft.ErrInvalidConfig, s)
+	}
+	return out, nil
+}
+
+// forceNewCluster rewrites the member in store as the only voter of its
+// cluster (Config.ForceNewCluster).
+func forceNewCluster(store *storage.Store, cfg Config, logger *slog.Logger) error {
+	id, err := store.Identity()
+	if err != nil {
+		return err
+	}
+	if id.MemberID != 0 && id.MemberID != cfg.ID {
+		return &storage.IdentityError{Stored: id, Requested: storage.Identity{ClusterID: id.ClusterID, MemberID: cfg.ID}}
+	}
+	self := raft.Member{ID: cfg.ID, PeerAddr: cfg.AdvertisePeer, Metadata: maps.Clone(cfg.Metadata)}
+	if self.PeerAddr == "" && cfg.Listener == nil {
+		self.PeerAddr = cfg.ListenPeer
+	}
+	_, err = raft.ForceNewCluster(store, self, logger)
+	return err
+}
