@@ -2,11 +2,13 @@ package understudy
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -509,4 +511,35 @@ func forceNewCluster(store *storage.Store, cfg Config, logger *slog.Logger) erro
 	}
 	_, err = raft.ForceNewCluster(store, self, logger)
 	return err
+}
+
+// RestoreBackup creates the data dir of a new one-member cluster from a
+// backup written by Node.Backup (raft.RestoreBackup): self is the member
+// that will run from dir (its ID and peer address), the only voter; every
+// member of the backup is recorded as removed. The cluster gets a new,
+// random ID. Start a Host on dir afterwards (InitialMembers and Join are
+// then ignored) and add members to it as usual.
+//
+// Errors: raft.ErrCorruptBackup; raft.ErrInvalidConfig when dir already
+// holds a member; the storage's.
+func RestoreBackup(r io.Reader, dir string, self raft.Member) (err error) {
+	store, err := storage.Open(dir, storage.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, store.Close()) }()
+	has, err := holdsMember(store)
+	if err != nil {
+		return err
+	}
+	if has {
+		return fmt.Errorf("%w: %s already holds a member", raft.ErrInvalidConfig, dir)
+	}
+	if _, err := raft.RestoreBackup(r, store, self); err != nil {
+		return err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	cid := binary.BigEndian.Uint64(b[:]) | 1
+	return store.SetIdentity(storage.Identity{ClusterID: cid, MemberID: self.ID})
 }

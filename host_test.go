@@ -1,6 +1,7 @@
 package understudy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -367,4 +368,70 @@ func TestHostForceNewCluster(t *testing.T) {
 		}
 		require.True(t, errors.Is(tc.hosts[lost].Err(), raft.ErrRemoved), "%v", tc.hosts[lost].Err())
 	}
+}
+
+// TestHostBackupRestoredIntoNewMember: a backup taken while the cluster
+// runs becomes a new one-member cluster with every write acknowledged
+// before the backup, which then grows as usual.
+func TestHostBackupRestoredIntoNewMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, 3)
+	l := tc.leader(ctx)
+	for i := range 100 {
+		_, err := l.Propose(ctx, kv.Put(fmt.Sprintf("k%d", i), fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	var buf bytes.Buffer
+	var follower *understudy.Host
+	for _, h := range tc.hosts {
+		if h != l {
+			follower = h
+		}
+	}
+	require.NoError(t, follower.ReadBarrier(ctx))
+	idx, err := follower.Backup(ctx, &buf)
+	require.NoError(t, err)
+	require.NotZero(t, idx)
+	backup := buf.Bytes()
+
+	// A corrupt backup installs nothing.
+	bad := bytes.Clone(backup)
+	bad[len(bad)/2] ^= 0xff
+	ln := listen(t)
+	dir := filepath.Join(tc.dir, "10")
+	err = understudy.RestoreBackup(bytes.NewReader(bad), dir, raft.Member{ID: 10, PeerAddr: ln.Addr().String()})
+	require.ErrorIs(t, err, raft.ErrCorruptBackup)
+	has, err := understudy.HasMember(dir)
+	require.NoError(t, err)
+	require.False(t, has)
+
+	require.NoError(t, understudy.RestoreBackup(bytes.NewReader(backup), dir, raft.Member{ID: 10, PeerAddr: ln.Addr().String()}))
+	has, err = understudy.HasMember(dir)
+	require.NoError(t, err)
+	require.True(t, has)
+	cfg := tc.cfg(10, ln)
+	h, err := understudy.Start(ctx, cfg, kv.New())
+	require.NoError(t, err)
+	tc.hosts[10] = h
+	require.NotEqual(t, l.ClusterID(), h.ClusterID())
+	for i := range 100 {
+		v, err := h.Read(ctx, []byte(fmt.Sprintf("k%d", i)))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(i), string(v))
+	}
+	_, err = h.Propose(ctx, kv.Put("new", "cluster"))
+	require.NoError(t, err)
+	st, err := h.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{10}, st.Voters)
+
+	// It grows: a member joins it by address.
+	ln11 := listen(t)
+	require.NoError(t, h.AddLearner(ctx, raft.Member{ID: 11, PeerAddr: ln11.Addr().String()}))
+	h11, err := tc.join(ctx, 11, ln11, h.PeerAddr())
+	require.NoError(t, err)
+	v, err := h11.Read(ctx, []byte("new"))
+	require.NoError(t, err)
+	require.Equal(t, "cluster", string(v))
 }
