@@ -349,6 +349,12 @@ func (n *Node) changeOnLeader(req confchange.Request, dryRun bool, w *changeWait
 		// that is not a change in progress, the caller waits for it.
 		return confchange.Plan{}, errLeaderStarting{index: ms.termStart}
 	}
+	if applied := l.rn.BasicStatus().Applied; applied < ms.confGate && ms.checking == 0 && n.applied.get() >= ms.confGate {
+		// The last change is applied (its caller may already have its
+		// answer and be asking for the next one) but raft hears of it on
+		// the loop's next turn: not a change in progress, the caller waits.
+		return confchange.Plan{}, errLeaderStarting{index: ms.confGate}
+	}
 	ms.nextChangeID++
 	req.ChangeID = ms.nextChangeID
 	v := n.view()
@@ -400,14 +406,14 @@ func (n *Node) changeLocally(ctx context.Context, req confchange.Request, dryRun
 	}
 	for {
 		if derr := n.do(ctx, func() { plan, err = n.changeOnLeader(req, dryRun, w) }); derr != nil {
-			return ChangeResult{}, derr
+			return ChangeResult{}, notProposed(derr)
 		}
 		var starting errLeaderStarting
 		if !errors.As(err, &starting) {
 			break
 		}
 		if werr := n.waitApplied(ctx, starting.index); werr != nil {
-			return ChangeResult{}, werr
+			return ChangeResult{}, notProposed(werr)
 		}
 	}
 	res := ChangeResult{Description: plan.Description}

@@ -48,7 +48,7 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 // until it leads.
 func (n *Node) handOffLeadership(ctx context.Context) {
 	var target uint64
-	_ = n.do(ctx, func() {
+	derr := n.do(ctx, func() {
 		st := n.loop.rn.Status()
 		if st.RaftState != etcdraft.StateLeader {
 			return
@@ -72,8 +72,8 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 			n.loop.rn.TransferLeader(target)
 		}
 	})
-	if target == 0 {
-		return
+	if derr != nil || target == 0 {
+		return // (after an early return the loop may still run f: target is not read)
 	}
 	// Raft abandons a transfer after an election timeout; so do we.
 	ctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())

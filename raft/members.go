@@ -63,7 +63,7 @@ func (n *Node) Membership(ctx context.Context) (Membership, error) {
 			err error
 		)
 		if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
-			return m, derr
+			return Membership{}, derr // f may still run: m and err are not read
 		}
 		var nl errNotLeader
 		if !errors.As(err, &nl) {

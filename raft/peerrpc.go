@@ -95,8 +95,14 @@ func toRPCError(err error) *rpcError {
 	}
 	e := &rpcError{Message: err.Error()}
 	var nl errNotLeader
-	if errors.As(err, &nl) && nl.leader != 0 {
+	if errors.As(err, &nl) {
 		e.Code, e.Leader = "not_leader", nl.leader
+		return e
+	}
+	if errors.Is(err, ErrNotProposed) && errors.Is(err, ErrStopped) {
+		// This member stopped (it may have just removed itself) before the
+		// request reached raft: the caller asks the next leader.
+		e.Code = "not_leader"
 		return e
 	}
 	var refs confchange.Refusals
@@ -178,10 +184,17 @@ func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte,
 		res, err := n.changeLocally(ctx, req.Req, req.Op == rpcCheck)
 		resp.Result, resp.Err = &res, toRPCError(err)
 	case rpcMembership:
-		var m Membership
-		var err error
-		if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
-			err = derr
+		// What f writes is read only once n.do returned nil (f ran): after
+		// an early return the loop may still run f.
+		var (
+			m       Membership
+			loopErr error
+		)
+		err := n.do(ctx, func() { m, loopErr = n.membershipOnLoop() })
+		if err != nil {
+			err = notProposed(err) // a query: nothing was done
+		} else {
+			err = loopErr
 		}
 		if err == nil {
 			resp.Membership = &m
@@ -244,7 +257,7 @@ func (n *Node) call(ctx context.Context, leader uint64, req rpcRequest) (rpcResp
 		if resp.V != peerRPCVersion {
 			return rpcResponse{}, fmt.Errorf("raft: answer version %d from leader %d, this member speaks %d", resp.V, leader, peerRPCVersion)
 		}
-		if resp.Err != nil && resp.Err.Code == "not_leader" && hop < maxForwardHops && resp.Err.Leader != n.cfg.ID {
+		if resp.Err != nil && resp.Err.Code == "not_leader" && hop < maxForwardHops && resp.Err.Leader != n.cfg.ID && resp.Err.Leader != 0 {
 			leader = resp.Err.Leader
 			continue
 		}

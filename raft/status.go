@@ -62,8 +62,10 @@ type PeerProgress struct {
 // Status returns this member's status, taken on the run loop.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	var st Status
-	err := n.do(ctx, func() { st = n.status() })
-	return st, err
+	if err := n.do(ctx, func() { st = n.status() }); err != nil {
+		return Status{}, err // the loop may still run f: st is not read
+	}
+	return st, nil
 }
 
 func (n *Node) status() Status {
