@@ -251,6 +251,28 @@ func TestHostJoinRefused(t *testing.T) {
 	tc.hosts[8] = h8
 	require.NoError(t, h8.WaitReady(ctx))
 
+	// A member added here but started as a cluster of its own: the
+	// leader's view says why it cannot reach it.
+	ln10 := listen(t)
+	require.NoError(t, tc.hosts[1].AddLearner(ctx, raft.Member{ID: 10, PeerAddr: ln10.Addr().String()}))
+	cfg = tc.cfg(10, ln10)
+	cfg.InitialMembers = []raft.Member{{ID: 10, PeerAddr: ln10.Addr().String()}}
+	h10, err := understudy.Start(ctx, cfg, kv.New())
+	require.NoError(t, err)
+	tc.hosts[10] = h10
+	require.Eventually(t, func() bool {
+		m, err := tc.hosts[1].Membership(ctx)
+		if err != nil {
+			return false
+		}
+		for _, ms := range m.Members {
+			if ms.ID == 10 {
+				return ms.Refused == "cluster_mismatch"
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond)
+
 	// No bootstrap information at all.
 	cfg = tc.cfg(9, listen(t))
 	_, err = understudy.Start(ctx, cfg, kv.New())

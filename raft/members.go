@@ -51,6 +51,11 @@ type MemberStatus struct {
 	// CatchUp is how the member is catching up (rate, estimate, snapshot in
 	// flight); nil for the leader itself.
 	CatchUp *CatchUp
+	// Refused is why the member refuses the leader's connections, as its
+	// handshake said (e.g. "cluster_mismatch": it was started for another
+	// cluster; "unknown_sender": it does not know the leader yet), while
+	// it cannot be reached; "" otherwise.
+	Refused string `json:",omitempty"`
 }
 
 // Membership returns the membership as the leader sees it, with every
@@ -118,6 +123,9 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 			ms.Lag = pr.Lag(v.LastIndex)
 			cu := n.catchUp(id, ms.Lag, n.loop.catchUp[id])
 			ms.CatchUp = &cu
+			if r, ok := n.tr.(interface{ Refusal(uint64) string }); ok && !pr.RecentActive {
+				ms.Refused = r.Refusal(id)
+			}
 		}
 		m.Members = append(m.Members, ms)
 	}

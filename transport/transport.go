@@ -388,3 +388,19 @@ func (t *Transport) reportUnreachableLoop() {
 		}
 	}
 }
+
+// Refusal returns the reason member id gave for refusing this member's
+// last connection attempt (ReasonClusterMismatch, ReasonRemoved, …) while
+// the raft stream to it is down; "" when the stream is up, when it never
+// refused, or for an unknown member. It is how a leader shows an operator
+// why a member it added cannot be reached.
+func (t *Transport) Refusal(id uint64) string {
+	p := t.peer(id)
+	if p == nil || p.c.connected.Load() {
+		return ""
+	}
+	if r := p.c.lastRefusal.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
