@@ -19,23 +19,19 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/understudy-raft/understudy"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
-	"github.com/understudy-raft/understudy/storage"
-	"github.com/understudy-raft/understudy/transport"
 )
 
-const clusterID = 0x5ca1ab1e
-
-// member is one running member: its node, storage, transport and state machine.
+// member is one running member: the host (storage, transport and node,
+// started and closed together) and its state machine.
 type member struct {
-	id    uint64
-	dir   string
-	ln    net.Listener
-	node  *raft.Node
-	store *storage.Store
-	tr    *transport.Transport
-	sm    *kv.Store
+	id   uint64
+	dir  string
+	addr string
+	node *understudy.Host
+	sm   *kv.Store
 }
 
 func main() {
@@ -77,7 +73,10 @@ func run(dataDir string, logger *slog.Logger) error {
 	}
 	members := map[uint64]*member{}
 	for _, m := range initial {
-		mem, err := start(m.ID, filepath.Join(dataDir, fmt.Sprint(m.ID)), lns[m.ID], initial, logger)
+		mem, err := start(ctx, understudy.Config{
+			ID: m.ID, DataDir: filepath.Join(dataDir, fmt.Sprint(m.ID)), Listener: lns[m.ID],
+			InitialMembers: initial, Logger: logger,
+		})
 		if err != nil {
 			return err
 		}
@@ -116,7 +115,8 @@ func run(dataDir string, logger *slog.Logger) error {
 	}
 
 	// A fourth member joins as a learner: added through a follower (which
-	// forwards the request to the leader), then started with empty storage.
+	// forwards the request to the leader), then started with empty storage
+	// and one member's address, from which it learns the cluster.
 	ln4, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -127,14 +127,15 @@ func run(dataDir string, logger *slog.Logger) error {
 		return fmt.Errorf("adding member 4 as a learner: %w", err)
 	}
 	fmt.Printf("added member 4 (%s) as a learner through follower %d: the quorum is unchanged\n", rec4.PeerAddr, follower.id)
-	// A joining member starts empty; its transport must know where the
-	// others are so that it accepts the leader's connection (it learns the
-	// full membership from the log).
-	learner, err := start(4, filepath.Join(dataDir, "4"), ln4, nil, logger, initial...)
+	learner, err := start(ctx, understudy.Config{
+		ID: 4, DataDir: filepath.Join(dataDir, "4"), Listener: ln4,
+		Join: []string{follower.addr}, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}
 	members[4] = learner
+	fmt.Printf("member 4 joined through %s alone (it learned the cluster ID and every address from it)\n", follower.addr)
 	v, err := learner.node.Read(ctx, []byte("shape"))
 	if err != nil {
 		return fmt.Errorf("read on the learner: %w", err)
@@ -164,11 +165,13 @@ func run(dataDir string, logger *slog.Logger) error {
 	}
 	fmt.Println("wrote color=blue with two of three members up")
 
-	ln, err := net.Listen("tcp", old.ln.Addr().String())
+	ln, err := net.Listen("tcp", old.addr)
 	if err != nil {
-		return fmt.Errorf("re-listening on %s: %w", old.ln.Addr(), err)
+		return fmt.Errorf("re-listening on %s: %w", old.addr, err)
 	}
-	back, err := start(old.id, old.dir, ln, initial, logger)
+	// The same configuration as at the first start: the data dir holds a
+	// member now, so InitialMembers is ignored and it resumes.
+	back, err := start(ctx, understudy.Config{ID: old.id, DataDir: old.dir, Listener: ln, InitialMembers: initial, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -182,46 +185,21 @@ func run(dataDir string, logger *slog.Logger) error {
 	return nil
 }
 
-// start starts member id: a new cluster's member (initial set), a restart
-// (its data dir holds the cluster), or a joiner (initial nil; seeds are
-// members it can reach).
-func start(id uint64, dir string, ln net.Listener, initial []raft.Member, logger *slog.Logger, seeds ...raft.Member) (*member, error) {
-	store, err := storage.Open(dir, storage.Options{Logger: logger})
-	if err != nil {
-		return nil, err
-	}
+// start starts one member with the host API: it bootstraps, joins or
+// restarts as its data dir says.
+func start(ctx context.Context, cfg understudy.Config) (*member, error) {
 	sm := kv.New()
-	node, err := raft.NewNode(raft.Config{ID: id, InitialMembers: initial, Logger: logger}, sm, store)
+	h, err := understudy.Start(ctx, cfg, sm)
 	if err != nil {
-		store.Close()
 		return nil, err
 	}
-	tr, err := transport.New(transport.Config{
-		ID: id, ClusterID: clusterID, Listener: ln,
-		Handler: node.PeerHandler(), Snapshots: store, Logger: logger,
-	})
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	for _, p := range seeds {
-		tr.AddPeer(p.ID, p.PeerAddr)
-	}
-	if err := node.Start(tr); err != nil {
-		tr.Close()
-		store.Close()
-		return nil, err
-	}
-	return &member{id: id, dir: dir, ln: ln, node: node, store: store, tr: tr, sm: sm}, nil
+	return &member{id: cfg.ID, dir: cfg.DataDir, addr: h.PeerAddr(), node: h, sm: sm}, nil
 }
 
 func (m *member) stop(ctx context.Context) {
-	if err := m.node.Stop(ctx); err != nil && !errors.Is(err, raft.ErrStopped) {
+	if err := m.node.Close(ctx); err != nil && !errors.Is(err, raft.ErrStopped) {
 		fmt.Fprintf(os.Stderr, "member %d: %v\n", m.id, err)
 	}
-	<-m.node.Done() // the storage stays open until the node has stopped
-	m.tr.Close()
-	m.store.Close()
 }
 
 func waitLeader(ctx context.Context, members map[uint64]*member) (uint64, error) {
