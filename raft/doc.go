@@ -110,12 +110,21 @@
 //
 // # Use
 //
+// Most hosts start a member with the root package (understudy.Start), which
+// does the wiring below, joins by address and checks the data dir's
+// identity. Wired by hand, from the parts:
+//
+//	clusterID := understudy.ClusterIDFor(members, "") // the same on every initial member
 //	store, _ := storage.Open(dir, storage.Options{})
-//	node, _ := raft.NewNode(raft.Config{ID: 1, InitialMembers: members}, sm, store)
-//	tr, _ := transport.New(transport.Config{ID: 1, ClusterID: cid, ListenAddr: addr,
+//	node, _ := raft.NewNode(raft.Config{ID: 1, ClusterID: clusterID, InitialMembers: members}, sm, store)
+//	tr, _ := transport.New(transport.Config{ID: 1, ClusterID: clusterID, ListenAddr: addr,
 //		Handler: node.PeerHandler(), Snapshots: store})
-//	_ = node.Start(tr)
-//	defer func() { _ = node.Stop(ctx); <-node.Done(); tr.Close(); store.Close() }()
+//	_ = node.Start(tr) // refuses a store of another member or cluster (ErrIdentityMismatch)
+//	defer func() { _ = node.Stop(ctx); <-node.Done(); tr.Close(); store.Close() }() // in this order
 //	result, err := node.Propose(ctx, cmd)
 //	value, err := node.Read(ctx, query)
+//
+// A joiner with empty storage learns the cluster first: Discover(ctx, tr,
+// addrs, id, 0) returns the cluster ID (tr.SetClusterID, Config.ClusterID)
+// and every member's address (tr.AddPeer).
 package raft
