@@ -60,7 +60,11 @@ type MemberStatus struct {
 
 // Membership returns the membership as the leader sees it, with every
 // member's catch-up and readiness. On a follower or learner it is asked of
-// the leader over the member-to-member channel.
+// the leader over the member-to-member channel; while no leader is known (or
+// the one known cannot be reached) it waits for one, within ctx.
+//
+// Errors: ctx's error (with ErrNoLeader attached when no leader is known,
+// and the last attempt's failure); ErrStopped; ErrNotStarted.
 func (n *Node) Membership(ctx context.Context) (Membership, error) {
 	for {
 		var (
@@ -144,8 +148,11 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 // confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …); ErrChangeDropped when
 // raft did not take the change (nothing changed); ErrLeaderChanged when the
 // leader changed before the change was applied (the outcome is unknown; the
-// next leader completes a joint change that was entered); ctx.Err();
-// ErrStopped.
+// next leader completes a joint change that was entered: read Membership);
+// ErrTimeout (likewise unknown); ctx.Err() — joined with ErrNotProposed when
+// the request never reached raft (safe to retry); ErrStopped. While no leader
+// is known, or the known one cannot be reached (it stopped, or removed
+// itself), the call waits for the next one within ctx.
 func (n *Node) ChangeMembership(ctx context.Context, req confchange.Request) (ChangeResult, error) {
 	return n.change(ctx, req, false)
 }
@@ -242,6 +249,13 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // AddLearner adds m as a learner: it never changes the quorum, so a wrong
 // address or a member that never starts is undone by removing it. The new
 // member then starts with empty storage and no InitialMembers (it joins).
+//
+// Errors: a *confchange.Refusal before anything is proposed —
+// ErrMemberExists (the ID is in use or was removed: pick a new one),
+// ErrInvalidMember (a bad record), ErrTooManyLearners (remove or promote
+// one first), ErrChangeInProgress (retry once it is applied) — and the
+// errors of ChangeMembership (ErrLeaderChanged, ErrTimeout: read Membership
+// to learn the outcome; ErrChangeDropped: retry; ctx's error; ErrStopped).
 func (n *Node) AddLearner(ctx context.Context, m Member) error {
 	_, err := n.ChangeMembership(ctx, confchange.AddLearner(m))
 	return err
@@ -249,6 +263,9 @@ func (n *Node) AddLearner(ctx context.Context, m Member) error {
 
 // AddVoter adds m directly as a voter: an explicit opt-in, refused unless
 // the cluster keeps an active majority while counting m as down.
+//
+// Errors: as AddLearner, and ErrQuorumAtRisk when the new configuration
+// would lack an active majority (add it as a learner instead).
 func (n *Node) AddVoter(ctx context.Context, m Member) error {
 	_, err := n.ChangeMembership(ctx, confchange.AddVoter(m))
 	return err
@@ -256,6 +273,11 @@ func (n *Node) AddVoter(ctx context.Context, m Member) error {
 
 // Promote makes learners voters once they are ready (caught up and stable);
 // several at once go through a joint configuration.
+//
+// Errors: ErrLearnerNotReady with the reason (lag, no contact, not stable
+// yet: wait, or watch Membership); ErrTooManyVoters (over 9);
+// ErrMemberReadOnly; ErrUnknownMember; ErrQuorumAtRisk; ErrChangeInProgress;
+// and the errors of ChangeMembership.
 func (n *Node) Promote(ctx context.Context, ids ...uint64) error {
 	_, err := n.ChangeMembership(ctx, confchange.Promote(ids...))
 	return err
@@ -263,18 +285,32 @@ func (n *Node) Promote(ctx context.Context, ids ...uint64) error {
 
 // Demote makes voters learners (several at once through a joint
 // configuration).
+//
+// Errors: ErrQuorumAtRisk when the remaining voters would lack an active
+// majority; ErrUnknownMember; ErrChangeInProgress; and the errors of
+// ChangeMembership.
 func (n *Node) Demote(ctx context.Context, ids ...uint64) error {
 	_, err := n.ChangeMembership(ctx, confchange.Demote(ids...))
 	return err
 }
 
 // RemoveMember removes member id, voter or learner. Its ID is never reused.
+// A leader may remove itself: it applies its removal and stops (ErrRemoved),
+// and a call made through another member waits for the next leader.
+//
+// Errors: ErrQuorumAtRisk when the remaining voters would lack an active
+// majority; ErrUnknownMember; ErrChangeInProgress; and the errors of
+// ChangeMembership.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	_, err := n.ChangeMembership(ctx, confchange.Remove(id))
 	return err
 }
 
 // UpdateMember replaces the record (peer address, metadata) of member m.ID.
+// Every member's transport follows the new address once it applies it.
+//
+// Errors: ErrUnknownMember; ErrInvalidMember; ErrChangeInProgress; and the
+// errors of ChangeMembership.
 func (n *Node) UpdateMember(ctx context.Context, m Member) error {
 	_, err := n.ChangeMembership(ctx, confchange.UpdateMember(m))
 	return err

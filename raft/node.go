@@ -168,8 +168,11 @@ func (n *Node) ID() uint64 { return n.cfg.ID }
 // raft, and ErrTimeout when it had no outcome within Config.RequestTimeout
 // (in both, the outcome is unknown: retry with ProposeWithID to have a retry
 // applied at most once); ErrProposalDropped when raft refused it (not
-// applied, safe to retry); ErrTooLarge; ErrStopped. A Result.Err set by the
-// state machine is returned as the error, with Result.Value.
+// applied, safe to retry); ErrTooLarge; ErrStopped. When the call ends
+// before the command reached raft (e.g. no leader was known before ctx
+// ended), the error also matches ErrNotProposed: it will never be applied,
+// and a retry is safe. A Result.Err set by the state machine is returned as
+// the error, with Result.Value.
 //
 // cmd must not be modified until Propose returns; it is not kept after.
 func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
