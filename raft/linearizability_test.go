@@ -88,7 +88,11 @@ type linScenario struct {
 	// restarts: the nemesis only stops, crashes and restarts members —
 	// often, onto slow disks, with reads in flight.
 	restarts bool
-	seeds    []int64
+	// churn: half the faults are membership changes (learners added and
+	// removed, voters swapped, demoted, promoted, the leader crashed in the
+	// middle of a joint change).
+	churn bool
+	seeds []int64
 }
 
 // TestLinearizableUnderFaults runs concurrent clients doing put, get and
@@ -96,8 +100,10 @@ type linScenario struct {
 // forward their writes — while a nemesis partitions the network, drops,
 // delays and duplicates messages, crashes and cleanly stops members of every
 // role and restarts them (with reads in flight, sometimes onto a slow disk),
-// slows and stalls fsync, and isolates the leader with an uncommitted conf
-// change before it leads again; clients give up on requests after random
+// slows and stalls fsync, isolates the leader with an uncommitted conf
+// change before it leads again, and changes the membership (learners added
+// and removed, voters demoted, promoted and swapped for standbys, the leader
+// crashed in the middle of a joint change: "-churn"); clients give up on requests after random
 // deadlines (some at once) and retry writes of unknown outcome with the same
 // RequestID. The history must be linearizable. Each scenario runs with fixed
 // seeds (the nemesis's choices; timing still varies), plus CLUSTER_SEED if
@@ -109,6 +115,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		{name: "1voter", voters: 1, seeds: []int64{4}},
 		{name: "3voters+learner-restarts", voters: 3, learner: true, restarts: true, seeds: []int64{5}},
 		{name: "1voter+learner-restarts", voters: 1, learner: true, restarts: true, seeds: []int64{6, 7}},
+		{name: "3voters+learner-churn", voters: 3, learner: true, churn: true, seeds: []int64{10, 11, 12}},
 	}
 	for _, sc := range scenarios {
 		seeds := sc.seeds
@@ -133,8 +140,14 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 		duration = 2 * time.Second
 	}
 	disks := &slowDisks{}
+	settings := confchange.Settings{TargetVoters: sc.voters}
+	if sc.churn {
+		// Learners become ready within the run, so the policy promotes
+		// standbys into the seats the churn empties.
+		settings.Stabilization = 200 * time.Millisecond
+	}
 	c := cluster.New(t, cluster.Options{Members: sc.voters, Seed: seed, SnapshotCount: 200, SnapshotCatchUpEntries: 50,
-		WrapStorage: disks.wrap, Membership: confchange.Settings{TargetVoters: sc.voters}})
+		WrapStorage: disks.wrap, Membership: settings})
 	lead := c.WaitLeader()
 	if sc.learner {
 		learner := uint64(sc.voters + 1)
@@ -269,12 +282,15 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 		quiet.Store(false)
 	}
 	for time.Now().Before(deadline) {
-		pick := rng.Intn(11)
+		pick := rng.Intn(13)
 		if sc.restarts {
 			time.Sleep(time.Duration(50+rng.Intn(150)) * time.Millisecond) // the fault schedule
 			pick = 4
 		} else {
 			time.Sleep(time.Duration(150+rng.Intn(250)) * time.Millisecond) // the fault schedule, not a wait for a condition
+		}
+		if sc.churn && rng.Intn(2) == 0 {
+			pick = 10 + rng.Intn(3)
 		}
 		var ids []uint64
 		for _, id := range c.Members() {
@@ -381,6 +397,65 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 				}
 				cancel()
 			}
+		case 11, 12:
+			// Voter churn while the clients run: swap a voter for a
+			// standby (one joint change), demote or promote — and now and
+			// then crash the leader right after it entered the joint
+			// configuration, so that the next leader must leave it.
+			var l *cluster.Member
+			for _, m := range c.Running() {
+				if m.Node.IsLeader() {
+					l = m // possibly a cut-off leader: the change then fails
+				}
+			}
+			if l == nil || down != 0 {
+				break
+			}
+			st, err := l.Node.Status(ctxT(t, time.Second))
+			if err != nil {
+				break
+			}
+			var req confchange.Request
+			switch {
+			case len(st.Learners) > 0 && len(st.Voters) >= 3 && rng.Intn(2) == 0:
+				var voter uint64
+				for _, v := range st.Voters {
+					if v != l.ID {
+						voter = v
+					}
+				}
+				req = confchange.Swap(voter, st.Learners[rng.Intn(len(st.Learners))])
+			case len(st.Voters) >= 3:
+				voter := st.Voters[rng.Intn(len(st.Voters))]
+				if voter == l.ID {
+					break
+				}
+				req = confchange.Demote(voter)
+			case len(st.Learners) > 0:
+				req = confchange.Promote(st.Learners[rng.Intn(len(st.Learners))])
+			}
+			if req.Op == 0 {
+				break
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if req.Op == confchange.OpSwap && rng.Intn(2) == 0 {
+				// Crash the leader once the joint configuration is entered.
+				go func() { _, _ = l.Node.ChangeMembership(cctx, req) }()
+				for range 100 {
+					if st, err := l.Node.Status(cctx); err != nil || st.Joint() {
+						break
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				faults = append(faults, fmt.Sprintf("%s, crash leader %d mid-change", req, l.ID))
+				down = l.ID
+				c.Crash(l.ID)
+			} else if _, err := l.Node.ChangeMembership(cctx, req); err == nil {
+				faults = append(faults, req.String())
+			} else {
+				faults = append(faults, fmt.Sprintf("%s refused (%s)", req, confchange.Code(err)))
+			}
+			cancel()
 		}
 	}
 	c.Net.Heal()
