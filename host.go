@@ -239,6 +239,18 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	if tr, err = transport.New(tcfg); err != nil {
 		return nil, err
 	}
+	if mode == "restart" && len(cfg.Join) > 0 {
+		// The data dir holds a member and the host says which cluster it
+		// means to be in: refuse a data dir of another one (the peers
+		// there refuse this cluster ID). Unreachable peers prove nothing.
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, derr := raft.Discover(dctx, tr, cfg.Join, cfg.ID, rcfg.ClusterID)
+		cancel()
+		if errors.Is(derr, raft.ErrClusterMismatch) {
+			return nil, fmt.Errorf("%w: data dir %s holds cluster %x, but the cluster at %v is another one: %w",
+				ErrIdentityMismatch, cfg.DataDir, rcfg.ClusterID, cfg.Join, derr)
+		}
+	}
 	var joinPeers []raft.Member
 	if mode == "join" {
 		info, err := raft.Discover(ctx, tr, cfg.Join, cfg.ID, cfg.ClusterID)

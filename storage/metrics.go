@@ -3,12 +3,67 @@ package storage
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 type metrics struct {
 	commits, saves, entries, bytes atomic.Uint64
 	tailHits, tailMisses           atomic.Uint64
 	snapshots, snapshotBytes       atomic.Uint64
+	commitDur, snapshotDur         durations
+}
+
+// durationBounds are the histograms' upper bounds: 0.5 ms doubling to about
+// 8 s (etcd's backend commit histogram has the same shape).
+var durationBounds = func() []time.Duration {
+	b := make([]time.Duration, 15)
+	for i := range b {
+		b[i] = 500 * time.Microsecond << i
+	}
+	return b
+}()
+
+// durations is a lock-free histogram of durations.
+type durations struct {
+	count, sum atomic.Uint64
+	buckets    [15]atomic.Uint64 // non-cumulative, by durationBounds
+}
+
+func (d *durations) observe(v time.Duration) {
+	d.count.Add(1)
+	d.sum.Add(uint64(v))
+	for i, b := range durationBounds {
+		if v <= b {
+			d.buckets[i].Add(1)
+			return
+		}
+	}
+}
+
+func (d *durations) snapshot() Histogram {
+	h := Histogram{Count: d.count.Load(), Sum: time.Duration(d.sum.Load()), Buckets: make([]Bucket, len(durationBounds))}
+	var cum uint64
+	for i, b := range durationBounds {
+		cum += d.buckets[i].Load()
+		h.Buckets[i] = Bucket{UpperBound: b, Count: cum}
+	}
+	return h
+}
+
+// Histogram is a distribution of durations in fixed buckets, in the shape
+// Prometheus wants: Buckets are cumulative and ascending; observations above
+// the last bound count only in Count.
+type Histogram struct {
+	Count   uint64
+	Sum     time.Duration
+	Buckets []Bucket
+}
+
+// Bucket is one bucket of a Histogram: how many observations were at most
+// UpperBound.
+type Bucket struct {
+	UpperBound time.Duration
+	Count      uint64
 }
 
 // Metrics are counters since Open, and the current size of the tail cache.
@@ -28,6 +83,11 @@ type Metrics struct {
 	// TailEntries and TailBytes are the tail's current size.
 	TailEntries int
 	TailBytes   int64
+	// CommitDuration is how long each bbolt commit took (the fsyncs
+	// included): the latency every replicated write pays once per member.
+	CommitDuration Histogram
+	// SnapshotDuration is how long writing each local snapshot file took.
+	SnapshotDuration Histogram
 }
 
 // Metrics returns the store's counters.
@@ -46,6 +106,9 @@ func (s *Store) Metrics() Metrics {
 		SnapshotBytes: s.m.snapshotBytes.Load(),
 		TailEntries:   n,
 		TailBytes:     b,
+
+		CommitDuration:   s.m.commitDur.snapshot(),
+		SnapshotDuration: s.m.snapshotDur.snapshot(),
 	}
 }
 

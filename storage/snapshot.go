@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
@@ -61,6 +62,7 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io
 	}
 
 	name := SnapshotFileName(s.opts.GroupID, term, index)
+	start := time.Now()
 	d, err := s.writeSnapshotFile(name, func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 256<<10)
 		if err := write(bw); err != nil {
@@ -71,6 +73,7 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io
 	if err != nil {
 		return nil, err
 	}
+	s.m.snapshotDur.observe(time.Since(start))
 	snap := &raftpb.Snapshot{
 		Data:     d.Marshal(),
 		Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(index), Term: proto.Uint64(term), ConfState: cs},

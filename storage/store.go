@@ -436,9 +436,11 @@ func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 	}
 	defer s.recoverCorrupt(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	start := time.Now()
 	err = s.db.Update(fn)
 	if err == nil {
 		s.m.commits.Add(1)
+		s.m.commitDur.observe(time.Since(start))
 	}
 	return err
 }

@@ -1,0 +1,463 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// maxKey is the longest key, in bytes.
+const maxKey = 4096
+
+// routes is the HTTP API (DESIGN.md, "Example KV server").
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /members", s.listMembers)
+	mux.HandleFunc("POST /members", s.addMember)
+	mux.HandleFunc("POST /members/{id}/promote", s.memberOp("promote"))
+	mux.HandleFunc("POST /members/{id}/demote", s.memberOp("demote"))
+	mux.HandleFunc("DELETE /members/{id}", s.memberOp("remove"))
+	mux.HandleFunc("POST /leader/transfer", s.transferLeader)
+	mux.HandleFunc("GET /cluster", s.notImplemented)
+	mux.HandleFunc("PATCH /cluster", s.notImplemented)
+	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", s.m.handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Keys may hold anything but NUL, "//" and ".." included: /kv/ is
+		// routed here, before the mux cleans paths.
+		if strings.HasPrefix(r.URL.EscapedPath(), "/kv/") {
+			s.kv(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Error  string `json:"error"`
+	Code   string `json:"code"`
+	Leader uint64 `json:"leader"`
+}
+
+func (s *server) writeError(w http.ResponseWriter, status int, code, msg string) {
+	s.m.httpErrors.WithLabelValues(code).Inc()
+	writeJSON(w, status, apiError{Error: msg, Code: code, Leader: s.h.Leader()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// refusalStatus is the HTTP status of each refusal code.
+var refusalStatus = map[string]int{
+	"member_exists":       http.StatusConflict,
+	"change_in_progress":  http.StatusConflict,
+	"invalid_member":      http.StatusBadRequest,
+	"invalid_request":     http.StatusBadRequest,
+	"invalid_setting":     http.StatusBadRequest,
+	"bad_context":         http.StatusBadRequest,
+	"too_many_learners":   http.StatusPreconditionFailed,
+	"quorum_at_risk":      http.StatusPreconditionFailed,
+	"learner_not_ready":   http.StatusPreconditionFailed,
+	"too_many_voters":     http.StatusPreconditionFailed,
+	"member_read_only":    http.StatusPreconditionFailed,
+	"learner_cannot_lead": http.StatusPreconditionFailed,
+	"unknown_member":      http.StatusNotFound,
+}
+
+// fail answers err with its status and stable code.
+func (s *server) fail(w http.ResponseWriter, err error) {
+	if code := confchange.Code(err); code != "" {
+		status, ok := refusalStatus[code]
+		if !ok {
+			status = http.StatusBadRequest
+		}
+		s.writeError(w, status, code, err.Error())
+		return
+	}
+	switch {
+	case errors.Is(err, kv.ErrCompareFailed):
+		s.writeError(w, http.StatusPreconditionFailed, "compare_failed", err.Error())
+	case errors.Is(err, raft.ErrTooLarge):
+		s.writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", err.Error())
+	case errors.Is(err, raft.ErrInvalidRequest), errors.Is(err, kv.ErrBadCommand):
+		s.writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+	default:
+		// No leader, a leader change, a timeout, a stopping member: the
+		// cluster could not serve it in time. The outcome of a write may be
+		// unknown (the message says so); a read or a retry is safe.
+		s.writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	}
+}
+
+// reqCtx bounds a request by --request-timeout.
+func (s *server) reqCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.o.requestTimeout)
+}
+
+// readBody reads a body of at most --max-body bytes; false when it answered.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("body over %d bytes (--max-body)", s.o.maxBody))
+		} else {
+			s.writeError(w, http.StatusBadRequest, "invalid_request", "reading the body: "+err.Error())
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+// key returns the key of a /kv/ request; false when it answered.
+func (s *server) key(w http.ResponseWriter, r *http.Request) (string, bool) {
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/kv/")
+	k, err := url.PathUnescape(raw)
+	switch {
+	case err != nil:
+		s.writeError(w, http.StatusBadRequest, "invalid_key", "the key is not percent-encoded correctly")
+	case k == "":
+		s.writeError(w, http.StatusBadRequest, "invalid_key", "empty key")
+	case len(k) > maxKey:
+		s.writeError(w, http.StatusBadRequest, "invalid_key", fmt.Sprintf("key of %d bytes (at most %d)", len(k), maxKey))
+	case strings.IndexByte(k, 0) >= 0:
+		s.writeError(w, http.StatusBadRequest, "invalid_key", "the key contains NUL")
+	default:
+		return k, true
+	}
+	return "", false
+}
+
+// kv serves /kv/{key}.
+func (s *server) kv(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+	default:
+		w.Header().Set("Allow", "GET, PUT, DELETE")
+		s.writeError(w, http.StatusMethodNotAllowed, "invalid_request", "method "+r.Method+" not allowed on /kv/")
+		return
+	}
+	key, ok := s.key(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	q := r.URL.Query()
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		switch c := q.Get("consistency"); c {
+		case "", "linearizable":
+			if err := s.h.ReadBarrier(ctx); err != nil {
+				s.fail(w, err)
+				return
+			}
+		case "stale":
+		default:
+			s.writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("consistency %q: want linearizable or stale", c))
+			return
+		}
+		v, found := s.sm.Get(key)
+		if !found {
+			s.writeError(w, http.StatusNotFound, "not_found", "no such key")
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = io.WriteString(w, v)
+	case http.MethodPut:
+		body, ok := s.readBody(w, r)
+		if !ok {
+			return
+		}
+		cmd := kv.Put(key, string(body))
+		if prev, ok := q["prev_value"]; ok {
+			cmd = kv.CAS(key, prev[0], string(body))
+		}
+		if err := s.propose(ctx, cmd); err != nil {
+			s.fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case http.MethodDelete:
+		if err := s.propose(ctx, kv.Delete(key)); err != nil {
+			s.fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *server) propose(ctx context.Context, cmd []byte) error {
+	s.m.pending.Inc()
+	defer s.m.pending.Dec()
+	_, err := s.h.Propose(ctx, cmd)
+	if err != nil && !errors.Is(err, kv.ErrCompareFailed) {
+		s.m.failed.Inc()
+	}
+	return err
+}
+
+// memberJSON is one member in GET /members.
+type memberJSON struct {
+	ID         uint64        `json:"id"`
+	PeerAddr   string        `json:"peer_addr"`
+	ClientAddr string        `json:"client_addr"`
+	Role       string        `json:"role"`
+	ReadOnly   bool          `json:"read_only"`
+	Outgoing   bool          `json:"outgoing,omitempty"`
+	Refused    string        `json:"refused,omitempty"`
+	Progress   *progressJSON `json:"progress,omitempty"`
+}
+
+type progressJSON struct {
+	Match          uint64  `json:"match"`
+	Lag            uint64  `json:"lag"`
+	State          string  `json:"state"`
+	Ready          bool    `json:"ready"`
+	NotReadyReason string  `json:"not_ready_reason,omitempty"`
+	EntriesPerSec  float64 `json:"entries_per_sec"`
+	ETA            string  `json:"eta,omitempty"`
+	SnapshotSent   int64   `json:"snapshot_sent,omitempty"`
+	SnapshotTotal  int64   `json:"snapshot_total,omitempty"`
+	StableFor      string  `json:"stable_for,omitempty"`
+	Stabilization  string  `json:"stabilization,omitempty"`
+}
+
+type membersJSON struct {
+	Leader    uint64       `json:"leader"`
+	Joint     bool         `json:"joint"`
+	Index     uint64       `json:"index"`
+	LastIndex uint64       `json:"last_index"`
+	Members   []memberJSON `json:"members"`
+}
+
+func toMembersJSON(m raft.Membership) membersJSON {
+	out := membersJSON{Leader: m.Leader, Joint: m.Joint(), Index: m.Index, LastIndex: m.LastIndex, Members: []memberJSON{}}
+	for _, ms := range m.Members {
+		mj := memberJSON{
+			ID: ms.ID, PeerAddr: ms.PeerAddr, ClientAddr: ms.Metadata["client_addr"],
+			Role: "learner", ReadOnly: ms.ReadOnly, Outgoing: ms.Outgoing, Refused: ms.Refused,
+		}
+		if ms.Role == confchange.RoleVoter {
+			mj.Role = "voter"
+		}
+		if ms.Progress != nil && ms.ID != m.Leader {
+			p := &progressJSON{Match: ms.Progress.Match, Lag: ms.Lag, State: ms.Progress.State.String(), Ready: ms.Readiness.Ready()}
+			if !p.Ready {
+				p.NotReadyReason = ms.Readiness.String()
+			}
+			if ms.Readiness.Code == confchange.ReasonStabilizing || ms.Readiness.Code == confchange.ReasonReady {
+				p.StableFor, p.Stabilization = ms.Readiness.For.Round(time.Millisecond).String(), ms.Readiness.Need.String()
+			}
+			if cu := ms.CatchUp; cu != nil {
+				p.EntriesPerSec = cu.EntriesPerSec
+				if cu.ETA > 0 {
+					p.ETA = cu.ETA.Round(time.Millisecond).String()
+				}
+				p.SnapshotSent, p.SnapshotTotal = cu.Snapshot.Sent, cu.Snapshot.Total
+			}
+			mj.Progress = p
+		}
+		out.Members = append(out.Members, mj)
+	}
+	return out
+}
+
+func (s *server) listMembers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	m, err := s.h.Membership(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toMembersJSON(m))
+}
+
+// changeJSON answers an accepted membership change.
+type changeJSON struct {
+	ID    uint64 `json:"id,omitempty"`
+	Index uint64 `json:"index"`
+	Plan  string `json:"plan"`
+}
+
+func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("dry_run") == "true" {
+		s.notImplemented(w, r)
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		ID         *uint64 `json:"id"`
+		PeerAddr   string  `json:"peer_addr"`
+		ClientAddr string  `json:"client_addr"`
+		ReadOnly   bool    `json:"read_only"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, http.StatusBadRequest, "invalid_member", "the body is not a member: "+err.Error())
+		return
+	}
+	if req.ID == nil || *req.ID == 0 {
+		s.writeError(w, http.StatusBadRequest, "invalid_member", "id: a positive integer is required")
+		return
+	}
+	if err := checkHostPort(req.PeerAddr); err != nil {
+		s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("peer_addr %q: %v", req.PeerAddr, err))
+		return
+	}
+	if req.ClientAddr != "" {
+		if err := checkHostPort(req.ClientAddr); err != nil {
+			s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("client_addr %q: %v", req.ClientAddr, err))
+			return
+		}
+	}
+	m := raft.Member{ID: *req.ID, PeerAddr: req.PeerAddr, ReadOnly: req.ReadOnly}
+	if req.ClientAddr != "" {
+		m.Metadata = map[string]string{"client_addr": req.ClientAddr}
+	}
+	op := confchange.AddLearner(m)
+	switch role := r.URL.Query().Get("role"); role {
+	case "", "learner":
+	case "voter":
+		op = confchange.AddVoter(m)
+	default:
+		s.writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("role %q: want learner or voter", role))
+		return
+	}
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	res, err := s.h.ChangeMembership(ctx, op)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, changeJSON{ID: m.ID, Index: res.Index, Plan: res.Description})
+}
+
+// memberOp serves promote, demote and remove of /members/{id}.
+func (s *server) memberOp(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("dry_run") == "true" {
+			s.notImplemented(w, r)
+			return
+		}
+		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+		if err != nil || id == 0 {
+			s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("member ID %q: a positive integer is required", r.PathValue("id")))
+			return
+		}
+		var req confchange.Request
+		switch op {
+		case "promote":
+			req = confchange.Promote(id)
+		case "demote":
+			req = confchange.Demote(id)
+		default:
+			req = confchange.Remove(id)
+		}
+		ctx, cancel := s.reqCtx(r)
+		defer cancel()
+		res, err := s.h.ChangeMembership(ctx, req)
+		if err != nil {
+			if code := confchange.Code(err); op == "promote" && code != "" {
+				s.m.promoteErr.WithLabelValues(code).Inc()
+			}
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, changeJSON{ID: id, Index: res.Index, Plan: res.Description})
+	}
+}
+
+func (s *server) transferLeader(w http.ResponseWriter, r *http.Request) {
+	to, err := strconv.ParseUint(r.URL.Query().Get("to"), 10, 64)
+	if err != nil || to == 0 {
+		s.writeError(w, http.StatusBadRequest, "invalid_request", "to: the member ID to hand leadership to is required (?to=ID)")
+		return
+	}
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	if err := s.h.TransferLeadership(ctx, to); err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]uint64{"leader": to})
+}
+
+func (s *server) notImplemented(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, http.StatusNotImplemented, "not_implemented", "cluster settings and dry runs come with run-time scaling")
+}
+
+// statusJSON is GET /status.
+type statusJSON struct {
+	ID           uint64 `json:"id"`
+	Role         string `json:"role"`
+	Term         uint64 `json:"term"`
+	Leader       uint64 `json:"leader"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	ClusterID    string `json:"cluster_id"`
+}
+
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	st, err := s.h.Status(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, statusJSON{
+		ID: st.ID, Role: roleName(st.Role), Term: st.Term, Leader: st.Leader,
+		CommitIndex: st.Commit, AppliedIndex: st.Applied, ClusterID: fmt.Sprintf("%x", s.h.ClusterID()),
+	})
+}
+
+// roleName is a member's role as GET /status says it.
+func roleName(r raft.Role) string {
+	switch r {
+	case raft.RoleLeader:
+		return "leader"
+	case raft.RoleLearner:
+		return "learner"
+	}
+	return "voter" // a follower or a candidate
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), min(s.o.requestTimeout, 2*time.Second))
+	defer cancel()
+	if s.h.Leader() == 0 {
+		s.writeError(w, http.StatusServiceUnavailable, "unavailable", "no leader known")
+		return
+	}
+	if err := s.h.WaitReady(ctx); err != nil {
+		s.writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"health": "ok"})
+}

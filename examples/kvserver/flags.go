@@ -1,0 +1,250 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/transport"
+)
+
+// options are the validated flags.
+type options struct {
+	id             uint64
+	dataDir        string
+	listenClient   string
+	listenPeer     string
+	initialCluster []raft.Member
+	clusterSet     bool // --initial-cluster was given
+	clusterToken   string
+	join           bool
+	peers          []string
+	targetVoters   int
+	autoPromote    bool
+	maxLearners    int
+	removeDead     time.Duration
+	requestTimeout time.Duration
+	failoverAfter  time.Duration
+	stabilization  time.Duration
+	snapshotCount  uint64
+	forceNew       bool
+	peerTLS        *tls.Config
+	clientTLS      *tls.Config
+	maxBody        int64
+	logger         *slog.Logger
+	logLevel       slog.Level
+
+	// Test hooks (not in the contract): a shorter raft tick.
+	tick time.Duration
+}
+
+var errHelp = errors.New("help requested")
+
+// parseFlags parses and validates args: every problem is one line.
+func parseFlags(args []string) (*options, error) {
+	fs := flag.NewFlagSet("kvserver", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		id             = fs.Uint64("id", 1, "this member's ID (non-zero, never reused)")
+		dataDir        = fs.String("data-dir", "", "data directory (default kvserver-data/<id>)")
+		listenClient   = fs.String("listen-client", "", "HTTP host:port (default 127.0.0.1:(8000+id))")
+		listenPeer     = fs.String("listen-peer", "", "peer host:port (default 127.0.0.1:(7000+id))")
+		initialCluster = fs.String("initial-cluster", "", `a new cluster: "1=host:port,2=host:port,…" (peer addresses; all voters)`)
+		clusterToken   = fs.String("initial-cluster-token", "", "distinguishes clusters started with the same --initial-cluster")
+		join           = fs.Bool("join", false, "join an existing cluster (the member must have been added first: POST /members)")
+		peers          = fs.String("peers", "", `where to find the cluster when joining: "host:port,…"`)
+		targetVoters   = fs.Int("target-voters", 3, "voters the policy fills seats up to (odd, 1-9)")
+		autoPromote    = fs.Bool("auto-promote", true, "promote ready learners and fail over on its own")
+		maxLearners    = fs.Int("max-learners", 2, "most learners that may be added")
+		removeDead     = fs.Duration("remove-dead-after", 0, "remove a learner unreachable that long (0s: off)")
+		requestTimeout = fs.Duration("request-timeout", 5*time.Second, "how long an HTTP request may wait before 503")
+		failoverAfter  = fs.Duration("failover-after", 30*time.Second, "swap a voter unreachable that long for a ready standby")
+		stabilization  = fs.Duration("stabilization", 10*time.Second, "how long a learner must stay ready before promotion")
+		snapshotCount  = fs.Uint64("snapshot-count", 10000, "applied entries between snapshots")
+		forceNew       = fs.Bool("force-new-cluster", false, "LAST RESORT: make this data dir a one-member cluster after losing a quorum for good")
+		peerCert       = fs.String("peer-cert", "", "peer TLS certificate (PEM)")
+		peerKey        = fs.String("peer-key", "", "peer TLS key (PEM)")
+		peerCA         = fs.String("peer-ca", "", "the only CA trusted on the peer port (mutual TLS 1.3)")
+		clientCert     = fs.String("client-cert", "", "HTTPS certificate of the client API (PEM)")
+		clientKey      = fs.String("client-key", "", "HTTPS key of the client API (PEM)")
+		clientCA       = fs.String("client-ca", "", "require client certificates from this CA on the client API")
+		maxBody        = fs.Int64("max-body", 1<<20, "largest request body in bytes (larger: 413)")
+		logFormat      = fs.String("log-format", "text", "text or json")
+		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
+		tick           = fs.Duration("tick", 0, "raft tick (testing; default 100ms)")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.PrintDefaults()
+			return nil, errHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	o := &options{
+		id: *id, clusterToken: *clusterToken, join: *join,
+		targetVoters: *targetVoters, autoPromote: *autoPromote, maxLearners: *maxLearners,
+		removeDead: *removeDead, requestTimeout: *requestTimeout, failoverAfter: *failoverAfter,
+		stabilization: *stabilization, snapshotCount: *snapshotCount, forceNew: *forceNew,
+		maxBody: *maxBody, tick: *tick,
+	}
+	if o.id == 0 {
+		return nil, errors.New("--id must be a positive integer")
+	}
+	o.dataDir = *dataDir
+	if o.dataDir == "" {
+		o.dataDir = filepath.Join("kvserver-data", fmt.Sprint(o.id))
+	}
+	o.listenClient = *listenClient
+	if o.listenClient == "" {
+		o.listenClient = fmt.Sprintf("127.0.0.1:%d", 8000+o.id)
+	}
+	o.listenPeer = *listenPeer
+	if o.listenPeer == "" {
+		o.listenPeer = fmt.Sprintf("127.0.0.1:%d", 7000+o.id)
+	}
+	for name, addr := range map[string]string{"--listen-client": o.listenClient, "--listen-peer": o.listenPeer} {
+		if err := checkHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%s %q: %v", name, addr, err)
+		}
+	}
+	if *initialCluster != "" {
+		if o.join {
+			return nil, errors.New("--initial-cluster (a new cluster) and --join (an existing one) exclude each other")
+		}
+		ms, err := understudy.ParseMembers(*initialCluster)
+		if err != nil {
+			return nil, fmt.Errorf("--initial-cluster: %v", strings.TrimPrefix(err.Error(), raft.ErrInvalidConfig.Error()+": "))
+		}
+		found := false
+		for _, m := range ms {
+			found = found || m.ID == o.id
+		}
+		if !found {
+			return nil, fmt.Errorf("--initial-cluster does not list this member (--id %d)", o.id)
+		}
+		o.initialCluster, o.clusterSet = ms, true
+	} else if !o.join {
+		o.initialCluster = []raft.Member{{ID: o.id, PeerAddr: o.listenPeer}} // a one-member cluster
+	}
+	if *peers != "" {
+		for p := range strings.SplitSeq(*peers, ",") {
+			p = strings.TrimSpace(p)
+			if err := checkHostPort(p); err != nil {
+				return nil, fmt.Errorf("--peers: %q: %v", p, err)
+			}
+			o.peers = append(o.peers, p)
+		}
+	}
+	if o.join && len(o.peers) == 0 {
+		return nil, errors.New("--join needs --peers (the address of any member of the cluster)")
+	}
+	switch {
+	case o.targetVoters < 1 || o.targetVoters > 9 || o.targetVoters%2 == 0:
+		return nil, fmt.Errorf("--target-voters %d: must be odd, 1 to 9", o.targetVoters)
+	case o.maxLearners < 0:
+		return nil, fmt.Errorf("--max-learners %d: must not be negative", o.maxLearners)
+	case o.removeDead < 0:
+		return nil, fmt.Errorf("--remove-dead-after %s: must not be negative", o.removeDead)
+	case o.requestTimeout <= 0:
+		return nil, fmt.Errorf("--request-timeout %s: must be positive", o.requestTimeout)
+	case o.failoverAfter <= 0:
+		return nil, fmt.Errorf("--failover-after %s: must be positive", o.failoverAfter)
+	case o.stabilization < 0:
+		return nil, fmt.Errorf("--stabilization %s: must not be negative", o.stabilization)
+	case o.snapshotCount == 0:
+		return nil, errors.New("--snapshot-count must be positive")
+	case o.maxBody <= 0:
+		return nil, fmt.Errorf("--max-body %d: must be positive", o.maxBody)
+	case o.tick < 0:
+		return nil, fmt.Errorf("--tick %s: must not be negative", o.tick)
+	}
+	var err error
+	if o.peerTLS, err = peerTLS(*peerCert, *peerKey, *peerCA); err != nil {
+		return nil, err
+	}
+	if o.clientTLS, err = clientTLS(*clientCert, *clientKey, *clientCA); err != nil {
+		return nil, err
+	}
+	if err := o.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: o.logLevel}
+	switch *logFormat {
+	case "text":
+		o.logger = slog.New(slog.NewTextHandler(os.Stderr, hopts))
+	case "json":
+		o.logger = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", *logFormat)
+	}
+	return o, nil
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("not host:port")
+	}
+	if port == "" || strings.ContainsAny(host, "/ ") {
+		return errors.New("not host:port")
+	}
+	return nil
+}
+
+// peerTLS builds the peer port's mutual TLS 1.3, or nil when no flag is set.
+func peerTLS(cert, key, ca string) (*tls.Config, error) {
+	if cert == "" && key == "" && ca == "" {
+		return nil, nil
+	}
+	if cert == "" || key == "" || ca == "" {
+		return nil, errors.New("--peer-cert, --peer-key and --peer-ca go together (mutual TLS)")
+	}
+	cfg, err := transport.NewMutualTLS(cert, key, ca, nil)
+	if err != nil {
+		return nil, fmt.Errorf("peer TLS: %v", err)
+	}
+	return cfg, nil
+}
+
+// clientTLS builds the client API's HTTPS config, or nil for plain HTTP.
+func clientTLS(cert, key, ca string) (*tls.Config, error) {
+	if cert == "" && key == "" && ca == "" {
+		return nil, nil
+	}
+	if cert == "" || key == "" {
+		return nil, errors.New("--client-cert and --client-key go together (--client-ca needs them)")
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("--client-cert/--client-key: %v", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--client-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca %s: no PEM certificate in it", ca)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

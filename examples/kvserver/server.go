@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// server is one kvserver member: the host and its HTTP API.
+type server struct {
+	o   *options
+	h   *understudy.Host
+	sm  *kv.Store
+	log *slog.Logger
+	m   *metrics
+}
+
+// run starts the member and serves until ctx ends (a clean shutdown) or the
+// member stops on its own (removed, or a fatal error).
+func run(ctx context.Context, o *options) error {
+	log := o.logger
+	// Listen first: a port in use is a one-line error before anything else.
+	cln, err := net.Listen("tcp", o.listenClient)
+	if err != nil {
+		return fmt.Errorf("--listen-client %s: %v", o.listenClient, unwrapOp(err))
+	}
+	defer cln.Close()
+	pln, err := net.Listen("tcp", o.listenPeer)
+	if err != nil {
+		return fmt.Errorf("--listen-peer %s: %v", o.listenPeer, unwrapOp(err))
+	}
+
+	settings := confchange.Settings{
+		TargetVoters: o.targetVoters, MaxLearners: o.maxLearners, FailoverAfter: o.failoverAfter,
+		Stabilization: o.stabilization, RemoveDeadAfter: o.removeDead,
+	}
+	if o.stabilization == 0 {
+		settings.Stabilization = time.Nanosecond // "0s": no wait (zero would mean the default)
+	}
+	sm := kv.New()
+	cfg := understudy.Config{
+		ID: o.id, DataDir: o.dataDir, Listener: pln, AdvertisePeer: o.listenPeer,
+		Metadata:        map[string]string{"client_addr": o.listenClient},
+		ClusterToken:    o.clusterToken,
+		ForceNewCluster: o.forceNew,
+		TLS:             o.peerTLS,
+		Logger:          log,
+		Raft: raft.Config{
+			SnapshotCount:    o.snapshotCount,
+			Membership:       settings,
+			ManualMembership: !o.autoPromote,
+			TickInterval:     o.tick,
+		},
+	}
+	if o.join {
+		cfg.Join = o.peers
+	} else {
+		cfg.InitialMembers = o.initialCluster
+	}
+	if o.clusterSet {
+		// An explicit --initial-cluster names the cluster: a data dir of
+		// another one is refused, also on a restart.
+		cfg.ClusterID = understudy.ClusterIDFor(o.initialCluster, o.clusterToken)
+	}
+	startCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h, err := understudy.Start(startCtx, cfg, sm)
+	if err != nil {
+		_ = pln.Close()
+		return startError(err, o)
+	}
+	s := &server{o: o, h: h, sm: sm, log: log}
+	s.m = newMetrics(s)
+
+	srv := &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug), // malformed requests never reach the log at Info
+	}
+	if o.clientTLS != nil {
+		srv.TLSConfig = o.clientTLS
+	}
+	serveErr := make(chan error, 1)
+	go func() {
+		if o.clientTLS != nil {
+			serveErr <- srv.ServeTLS(cln, "", "")
+		} else {
+			serveErr <- srv.Serve(cln)
+		}
+	}()
+	log.Info("kvserver serving", slog.Uint64("id", o.id), slog.String("client", o.listenClient),
+		slog.String("peer", o.listenPeer), slog.String("data_dir", o.dataDir))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-h.Done():
+		runErr = h.Err()
+		if errors.Is(runErr, raft.ErrRemoved) {
+			runErr = fmt.Errorf("member %d was removed from the cluster; its data dir %s cannot be used again (add a new member with a new ID)", o.id, o.dataDir)
+		}
+	case err := <-serveErr:
+		runErr = fmt.Errorf("client API: %v", err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	if err := h.Close(sctx); err != nil && runErr == nil && !errors.Is(err, raft.ErrRemoved) {
+		runErr = err
+	}
+	return runErr
+}
+
+// startError says in one line why the member could not start.
+func startError(err error, o *options) error {
+	switch {
+	case errors.Is(err, understudy.ErrRemoved):
+		return fmt.Errorf("member %d was removed from the cluster; its data dir %s cannot be used again (add a new member with a new ID)", o.id, o.dataDir)
+	case errors.Is(err, understudy.ErrIdentityMismatch):
+		return fmt.Errorf("data dir %s belongs to another member or cluster: %v", o.dataDir, err)
+	case errors.Is(err, raft.ErrNotMember):
+		return fmt.Errorf("cannot join: %v (add it first: POST /members on any member)", err)
+	case errors.Is(err, raft.ErrClusterMismatch):
+		return fmt.Errorf("cannot join: %v", err)
+	}
+	return err
+}
+
+// unwrapOp drops net.OpError's prefix ("listen tcp …:") from an error.
+func unwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}
