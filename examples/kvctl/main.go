@@ -1,0 +1,305 @@
+// Command kvctl is the operator's CLI of examples/kvserver, in the manner of
+// etcdctl: keys, members, leadership and status over the servers' HTTP API.
+//
+//	kvctl put a 1
+//	kvctl get a
+//	kvctl member list
+//	kvctl member add 4 127.0.0.1:7004 --client-addr 127.0.0.1:8004
+//	kvctl member watch          # redraws the members every second while a learner catches up
+//
+// --endpoints lists client addresses (host:port, tried in order until one
+// answers); -w json prints the server's JSON. Errors print the server's code
+// and reason and exit 1.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+const usage = `kvctl [global flags] command [args]
+
+Commands:
+  put KEY VALUE [--prev-value V]      write (compare-and-swap with --prev-value)
+  get KEY [--consistency stale]       read (linearizable by default)
+  del KEY                             delete
+  member list                         the members as the leader sees them
+  member add ID PEER_ADDR [--client-addr A] [--voter] [--read-only]
+  member promote ID | demote ID | remove ID
+  member watch [--interval 1s]        redraw the members while learners catch up
+  leader transfer ID
+  status                              every endpoint's status
+
+Global flags:
+`
+
+// client talks to kvserver endpoints.
+type client struct {
+	endpoints []string
+	scheme    string
+	http      *http.Client
+	out       io.Writer
+	format    string
+}
+
+// apiError is a kvserver error answer.
+type apiError struct {
+	Status int    `json:"-"`
+	Msg    string `json:"error"`
+	Code   string `json:"code"`
+	Leader uint64 `json:"leader"`
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s: %s (leader %d)", e.Code, e.Msg, e.Leader)
+}
+
+func main() {
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func runMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	endpoints := fs.String("endpoints", "127.0.0.1:8001", "client addresses of kvserver members, comma-separated (tried in order)")
+	format := fs.String("w", "table", "output format: table or json")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long a command may take")
+	cacert := fs.String("cacert", "", "CA of the servers' HTTPS certificates (turns HTTPS on)")
+	cert := fs.String("cert", "", "client certificate (PEM)")
+	key := fs.String("key", "", "client key (PEM)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *format != "table" && *format != "json" {
+		fmt.Fprintf(stderr, "Error: -w %q: want table or json\n", *format)
+		return 2
+	}
+	c := &client{out: stdout, format: *format, scheme: "http", http: &http.Client{}}
+	for e := range strings.SplitSeq(*endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			c.endpoints = append(c.endpoints, e)
+		}
+	}
+	if len(c.endpoints) == 0 {
+		fmt.Fprintln(stderr, "Error: --endpoints is empty")
+		return 2
+	}
+	if *cacert != "" || *cert != "" {
+		tcfg, err := tlsConfig(*cacert, *cert, *key)
+		if err != nil {
+			fmt.Fprintf(stderr, "Error: %v\n", err)
+			return 2
+		}
+		c.scheme, c.http.Transport = "https", &http.Transport{TLSClientConfig: tcfg}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if fs.Arg(0) != "member" || fs.Arg(1) != "watch" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	if err := c.dispatch(ctx, fs.Args()); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "Error: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func tlsConfig(ca, cert, key string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if cert != "" || key != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// do sends a request to the first endpoint that answers. An HTTP answer of
+// any status counts as an answer: only a connection failure tries the next.
+func (c *client) do(ctx context.Context, endpoint, method, path string, body io.Reader) (status int, data []byte, from string, err error) {
+	targets := c.endpoints
+	if endpoint != "" {
+		targets = []string{endpoint}
+	}
+	var raw []byte
+	if body != nil {
+		if raw, err = io.ReadAll(body); err != nil {
+			return 0, nil, "", err
+		}
+	}
+	var last error
+	for _, ep := range targets {
+		var rd io.Reader
+		if raw != nil {
+			rd = strings.NewReader(string(raw))
+		}
+		req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+ep+path, rd)
+		if err != nil {
+			return 0, nil, "", err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			last = err
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		data, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			last = err
+			continue
+		}
+		return resp.StatusCode, data, ep, nil
+	}
+	return 0, nil, "", fmt.Errorf("no endpoint answered (%s): %v", strings.Join(targets, ","), last)
+}
+
+// call is do that turns an error answer into an *apiError.
+func (c *client) call(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
+	status, data, _, err := c.do(ctx, "", method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	if status >= 300 {
+		ae := &apiError{Status: status}
+		if json.Unmarshal(data, ae) != nil || ae.Code == "" {
+			return nil, fmt.Errorf("HTTP %d: %s", status, strings.TrimSpace(string(data)))
+		}
+		return nil, ae
+	}
+	return data, nil
+}
+
+func keyPath(k string) string { return "/kv/" + url.PathEscape(k) }
+
+func (c *client) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError{"no command (try: kvctl -h)"}
+	}
+	switch args[0] {
+	case "put":
+		fs := flag.NewFlagSet("put", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		prev := fs.String("prev-value", "", "compare-and-swap: write only if the value is this")
+		if err := parseInterspersed(fs, args[1:]); err != nil {
+			return usageError{err.Error()}
+		}
+		if fs.NArg() != 2 {
+			return usageError{"put KEY VALUE"}
+		}
+		path := keyPath(fs.Arg(0))
+		if isSet(fs, "prev-value") {
+			path += "?prev_value=" + url.QueryEscape(*prev)
+		}
+		if _, err := c.call(ctx, http.MethodPut, path, strings.NewReader(fs.Arg(1))); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.out, "OK")
+	case "get":
+		fs := flag.NewFlagSet("get", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cons := fs.String("consistency", "", "stale: read locally on the member asked")
+		if err := parseInterspersed(fs, args[1:]); err != nil {
+			return usageError{err.Error()}
+		}
+		if fs.NArg() != 1 {
+			return usageError{"get KEY"}
+		}
+		path := keyPath(fs.Arg(0))
+		if *cons != "" {
+			path += "?consistency=" + url.QueryEscape(*cons)
+		}
+		v, err := c.call(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return err
+		}
+		if c.format == "json" {
+			return json.NewEncoder(c.out).Encode(map[string]string{"key": fs.Arg(0), "value": string(v)})
+		}
+		fmt.Fprintln(c.out, string(v))
+	case "del":
+		if len(args) != 2 {
+			return usageError{"del KEY"}
+		}
+		if _, err := c.call(ctx, http.MethodDelete, keyPath(args[1]), nil); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.out, "OK")
+	case "member":
+		return c.member(ctx, args[1:])
+	case "leader":
+		if len(args) != 3 || args[1] != "transfer" {
+			return usageError{"leader transfer ID"}
+		}
+		if _, err := c.call(ctx, http.MethodPost, "/leader/transfer?to="+url.QueryEscape(args[2]), nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "leadership transferred to %s\n", args[2])
+	case "status":
+		return c.status(ctx)
+	default:
+		return usageError{fmt.Sprintf("unknown command %q (try: kvctl -h)", args[0])}
+	}
+	return nil
+}
+
+// parseInterspersed parses flags that may come after positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return fs.Parse(append(append([]string{}, "--"), pos...))
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

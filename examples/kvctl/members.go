@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// members is GET /members.
+type members struct {
+	Leader    uint64   `json:"leader"`
+	Joint     bool     `json:"joint"`
+	Index     uint64   `json:"index"`
+	LastIndex uint64   `json:"last_index"`
+	Members   []member `json:"members"`
+}
+
+type member struct {
+	ID         uint64    `json:"id"`
+	PeerAddr   string    `json:"peer_addr"`
+	ClientAddr string    `json:"client_addr"`
+	Role       string    `json:"role"`
+	ReadOnly   bool      `json:"read_only"`
+	Outgoing   bool      `json:"outgoing"`
+	Refused    string    `json:"refused"`
+	Progress   *progress `json:"progress"`
+}
+
+type progress struct {
+	Match          uint64  `json:"match"`
+	Lag            uint64  `json:"lag"`
+	State          string  `json:"state"`
+	Ready          bool    `json:"ready"`
+	NotReadyReason string  `json:"not_ready_reason"`
+	EntriesPerSec  float64 `json:"entries_per_sec"`
+	ETA            string  `json:"eta"`
+	SnapshotSent   int64   `json:"snapshot_sent"`
+	SnapshotTotal  int64   `json:"snapshot_total"`
+	StableFor      string  `json:"stable_for"`
+	Stabilization  string  `json:"stabilization"`
+}
+
+func (c *client) member(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usageError{"member list|add|promote|demote|remove|watch"}
+	}
+	switch args[0] {
+	case "list":
+		raw, err := c.call(ctx, http.MethodGet, "/members", nil)
+		if err != nil {
+			return err
+		}
+		if c.format == "json" {
+			_, err := c.out.Write(raw)
+			return err
+		}
+		var ms members
+		if err := json.Unmarshal(raw, &ms); err != nil {
+			return fmt.Errorf("malformed answer: %v", err)
+		}
+		printMembers(c.out, ms)
+	case "add":
+		fs := flag.NewFlagSet("member add", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		clientAddr := fs.String("client-addr", "", "the new member's client address")
+		voter := fs.Bool("voter", false, "add it directly as a voter (checked; a learner is the safe default)")
+		readOnly := fs.Bool("read-only", false, "never promoted, never a failover seat")
+		if err := parseInterspersed(fs, args[1:]); err != nil {
+			return usageError{err.Error()}
+		}
+		if fs.NArg() != 2 {
+			return usageError{"member add ID PEER_ADDR [--client-addr A] [--voter] [--read-only]"}
+		}
+		id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+		if err != nil || id == 0 {
+			return usageError{fmt.Sprintf("member ID %q: a positive integer", fs.Arg(0))}
+		}
+		body, _ := json.Marshal(map[string]any{"id": id, "peer_addr": fs.Arg(1), "client_addr": *clientAddr, "read_only": *readOnly})
+		path := "/members"
+		if *voter {
+			path += "?role=voter"
+		}
+		raw, err := c.call(ctx, http.MethodPost, path, strings.NewReader(string(body)))
+		if err != nil {
+			return err
+		}
+		return c.printChange(raw, fmt.Sprintf("member %d added", id))
+	case "promote", "demote", "remove":
+		if len(args) != 2 {
+			return usageError{fmt.Sprintf("member %s ID", args[0])}
+		}
+		method, path := http.MethodPost, "/members/"+url.PathEscape(args[1])+"/"+args[0]
+		if args[0] == "remove" {
+			method, path = http.MethodDelete, "/members/"+url.PathEscape(args[1])
+		}
+		raw, err := c.call(ctx, method, path, nil)
+		if err != nil {
+			return err
+		}
+		past := map[string]string{"promote": "promoted", "demote": "demoted", "remove": "removed"}[args[0]]
+		return c.printChange(raw, fmt.Sprintf("member %s %s", args[1], past))
+	case "watch":
+		fs := flag.NewFlagSet("member watch", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		interval := fs.Duration("interval", time.Second, "redraw interval")
+		count := fs.Int("count", 0, "stop after this many redraws (0: until interrupted)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return usageError{err.Error()}
+		}
+		return c.watch(ctx, *interval, *count)
+	default:
+		return usageError{fmt.Sprintf("unknown member command %q", args[0])}
+	}
+	return nil
+}
+
+func (c *client) printChange(raw []byte, what string) error {
+	if c.format == "json" {
+		_, err := c.out.Write(raw)
+		return err
+	}
+	var ch struct {
+		Index uint64 `json:"index"`
+		Plan  string `json:"plan"`
+	}
+	_ = json.Unmarshal(raw, &ch)
+	fmt.Fprintf(c.out, "%s at index %d: %s\n", what, ch.Index, ch.Plan)
+	return nil
+}
+
+// printMembers prints the aligned member table, the leader marked.
+func printMembers(w io.Writer, ms members) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROLE\tPEER ADDR\tCLIENT ADDR\tMATCH\tLAG\tSTATE\tREADY\tREASON")
+	for _, m := range ms.Members {
+		id := strconv.FormatUint(m.ID, 10)
+		role := m.Role
+		if m.ID == ms.Leader {
+			id += "*"
+			role = "leader"
+		}
+		if m.ReadOnly {
+			role += " (read-only)"
+		}
+		match, lag, state, ready, reason := "-", "-", "-", "-", ""
+		if p := m.Progress; p != nil {
+			match, lag, state = strconv.FormatUint(p.Match, 10), strconv.FormatUint(p.Lag, 10), p.State
+			ready = "no"
+			if p.Ready {
+				ready = "yes"
+			}
+			reason = p.NotReadyReason
+		}
+		if m.Refused != "" {
+			reason = strings.TrimSpace(reason + " refuses the leader: " + m.Refused)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, role, m.PeerAddr, m.ClientAddr, match, lag, state, ready, reason)
+	}
+	_ = tw.Flush()
+	if ms.Joint {
+		fmt.Fprintln(w, "(a joint configuration: a change of several voters is in progress)")
+	}
+}
+
+// watch redraws the members every interval: what an operator looks at while
+// a learner catches up.
+func (c *client) watch(ctx context.Context, interval time.Duration, count int) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for n := 0; count == 0 || n < count; n++ {
+		rctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		raw, err := c.call(rctx, http.MethodGet, "/members", nil)
+		cancel()
+		var b strings.Builder
+		if count == 0 {
+			b.WriteString("\x1b[H\x1b[2J") // home, clear
+		}
+		fmt.Fprintf(&b, "members at %s (every %s; Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), interval)
+		if err != nil {
+			fmt.Fprintf(&b, "  %v\n", err)
+		} else {
+			var ms members
+			if err := json.Unmarshal(raw, &ms); err != nil {
+				return fmt.Errorf("malformed answer: %v", err)
+			}
+			drawWatch(&b, ms)
+		}
+		_, _ = io.WriteString(c.out, b.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// drawWatch draws each member with a lag bar, its catch-up rate, the time
+// to ready and the stabilization countdown.
+func drawWatch(w io.Writer, ms members) {
+	fmt.Fprintf(w, "leader %d, last index %d%s\n\n", ms.Leader, ms.LastIndex, map[bool]string{true: " (joint)", false: ""}[ms.Joint])
+	for _, m := range ms.Members {
+		if m.ID == ms.Leader {
+			fmt.Fprintf(w, "  %3d leader   %s\n", m.ID, m.PeerAddr)
+			continue
+		}
+		p := m.Progress
+		if p == nil {
+			fmt.Fprintf(w, "  %3d %-8s %s\n", m.ID, m.Role, m.PeerAddr)
+			continue
+		}
+		done := 1.0
+		if ms.LastIndex > 0 {
+			done = float64(p.Match) / float64(ms.LastIndex)
+		}
+		const width = 30
+		filled := int(done * width)
+		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+		line := fmt.Sprintf("  %3d %-8s [%s] %5.1f%%  lag %d", m.ID, m.Role, bar, 100*done, p.Lag)
+		if p.EntriesPerSec > 0 {
+			line += fmt.Sprintf("  %.0f entries/s", p.EntriesPerSec)
+		}
+		if p.SnapshotTotal > 0 {
+			line += fmt.Sprintf("  snapshot %.1f/%.1f MB", float64(p.SnapshotSent)/1e6, float64(p.SnapshotTotal)/1e6)
+		}
+		if p.ETA != "" {
+			line += "  ready in ~" + p.ETA
+		}
+		switch {
+		case p.Ready:
+			line += "  READY"
+		case p.StableFor != "" && p.Stabilization != "":
+			line += fmt.Sprintf("  stable %s of %s", p.StableFor, p.Stabilization)
+		case p.NotReadyReason != "":
+			line += "  (" + p.NotReadyReason + ")"
+		}
+		if m.Refused != "" {
+			line += "  refuses the leader: " + m.Refused
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// status prints every endpoint's GET /status.
+func (c *client) status(ctx context.Context) error {
+	type st struct {
+		ID           uint64 `json:"id"`
+		Role         string `json:"role"`
+		Term         uint64 `json:"term"`
+		Leader       uint64 `json:"leader"`
+		CommitIndex  uint64 `json:"commit_index"`
+		AppliedIndex uint64 `json:"applied_index"`
+	}
+	var rows []map[string]any
+	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	if c.format == "table" {
+		fmt.Fprintln(tw, "ENDPOINT\tID\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED")
+	}
+	failed := 0
+	for _, ep := range c.endpoints {
+		status, raw, _, err := c.do(ctx, ep, http.MethodGet, "/status", nil)
+		var s st
+		if err == nil && status == http.StatusOK {
+			err = json.Unmarshal(raw, &s)
+		} else if err == nil {
+			err = fmt.Errorf("HTTP %d", status)
+		}
+		if err != nil {
+			failed++
+			if c.format == "table" {
+				fmt.Fprintf(tw, "%s\t-\tunreachable: %v\t\t\t\t\n", ep, err)
+			} else {
+				rows = append(rows, map[string]any{"endpoint": ep, "error": err.Error()})
+			}
+			continue
+		}
+		if c.format == "table" {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\n", ep, s.ID, s.Role, s.Term, s.Leader, s.CommitIndex, s.AppliedIndex)
+		} else {
+			rows = append(rows, map[string]any{"endpoint": ep, "status": s})
+		}
+	}
+	if c.format == "json" {
+		_ = json.NewEncoder(c.out).Encode(rows)
+	} else {
+		_ = tw.Flush()
+	}
+	if failed == len(c.endpoints) {
+		return fmt.Errorf("no endpoint answered")
+	}
+	return nil
+}

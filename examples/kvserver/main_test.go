@@ -1,0 +1,500 @@
+package main
+
+// Multi-process tests: the kvserver binary, built once in TestMain, runs as
+// real processes on 127.0.0.1 (ports picked free, never fixed).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var bin string // the kvserver binary
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kvserver-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "kvserver")
+	out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building kvserver: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback address nobody listens on (for a moment).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// proc is one kvserver process.
+type proc struct {
+	t          *testing.T
+	id         uint64
+	client     string
+	peer       string
+	dir        string
+	args       []string
+	cmd        *exec.Cmd
+	out        *syncBuffer
+	done       chan struct{}
+	exitCode   int
+	extraFlags []string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fastFlags shorten the timers so that the story takes seconds.
+var fastFlags = []string{"--tick", "20ms", "--stabilization", "300ms", "--failover-after", "1500ms", "--request-timeout", "3s"}
+
+// newProc prepares member id (not started).
+func newProc(t *testing.T, root string, id uint64) *proc {
+	return &proc{t: t, id: id, client: freePort(t), peer: freePort(t), dir: filepath.Join(root, fmt.Sprint(id))}
+}
+
+// start runs the process with its base flags plus args.
+func (p *proc) start(args ...string) {
+	p.t.Helper()
+	full := append([]string{"--id", fmt.Sprint(p.id), "--data-dir", p.dir, "--listen-client", p.client, "--listen-peer", p.peer,
+		"--log-level", "warn"}, fastFlags...)
+	full = append(full, args...)
+	p.args = args
+	p.out = &syncBuffer{}
+	p.cmd = exec.Command(bin, full...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func() {
+		err := p.cmd.Wait()
+		p.exitCode = 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			p.exitCode = ee.ExitCode()
+		}
+		close(p.done)
+	}()
+	p.t.Cleanup(func() { p.kill() })
+}
+
+func (p *proc) kill() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.exitCode
+	case <-time.After(d):
+		p.t.Fatalf("member %d did not exit; output:\n%s", p.id, p.out)
+		return -1
+	}
+}
+
+func (p *proc) url(path string) string { return "http://" + p.client + path }
+
+// req sends a request and returns the status and body.
+func (p *proc) req(method, path, body string) (int, string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, method, p.url(path), strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// eventually retries f until it returns "" (within d), else fails with
+// f's last message.
+func eventually(t *testing.T, d time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var msg string
+	for time.Now().Before(deadline) {
+		if msg = f(); msg == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("condition never held: %s", msg)
+}
+
+func (p *proc) waitHealthy(t *testing.T) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() string {
+		if code, body := p.req("GET", "/healthz", ""); code != 200 {
+			return fmt.Sprintf("member %d healthz %d %s; output: %s", p.id, code, body, p.out)
+		}
+		return ""
+	})
+}
+
+// cluster starts n members with --initial-cluster.
+func startCluster(t *testing.T, root string, n int, extra ...string) []*proc {
+	t.Helper()
+	var ps []*proc
+	var parts []string
+	for id := uint64(1); id <= uint64(n); id++ {
+		p := newProc(t, root, id)
+		ps = append(ps, p)
+		parts = append(parts, fmt.Sprintf("%d=%s", id, p.peer))
+	}
+	for _, p := range ps {
+		p.start(append([]string{"--initial-cluster", strings.Join(parts, ",")}, extra...)...)
+	}
+	for _, p := range ps {
+		p.waitHealthy(t)
+	}
+	return ps
+}
+
+type membersResp struct {
+	Leader  uint64 `json:"leader"`
+	Joint   bool   `json:"joint"`
+	Members []struct {
+		ID         uint64 `json:"id"`
+		PeerAddr   string `json:"peer_addr"`
+		ClientAddr string `json:"client_addr"`
+		Role       string `json:"role"`
+		Progress   *struct {
+			Ready          bool   `json:"ready"`
+			NotReadyReason string `json:"not_ready_reason"`
+		} `json:"progress"`
+	} `json:"members"`
+}
+
+func (p *proc) members(t *testing.T) (membersResp, bool) {
+	code, body := p.req("GET", "/members", "")
+	var m membersResp
+	if code != 200 || json.Unmarshal([]byte(body), &m) != nil {
+		return m, false
+	}
+	return m, true
+}
+
+func roleOf(m membersResp, id uint64) string {
+	for _, x := range m.Members {
+		if x.ID == id {
+			return x.Role
+		}
+	}
+	return "none"
+}
+
+// TestMembershipStory is the README's walkthrough: three members, a fourth
+// added as a learner that catches up and stays a standby, a voter killed
+// and its seat taken by the standby, the lost member back as a standby, then
+// removed — and a removed member's data dir refused.
+func TestMembershipStory(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	for i := range 50 {
+		if code, body := ps[i%3].req("PUT", fmt.Sprintf("/kv/key%d", i), fmt.Sprint(i)); code != 204 {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+	}
+	p4 := newProc(t, root, 4)
+	body := fmt.Sprintf(`{"id": 4, "peer_addr": %q, "client_addr": %q}`, p4.peer, p4.client)
+	if code, out := ps[1].req("POST", "/members", body); code != 201 {
+		t.Fatalf("POST /members: %d %s", code, out)
+	}
+	p4.start("--join", "--peers", ps[2].peer)
+	p4.waitHealthy(t)
+	if code, v := p4.req("GET", "/kv/key7", ""); code != 200 || v != "7" {
+		t.Fatalf("GET on the joined member: %d %q", code, v)
+	}
+	eventually(t, 10*time.Second, func() string {
+		m, ok := ps[0].members(t)
+		if !ok {
+			return "no members"
+		}
+		for _, x := range m.Members {
+			if x.ID == 4 && (x.Progress == nil || !x.Progress.Ready || x.Role != "learner" || x.ClientAddr != p4.client) {
+				return fmt.Sprintf("member 4: %+v", x)
+			}
+		}
+		return ""
+	})
+	// A standby: the target is three voters.
+	time.Sleep(500 * time.Millisecond)
+	if m, _ := ps[0].members(t); roleOf(m, 4) != "learner" {
+		t.Fatalf("member 4 is %s, want a standby learner", roleOf(m, 4))
+	}
+
+	// Kill a voter that does not lead: the standby takes its seat.
+	m, _ := ps[0].members(t)
+	var victim *proc
+	for _, p := range ps {
+		if p.id != m.Leader {
+			victim = p
+		}
+	}
+	victim.kill()
+	var live *proc
+	for _, p := range ps {
+		if p != victim {
+			live = p
+		}
+	}
+	eventually(t, 20*time.Second, func() string {
+		m, ok := live.members(t)
+		if !ok || roleOf(m, 4) != "voter" || roleOf(m, victim.id) != "learner" || m.Joint {
+			return fmt.Sprintf("after killing %d: %+v", victim.id, m)
+		}
+		return ""
+	})
+	if code, out := p4.req("PUT", "/kv/after", "failover"); code != 204 {
+		t.Fatalf("PUT after failover: %d %s", code, out)
+	}
+	// The lost member comes back as a standby and catches up.
+	victim.start(victim.args...)
+	victim.waitHealthy(t)
+	eventually(t, 10*time.Second, func() string {
+		if code, v := victim.req("GET", "/kv/after?consistency=stale", ""); code != 200 || v != "failover" {
+			return fmt.Sprintf("stale read on the restarted member: %d %q", code, v)
+		}
+		return ""
+	})
+	// Removed: it exits non-zero, and its data dir is refused.
+	if code, out := live.req("DELETE", fmt.Sprintf("/members/%d", victim.id), ""); code != 200 {
+		t.Fatalf("DELETE /members/%d: %d %s", victim.id, code, out)
+	}
+	if code := victim.wait(20 * time.Second); code == 0 {
+		t.Fatalf("a removed member exited 0; output:\n%s", victim.out)
+	}
+	victim.start(victim.args...)
+	if code := victim.wait(20 * time.Second); code == 0 || !strings.Contains(victim.out.String(), "removed") {
+		t.Fatalf("restarting a removed member: exit %d, output:\n%s", code, victim.out)
+	}
+	if lines := strings.Count(strings.TrimSpace(victim.out.String()), "\n"); lines != 0 {
+		t.Fatalf("the reason is not one line:\n%s", victim.out)
+	}
+}
+
+// TestSIGTERMAndRestartKeepsData: SIGTERM exits 0; a restart with the same
+// flags resumes from the data dir.
+func TestSIGTERMAndRestartKeepsData(t *testing.T) {
+	root := t.TempDir()
+	p := newProc(t, root, 1)
+	p.start()
+	p.waitHealthy(t)
+	if code, out := p.req("PUT", "/kv/a/b//c", "v1"); code != 204 {
+		t.Fatalf("PUT: %d %s", code, out)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p.out)
+	}
+	p.start()
+	p.waitHealthy(t)
+	if code, v := p.req("GET", "/kv/a/b//c", ""); code != 200 || v != "v1" {
+		t.Fatalf("after restart: %d %q", code, v)
+	}
+}
+
+// TestSIGKILLLeaderUnderWrites: killing the leader while clients write
+// loses no acknowledged write.
+func TestSIGKILLLeaderUnderWrites(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	var (
+		mu    sync.Mutex
+		acked = map[string]string{}
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, v := fmt.Sprintf("w%d-%d", w, i), fmt.Sprint(i)
+				p := ps[(w+i)%3]
+				if code, _ := p.req("PUT", "/kv/"+k, v); code == 204 {
+					mu.Lock()
+					acked[k] = v
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	m, _ := ps[0].members(t)
+	leader := ps[m.Leader-1]
+	leader.kill()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	leader.start(leader.args...)
+	leader.waitHealthy(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	for _, p := range ps {
+		for k, v := range acked {
+			if code, got := p.req("GET", "/kv/"+k, ""); code != 200 || got != v {
+				t.Fatalf("member %d lost acknowledged %s=%s: %d %q", p.id, k, v, code, got)
+			}
+		}
+	}
+	t.Logf("%d acknowledged writes, all present on every member after killing leader %d", len(acked), leader.id)
+}
+
+// TestErrorCodes provokes the contract's error codes.
+func TestErrorCodes(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3, "--max-body", "64", "--max-learners", "1", "--auto-promote=false")
+	a := ps[0]
+	check := func(method, path, body string, wantStatus int, wantCode string) {
+		t.Helper()
+		code, out := a.req(method, path, body)
+		var e struct {
+			Code   string `json:"code"`
+			Error  string `json:"error"`
+			Leader uint64 `json:"leader"`
+		}
+		if code != wantStatus || json.Unmarshal([]byte(out), &e) != nil || e.Code != wantCode || e.Error == "" || e.Leader == 0 {
+			t.Fatalf("%s %s: %d %s, want %d %s", method, path, code, out, wantStatus, wantCode)
+		}
+	}
+	check("GET", "/kv/missing", "", 404, "not_found")
+	check("GET", "/kv/", "", 400, "invalid_key")
+	check("GET", "/kv/a%00b", "", 400, "invalid_key")
+	check("GET", "/kv/"+strings.Repeat("k", 4097), "", 400, "invalid_key")
+	check("PUT", "/kv/big", strings.Repeat("x", 65), 413, "body_too_large")
+	if code, _ := a.req("PUT", "/kv/c", "1"); code != 204 {
+		t.Fatal("PUT")
+	}
+	check("PUT", "/kv/c?prev_value=2", "3", 412, "compare_failed")
+	if code, _ := a.req("PUT", "/kv/c?prev_value=1", "3"); code != 204 {
+		t.Fatal("CAS that should succeed")
+	}
+	if code, _ := a.req("DELETE", "/kv/never-existed", ""); code != 204 {
+		t.Fatal("DELETE of a missing key")
+	}
+	check("GET", "/kv/c?consistency=bogus", "", 400, "invalid_request")
+	check("POST", "/members", `{"id": 1, "peer_addr": "127.0.0.1:1"}`, 409, "member_exists")
+	check("POST", "/members", `{"id": 9, "peer_addr": "nope"}`, 400, "invalid_member")
+	check("POST", "/members", `{not json`, 400, "invalid_member")
+	check("POST", "/members/99/promote", "", 404, "unknown_member")
+	check("DELETE", "/members/99", "", 404, "unknown_member")
+	check("POST", "/members/x/promote", "", 400, "invalid_member")
+	check("GET", "/cluster", "", 501, "not_implemented")
+	check("POST", "/members?dry_run=true", `{"id": 10, "peer_addr": "127.0.0.1:1"}`, 501, "not_implemented")
+	check("POST", "/leader/transfer", "", 400, "invalid_request")
+	check("POST", "/leader/transfer?to=99", "", 404, "unknown_member")
+
+	// A learner that never starts (a wrong address: reversible).
+	if code, out := a.req("POST", "/members", `{"id": 10, "peer_addr": "127.0.0.1:1"}`); code != 201 {
+		t.Fatalf("POST /members: %d %s", code, out)
+	}
+	check("POST", "/members", `{"id": 11, "peer_addr": "127.0.0.1:2"}`, 412, "too_many_learners")
+	check("POST", "/members/10/promote", "", 412, "learner_not_ready")
+	check("POST", "/leader/transfer?to=10", "", 412, "learner_cannot_lead")
+	if code, out := a.req("DELETE", "/members/10", ""); code != 200 {
+		t.Fatalf("removing the bad learner: %d %s", code, out)
+	}
+
+	// Two voters of three down: changes that need them are refused, writes
+	// cannot commit and answer 503 within the request timeout.
+	m, _ := a.members(t)
+	var down []*proc
+	for _, p := range ps {
+		if p.id != m.Leader && len(down) < 1 {
+			down = append(down, p)
+		}
+	}
+	down[0].kill()
+	var leader, other *proc
+	for _, p := range ps {
+		switch {
+		case p.id == m.Leader:
+			leader = p
+		case p != down[0]:
+			other = p
+		}
+	}
+	a = leader
+	// Once the leader sees the member down (no contact for an election
+	// timeout; a moment after the kill it still counts as active)…
+	eventually(t, 10*time.Second, func() string {
+		m, ok := a.members(t)
+		for _, x := range m.Members {
+			if ok && x.ID == down[0].id && x.Progress != nil && strings.Contains(x.Progress.NotReadyReason, "no contact") {
+				return ""
+			}
+		}
+		return fmt.Sprintf("member %d still looks alive: %+v", down[0].id, m)
+	})
+	check("DELETE", fmt.Sprintf("/members/%d", other.id), "", 412, "quorum_at_risk")
+	check("POST", fmt.Sprintf("/members/%d/demote", other.id), "", 412, "quorum_at_risk")
+	other.kill()
+	t0 := time.Now()
+	code, out := a.req("PUT", "/kv/x", "1")
+	if code != 503 || !strings.Contains(out, `"unavailable"`) {
+		t.Fatalf("PUT without a quorum: %d %s", code, out)
+	}
+	if took := time.Since(t0); took > 10*time.Second {
+		t.Fatalf("PUT without a quorum took %v (--request-timeout 3s)", took)
+	}
+}
