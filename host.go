@@ -202,12 +202,19 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	mode := "restart"
 	switch {
 	case has:
-		if len(cfg.InitialMembers) > 0 || len(cfg.Join) > 0 {
-			logger.Info("the data dir holds a member: ignoring InitialMembers and Join", slog.String("dir", cfg.DataDir))
-		}
 		id, err := store.Identity()
 		if err != nil {
 			return nil, err
+		}
+		if (id.MemberID != 0 && id.MemberID != cfg.ID) || (cfg.ClusterID != 0 && id.ClusterID != 0 && id.ClusterID != cfg.ClusterID) {
+			want := storage.Identity{ClusterID: cfg.ClusterID, MemberID: cfg.ID}
+			if want.ClusterID == 0 {
+				want.ClusterID = id.ClusterID
+			}
+			return nil, &storage.IdentityError{Stored: id, Requested: want}
+		}
+		if len(cfg.InitialMembers) > 0 || len(cfg.Join) > 0 {
+			logger.Info("the data dir holds a member: ignoring InitialMembers and Join", slog.String("dir", cfg.DataDir))
 		}
 		if rcfg.ClusterID == 0 {
 			rcfg.ClusterID = id.ClusterID

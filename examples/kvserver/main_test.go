@@ -22,7 +22,10 @@ import (
 	"time"
 )
 
-var bin string // the kvserver binary
+var (
+	bin    string // the kvserver binary
+	ctlBin string // the kvctl binary
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kvserver-test")
@@ -34,6 +37,11 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building kvserver: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	ctlBin = filepath.Join(dir, "kvctl")
+	if out, err := exec.Command("go", "build", "-o", ctlBin, "../kvctl").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building kvctl: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -496,5 +504,123 @@ func TestErrorCodes(t *testing.T) {
 	}
 	if took := time.Since(t0); took > 10*time.Second {
 		t.Fatalf("PUT without a quorum took %v (--request-timeout 3s)", took)
+	}
+}
+
+// runExit runs the binary with args to completion and returns its exit
+// code and output.
+func runExit(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// TestStartRefusals: every bad start is a one-line reason and a non-zero
+// exit, before anything is served.
+func TestStartRefusals(t *testing.T) {
+	root := t.TempDir()
+	bogus := filepath.Join(root, "bogus.pem")
+	if err := os.WriteFile(bogus, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"--nope"}, "flag provided but not defined"},
+		{"bad id", []string{"--id", "0"}, "--id"},
+		{"even target", []string{"--target-voters", "4"}, "--target-voters"},
+		{"bad duration", []string{"--failover-after", "soon"}, "failover-after"},
+		{"bad address", []string{"--listen-client", "nowhere"}, "--listen-client"},
+		{"bad cluster", []string{"--initial-cluster", "1=a:1,1=b:2"}, "twice"},
+		{"not listed", []string{"--id", "3", "--initial-cluster", "1=127.0.0.1:1,2=127.0.0.1:2"}, "does not list"},
+		{"join without peers", []string{"--join"}, "--peers"},
+		{"unreadable cert", []string{"--peer-cert", bogus, "--peer-key", bogus, "--peer-ca", bogus}, "TLS"},
+		{"missing client key", []string{"--client-cert", bogus}, "--client-key"},
+		{"bad log format", []string{"--log-format", "xml"}, "--log-format"},
+		{"stray argument", []string{"serve"}, "unexpected argument"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"--data-dir", filepath.Join(root, c.name), "--listen-client", freePort(t), "--listen-peer", freePort(t)}, c.args...)
+			code, out := runExit(t, args...)
+			out = strings.TrimSpace(out)
+			if code == 0 || !strings.Contains(out, c.want) || strings.Contains(out, "\n") {
+				t.Fatalf("exit %d, output %q; want non-zero and one line with %q", code, out, c.want)
+			}
+		})
+	}
+
+	// A data dir of member 1 started as member 2, and as another cluster.
+	p := newProc(t, root, 1)
+	p.start()
+	p.waitHealthy(t)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait(20 * time.Second)
+	code, out := runExit(t, "--id", "2", "--data-dir", p.dir, "--listen-client", freePort(t), "--listen-peer", freePort(t))
+	if code == 0 || !strings.Contains(out, "another member or cluster") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		// (the check comes before anything is logged)
+		t.Fatalf("member 1's data dir as member 2: exit %d %q", code, out)
+	}
+	code, out = runExit(t, "--id", "1", "--data-dir", p.dir, "--listen-client", freePort(t), "--listen-peer", p.peer,
+		"--initial-cluster", "1="+p.peer, "--initial-cluster-token", "other")
+	if code == 0 || !strings.Contains(out, "another member or cluster") {
+		t.Fatalf("member 1's data dir for another cluster: exit %d %q", code, out)
+	}
+}
+
+// TestGarbageLeavesMembersServing: garbage, truncated frames and oversized
+// input on the client and peer ports leave every member serving.
+func TestGarbageLeavesMembersServing(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	junk := [][]byte{
+		[]byte("GARBAGE\r\n\r\n"),
+		bytes.Repeat([]byte{0xff}, 70000),
+		{0, 0, 0, 48, 1, 0, 0, 0}, // a truncated frame header
+		[]byte("PUT /kv/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\nab"),
+	}
+	for _, p := range ps {
+		for _, addr := range []string{p.peer, p.client} {
+			for _, j := range junk {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = c.SetDeadline(time.Now().Add(time.Second))
+				_, _ = c.Write(j)
+				_, _ = io.Copy(io.Discard, c)
+				_ = c.Close()
+			}
+		}
+	}
+	if code, _ := ps[0].req("PUT", "/kv/after-garbage", "ok"); code != 204 {
+		t.Fatal("PUT after garbage")
+	}
+	for _, p := range ps {
+		eventually(t, 10*time.Second, func() string {
+			if code, v := p.req("GET", "/kv/after-garbage", ""); code != 200 || v != "ok" {
+				return fmt.Sprintf("member %d: %d %q", p.id, code, v)
+			}
+			return ""
+		})
+		if strings.Contains(p.out.String(), "panic") {
+			t.Fatalf("member %d panicked:\n%s", p.id, p.out)
+		}
+	}
+	// A body over --max-body (1 MiB by default) is refused, not read whole.
+	code, _ := ps[0].req("PUT", "/kv/huge", strings.Repeat("x", 2<<20))
+	if code != 413 {
+		t.Fatalf("a 2 MiB body: %d, want 413", code)
 	}
 }
