@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 var (
@@ -62,17 +64,16 @@ func freePort(t *testing.T) string {
 
 // proc is one kvserver process.
 type proc struct {
-	t          *testing.T
-	id         uint64
-	client     string
-	peer       string
-	dir        string
-	args       []string
-	cmd        *exec.Cmd
-	out        *syncBuffer
-	done       chan struct{}
-	exitCode   int
-	extraFlags []string
+	t        *testing.T
+	id       uint64
+	client   string
+	peer     string
+	dir      string
+	args     []string
+	cmd      *exec.Cmd
+	out      *syncBuffer
+	done     chan struct{}
+	exitCode int
 }
 
 type syncBuffer struct {
@@ -622,5 +623,47 @@ func TestGarbageLeavesMembersServing(t *testing.T) {
 	code, _ := ps[0].req("PUT", "/kv/huge", strings.Repeat("x", 2<<20))
 	if code != 413 {
 		t.Fatalf("a 2 MiB body: %d, want 413", code)
+	}
+}
+
+// TestMetrics: /metrics has the names an etcd operator looks for and is
+// clean by promlint (what `promtool check metrics` runs).
+func TestMetrics(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	if code, _ := ps[0].req("PUT", "/kv/m", "1"); code != 204 {
+		t.Fatal("PUT")
+	}
+	m, _ := ps[0].members(t)
+	leader := ps[m.Leader-1]
+	var text string
+	eventually(t, 10*time.Second, func() string {
+		code, body := leader.req("GET", "/metrics", "")
+		if code != 200 {
+			return fmt.Sprintf("GET /metrics: %d", code)
+		}
+		text = body
+		for _, name := range []string{
+			"understudy_server_has_leader 1", "understudy_server_is_leader 1", "understudy_server_is_learner 0",
+			"understudy_server_leader_changes_seen_total", "understudy_server_proposals_committed_total",
+			"understudy_server_proposals_applied_total", "understudy_server_proposals_pending",
+			"understudy_server_proposals_failed_total", "understudy_member_lag_entries{member=",
+			"understudy_member_ready{member=", "understudy_learner_promote_successes_total",
+			"understudy_learner_promote_failures_total", "understudy_disk_backend_commit_duration_seconds_bucket",
+			"understudy_disk_snapshot_save_duration_seconds", "understudy_network_peer_round_trip_time_seconds_bucket",
+			"understudy_network_peer_dropped_messages_total",
+		} {
+			if !strings.Contains(body, name) {
+				return "missing " + name
+			}
+		}
+		return ""
+	})
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 }
