@@ -242,6 +242,10 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 	joint := len(cs.GetVotersOutgoing()) > 0
 	n.log.Info("membership changed", slog.Uint64("index", e.GetIndex()),
 		slog.String("config", confchange.ConfigFromConfState(cs).String()))
+	// Everything up to the change is applied: say so before its caller
+	// hears of it, so that a change it makes next is not refused as
+	// "in progress" (the leader compares its gate with the applied index).
+	advanceTo(n.applied, e.GetIndex())
 	if ctx.ChangeID != 0 && !joint {
 		n.changes.resolve(ctx.ChangeID, changeResult{index: e.GetIndex()})
 	}
