@@ -667,3 +667,50 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// TestChangeInProgressAndReadOnly provokes change_in_progress (a change
+// proposed while another cannot commit) and member_read_only.
+func TestChangeInProgressAndReadOnly(t *testing.T) {
+	root := t.TempDir()
+	// A long tick: the leader keeps leading a while after losing its
+	// followers (it steps down after an election timeout, 2s).
+	ps := startCluster(t, root, 3, "--auto-promote=false", "--max-learners", "3", "--tick", "200ms")
+	a := ps[0]
+	if code, out := a.req("POST", "/members", `{"id": 7, "peer_addr": "127.0.0.1:1", "read_only": true}`); code != 201 {
+		t.Fatalf("adding a read-only learner: %d %s", code, out)
+	}
+	code, out := a.req("POST", "/members/7/promote", "")
+	if code != 412 || !strings.Contains(out, "member_read_only") {
+		t.Fatalf("promoting a read-only learner: %d %s", code, out)
+	}
+	m, _ := a.members(t)
+	for _, x := range m.Members {
+		if x.ID == 7 && x.Role != "learner" {
+			t.Fatalf("member 7: %+v", x)
+		}
+	}
+
+	// Both followers down: a change cannot commit, and one made meanwhile
+	// is refused as in progress, while the leader still leads.
+	leader := ps[m.Leader-1]
+	for _, p := range ps {
+		if p != leader {
+			p.kill()
+		}
+	}
+	first := make(chan int, 1)
+	go func() {
+		code, _ := leader.req("POST", "/members", `{"id": 8, "peer_addr": "127.0.0.1:2"}`)
+		first <- code
+	}()
+	eventually(t, 5*time.Second, func() string {
+		code, out := leader.req("POST", "/members", `{"id": 9, "peer_addr": "127.0.0.1:3"}`)
+		if code != 409 || !strings.Contains(out, `"change_in_progress"`) {
+			return fmt.Sprintf("a second change while one is pending: %d %s", code, out)
+		}
+		return ""
+	})
+	if code := <-first; code != 503 {
+		t.Fatalf("the change that cannot commit: %d, want 503", code)
+	}
+}
