@@ -711,3 +711,46 @@ func TestChangeInProgressAndReadOnly(t *testing.T) {
 		t.Fatalf("the change that cannot commit: %d, want 503", code)
 	}
 }
+
+// TestForceNewCluster: after two of three members are lost for good, the
+// survivor started once with --force-new-cluster serves every acknowledged
+// write as a one-member cluster, and restarts normally after.
+func TestForceNewCluster(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	for i := range 30 {
+		if code, _ := ps[i%3].req("PUT", fmt.Sprintf("/kv/k%d", i), fmt.Sprint(i)); code != 204 {
+			t.Fatal("PUT")
+		}
+	}
+	for _, p := range ps {
+		p.kill()
+	}
+	s := ps[1]
+	normal := slicesClone(s.args)
+	s.start(append(slicesClone(normal), "--force-new-cluster")...)
+	s.waitHealthy(t)
+	for i := range 30 {
+		if code, v := s.req("GET", fmt.Sprintf("/kv/k%d", i), ""); code != 200 || v != fmt.Sprint(i) {
+			t.Fatalf("k%d after --force-new-cluster: %d %q", i, code, v)
+		}
+	}
+	m, _ := s.members(t)
+	if len(m.Members) != 1 || m.Members[0].ID != s.id || m.Leader != s.id {
+		t.Fatalf("members after --force-new-cluster: %+v", m)
+	}
+	if code, _ := s.req("PUT", "/kv/after", "yes"); code != 204 {
+		t.Fatal("PUT after --force-new-cluster")
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: %d", code)
+	}
+	s.start(normal...)
+	s.waitHealthy(t)
+	if code, v := s.req("GET", "/kv/after", ""); code != 200 || v != "yes" {
+		t.Fatalf("after a normal restart: %d %q", code, v)
+	}
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
