@@ -246,6 +246,19 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	if tr, err = transport.New(tcfg); err != nil {
 		return nil, err
 	}
+	if mode == "restart" {
+		// Peers known before the node replays its log: the transport
+		// accepts them from the first moment.
+		peers, _, err := raft.StoredPeers(store)
+		if err != nil {
+			return nil, err
+		}
+		for id, addr := range peers {
+			if id != cfg.ID {
+				tr.AddPeer(id, addr)
+			}
+		}
+	}
 	if mode == "restart" && len(cfg.Join) > 0 {
 		// The data dir holds a member and the host says which cluster it
 		// means to be in: refuse a data dir of another one (the peers

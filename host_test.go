@@ -457,3 +457,31 @@ func TestHostBackupRestoredIntoNewMember(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "cluster", string(v))
 }
+
+// TestStoredPeersBeforeReplay: a stopped member's storage tells its peers —
+// from the snapshot and from the log after it, removals included — so a
+// restarted member's transport knows them before the log is replayed.
+func TestStoredPeersBeforeReplay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, 3)
+	l := tc.leader(ctx)
+	ln4, ln5 := listen(t), listen(t)
+	require.NoError(t, l.AddLearner(ctx, raft.Member{ID: 4, PeerAddr: ln4.Addr().String()}))
+	_, err := tc.hosts[2].Snapshot(ctx) // 4 is in member 2's snapshot
+	require.NoError(t, err)
+	require.NoError(t, l.AddLearner(ctx, raft.Member{ID: 5, PeerAddr: ln5.Addr().String()})) // 5 only in its log
+	require.NoError(t, l.RemoveMember(ctx, 4))                                                // removed in the log
+	require.NoError(t, tc.hosts[2].ReadBarrier(ctx))
+	require.NoError(t, tc.hosts[2].Close(ctx))
+	delete(tc.hosts, 2)
+	ln4.Close()
+	ln5.Close()
+
+	store, err := storage.Open(filepath.Join(tc.dir, "2"), storage.Options{})
+	require.NoError(t, err)
+	peers, _, err := raft.StoredPeers(store)
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
+	require.Equal(t, map[uint64]string{1: tc.addrs[1], 2: tc.addrs[2], 3: tc.addrs[3], 5: ln5.Addr().String()}, peers)
+}
