@@ -471,7 +471,7 @@ func TestStoredPeersBeforeReplay(t *testing.T) {
 	_, err := tc.hosts[2].Snapshot(ctx) // 4 is in member 2's snapshot
 	require.NoError(t, err)
 	require.NoError(t, l.AddLearner(ctx, raft.Member{ID: 5, PeerAddr: ln5.Addr().String()})) // 5 only in its log
-	require.NoError(t, l.RemoveMember(ctx, 4))                                                // removed in the log
+	require.NoError(t, l.RemoveMember(ctx, 4))                                               // removed in the log
 	require.NoError(t, tc.hosts[2].ReadBarrier(ctx))
 	require.NoError(t, tc.hosts[2].Close(ctx))
 	delete(tc.hosts, 2)
