@@ -754,3 +754,26 @@ func TestForceNewCluster(t *testing.T) {
 }
 
 func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// TestTooManyVoters: a tenth voter is refused (too_many_voters), even
+// for a ready learner.
+func TestTooManyVoters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("ten processes")
+	}
+	root := t.TempDir()
+	ps := startCluster(t, root, 9, "--auto-promote=false", "--target-voters", "9")
+	p10 := newProc(t, root, 10)
+	if code, out := ps[0].req("POST", "/members", fmt.Sprintf(`{"id": 10, "peer_addr": %q}`, p10.peer)); code != 201 {
+		t.Fatalf("POST /members: %d %s", code, out)
+	}
+	p10.start("--join", "--peers", ps[0].peer, "--auto-promote=false", "--target-voters", "9")
+	p10.waitHealthy(t)
+	eventually(t, 20*time.Second, func() string {
+		code, out := ps[0].req("POST", "/members/10/promote", "")
+		if code != 412 || !strings.Contains(out, `"too_many_voters"`) {
+			return fmt.Sprintf("promoting a tenth voter: %d %s", code, out)
+		}
+		return ""
+	})
+}
