@@ -404,17 +404,28 @@ func (n *Node) changeLocally(ctx context.Context, req confchange.Request, dryRun
 	if !dryRun {
 		w = &changeWaiter{done: make(chan changeResult, 1)}
 	}
+	// Another change in flight (the policy's, another caller's) is usually
+	// applied within a few round trips: the request waits for it, up to an
+	// election timeout, before it is refused as in progress.
+	patience := time.Now().Add(n.electionTimeout())
 	for {
 		if derr := n.do(ctx, func() { plan, err = n.changeOnLeader(req, dryRun, w) }); derr != nil {
 			return ChangeResult{}, notProposed(derr)
 		}
 		var starting errLeaderStarting
-		if !errors.As(err, &starting) {
-			break
+		if errors.As(err, &starting) {
+			if werr := n.waitApplied(ctx, starting.index); werr != nil {
+				return ChangeResult{}, notProposed(werr)
+			}
+			continue
 		}
-		if werr := n.waitApplied(ctx, starting.index); werr != nil {
-			return ChangeResult{}, notProposed(werr)
+		if !dryRun && errors.Is(err, confchange.ErrChangeInProgress) && time.Now().Before(patience) {
+			if perr := n.pauseTick(ctx); perr != nil {
+				return ChangeResult{}, notProposed(lastAttempt(perr, err))
+			}
+			continue
 		}
+		break
 	}
 	res := ChangeResult{Description: plan.Description}
 	if err != nil || dryRun || plan.Change == nil {

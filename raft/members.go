@@ -145,7 +145,9 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 //
 // Errors: every refusal of the rules as a *confchange.Refusal (or
 // confchange.Refusals), before anything is proposed (errors.Is with
-// confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …); ErrChangeDropped when
+// confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …; ErrChangeInProgress
+// only once another change in flight was not applied within an election
+// timeout: the call waits that long for it); ErrChangeDropped when
 // raft did not take the change (nothing changed); ErrLeaderChanged when the
 // leader changed before the change was applied (the outcome is unknown; the
 // next leader completes a joint change that was entered: read Membership);
