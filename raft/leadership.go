@@ -75,10 +75,40 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 	if derr != nil || target == 0 {
 		return // (after an early return the loop may still run f: target is not read)
 	}
-	// Raft abandons a transfer after an election timeout; so do we.
+	// Raft abandons a transfer after an election timeout; so do we — and
+	// sooner if the target falls silent (it stopped too, a moment ago: a
+	// live member answers every heartbeat), so that members stopped one
+	// after the other do not each wait for a hand-off that cannot complete.
 	ctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())
 	defer cancel()
+	go n.abandonSilentTransfer(ctx, cancel, target, time.Now())
 	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
+}
+
+// abandonSilentTransfer calls cancel once the leader has not heard from
+// target for the answersNow window since the transfer began.
+func (n *Node) abandonSilentTransfer(ctx context.Context, cancel context.CancelFunc, target uint64, began time.Time) {
+	step := time.Duration(n.cfg.HeartbeatTicks) * n.cfg.TickInterval
+	t := time.NewTicker(step)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var silent bool
+		if err := n.do(ctx, func() {
+			silent = !n.answersNow(target) && n.loop.lastContact[target].Before(began)
+		}); err != nil {
+			return
+		}
+		if silent {
+			n.log.Info("stopping: the hand-off target is silent; not waiting for it", slog.Uint64("to", target))
+			cancel()
+			return
+		}
+	}
 }
 
 // answersNow reports whether this leader heard from member id since it took

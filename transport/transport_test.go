@@ -115,7 +115,9 @@ func TestPeerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// While b is down, messages are dropped and b reported unreachable.
-	sendUntil(t, a, []*raftpb.Message{heartbeat(1, 2)}, "b reported unreachable", func() bool { return ha.unreachableCount(2) > 0 })
+	sendUntil(t, a, []*raftpb.Message{heartbeat(1, 2)}, "b reported unreachable", func() bool {
+		return ha.unreachableCount(2) > 0 && a.Stats().Peers[0].DroppedDisconnected > 0
+	})
 
 	hb2 := &fakeHandler{}
 	b2 := newTestTransport(t, 2, hb2, func(c *Config) { c.ListenAddr = addr })
