@@ -45,8 +45,9 @@ type options struct {
 	logger         *slog.Logger
 	logLevel       slog.Level
 
-	// Test hooks (not in the contract): a shorter raft tick.
-	tick time.Duration
+	// Test hooks (not in the contract): a shorter raft tick, a CPU profile.
+	tick       time.Duration
+	cpuProfile string
 }
 
 var errHelp = errors.New("help requested")
@@ -83,6 +84,7 @@ func parseFlags(args []string) (*options, error) {
 		logFormat      = fs.String("log-format", "text", "text or json")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		tick           = fs.Duration("tick", 0, "raft tick (testing; default 100ms)")
+		cpuProfile     = fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown (profiling)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,7 +102,7 @@ func parseFlags(args []string) (*options, error) {
 		targetVoters: *targetVoters, autoPromote: *autoPromote, maxLearners: *maxLearners,
 		removeDead: *removeDead, requestTimeout: *requestTimeout, failoverAfter: *failoverAfter,
 		stabilization: *stabilization, snapshotCount: *snapshotCount, forceNew: *forceNew,
-		maxBody: *maxBody, tick: *tick,
+		maxBody: *maxBody, tick: *tick, cpuProfile: *cpuProfile,
 	}
 	if o.id == 0 {
 		return nil, errors.New("--id must be a positive integer")

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/understudy-raft/understudy"
@@ -28,6 +30,17 @@ type server struct {
 // member stops on its own (removed, or a fatal error).
 func run(ctx context.Context, o *options) error {
 	log := o.logger
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--cpuprofile: %v", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	// Listen first: a port in use is a one-line error before anything else.
 	cln, err := net.Listen("tcp", o.listenClient)
 	if err != nil {

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMembershipStory is the README's walkthrough: three members, a fourth
+// added as a learner that catches up and stays a standby, a voter killed
+// and its seat taken by the standby, the lost member back as a standby, then
+// removed — and a removed member's data dir refused.
+func TestMembershipStory(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	for i := range 50 {
+		if code, body := ps[i%3].req("PUT", fmt.Sprintf("/kv/key%d", i), fmt.Sprint(i)); code != 204 {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+	}
+	p4 := newProc(t, root, 4)
+	body := fmt.Sprintf(`{"id": 4, "peer_addr": %q, "client_addr": %q}`, p4.peer, p4.client)
+	if code, out := ps[1].req("POST", "/members", body); code != 201 {
+		t.Fatalf("POST /members: %d %s", code, out)
+	}
+	p4.start("--join", "--peers", ps[2].peer)
+	p4.waitHealthy(t)
+	if code, v := p4.req("GET", "/kv/key7", ""); code != 200 || v != "7" {
+		t.Fatalf("GET on the joined member: %d %q", code, v)
+	}
+	eventually(t, 10*time.Second, func() string {
+		m, ok := ps[0].members(t)
+		if !ok {
+			return "no members"
+		}
+		for _, x := range m.Members {
+			if x.ID == 4 && (x.Progress == nil || !x.Progress.Ready || x.Role != "learner" || x.ClientAddr != p4.client) {
+				return fmt.Sprintf("member 4: %+v", x)
+			}
+		}
+		return ""
+	})
+	// A standby: the target is three voters.
+	time.Sleep(500 * time.Millisecond)
+	if m, _ := ps[0].members(t); roleOf(m, 4) != "learner" {
+		t.Fatalf("member 4 is %s, want a standby learner", roleOf(m, 4))
+	}
+
+	// Kill a voter that does not lead: the standby takes its seat.
+	m, _ := ps[0].members(t)
+	var victim *proc
+	for _, p := range ps {
+		if p.id != m.Leader {
+			victim = p
+		}
+	}
+	victim.kill()
+	var live *proc
+	for _, p := range ps {
+		if p != victim {
+			live = p
+		}
+	}
+	eventually(t, 20*time.Second, func() string {
+		m, ok := live.members(t)
+		if !ok || roleOf(m, 4) != "voter" || roleOf(m, victim.id) != "learner" || m.Joint {
+			return fmt.Sprintf("after killing %d: %+v", victim.id, m)
+		}
+		return ""
+	})
+	if code, out := p4.req("PUT", "/kv/after", "failover"); code != 204 {
+		t.Fatalf("PUT after failover: %d %s", code, out)
+	}
+	// The lost member comes back as a standby and catches up.
+	victim.start(victim.args...)
+	victim.waitHealthy(t)
+	eventually(t, 10*time.Second, func() string {
+		if code, v := victim.req("GET", "/kv/after?consistency=stale", ""); code != 200 || v != "failover" {
+			return fmt.Sprintf("stale read on the restarted member: %d %q", code, v)
+		}
+		return ""
+	})
+	// Removed: it exits non-zero, and its data dir is refused.
+	if code, out := live.req("DELETE", fmt.Sprintf("/members/%d", victim.id), ""); code != 200 {
+		t.Fatalf("DELETE /members/%d: %d %s", victim.id, code, out)
+	}
+	if code := victim.wait(20 * time.Second); code == 0 {
+		t.Fatalf("a removed member exited 0; output:\n%s", victim.out)
+	}
+	victim.start(victim.args...)
+	if code := victim.wait(20 * time.Second); code == 0 || !strings.Contains(victim.out.String(), "removed") {
+		t.Fatalf("restarting a removed member: exit %d, output:\n%s", code, victim.out)
+	}
+	if lines := strings.Count(strings.TrimSpace(victim.out.String()), "\n"); lines != 0 {
+		t.Fatalf("the reason is not one line:\n%s", victim.out)
+	}
+}
+
+// TestSIGTERMAndRestartKeepsData: SIGTERM exits 0; a restart with the same
+// flags resumes from the data dir.
+func TestSIGTERMAndRestartKeepsData(t *testing.T) {
+	root := t.TempDir()
+	p := newProc(t, root, 1)
+	p.start()
+	p.waitHealthy(t)
+	if code, out := p.req("PUT", "/kv/a/b//c", "v1"); code != 204 {
+		t.Fatalf("PUT: %d %s", code, out)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p.out)
+	}
+	p.start()
+	p.waitHealthy(t)
+	if code, v := p.req("GET", "/kv/a/b//c", ""); code != 200 || v != "v1" {
+		t.Fatalf("after restart: %d %q", code, v)
+	}
+}
+
+// TestSIGKILLLeaderUnderWrites: killing the leader while clients write
+// loses no acknowledged write.
+func TestSIGKILLLeaderUnderWrites(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	var (
+		mu    sync.Mutex
+		acked = map[string]string{}
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, v := fmt.Sprintf("w%d-%d", w, i), fmt.Sprint(i)
+				p := ps[(w+i)%3]
+				if code, _ := p.req("PUT", "/kv/"+k, v); code == 204 {
+					mu.Lock()
+					acked[k] = v
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	m, _ := ps[0].members(t)
+	leader := ps[m.Leader-1]
+	leader.kill()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	leader.start(leader.args...)
+	leader.waitHealthy(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	for _, p := range ps {
+		for k, v := range acked {
+			if code, got := p.req("GET", "/kv/"+k, ""); code != 200 || got != v {
+				t.Fatalf("member %d lost acknowledged %s=%s: %d %q", p.id, k, v, code, got)
+			}
+		}
+	}
+	t.Logf("%d acknowledged writes, all present on every member after killing leader %d", len(acked), leader.id)
+}
+
+// TestForceNewCluster: after two of three members are lost for good, the
+// survivor started once with --force-new-cluster serves every acknowledged
+// write as a one-member cluster, and restarts normally after.
+func TestForceNewCluster(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	for i := range 30 {
+		if code, _ := ps[i%3].req("PUT", fmt.Sprintf("/kv/k%d", i), fmt.Sprint(i)); code != 204 {
+			t.Fatal("PUT")
+		}
+	}
+	for _, p := range ps {
+		p.kill()
+	}
+	s := ps[1]
+	normal := slicesClone(s.args)
+	s.start(append(slicesClone(normal), "--force-new-cluster")...)
+	s.waitHealthy(t)
+	for i := range 30 {
+		if code, v := s.req("GET", fmt.Sprintf("/kv/k%d", i), ""); code != 200 || v != fmt.Sprint(i) {
+			t.Fatalf("k%d after --force-new-cluster: %d %q", i, code, v)
+		}
+	}
+	m, _ := s.members(t)
+	if len(m.Members) != 1 || m.Members[0].ID != s.id || m.Leader != s.id {
+		t.Fatalf("members after --force-new-cluster: %+v", m)
+	}
+	if code, _ := s.req("PUT", "/kv/after", "yes"); code != 204 {
+		t.Fatal("PUT after --force-new-cluster")
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: %d", code)
+	}
+	s.start(normal...)
+	s.waitHealthy(t)
+	if code, v := s.req("GET", "/kv/after", ""); code != 200 || v != "yes" {
+		t.Fatalf("after a normal restart: %d %q", code, v)
+	}
+}
