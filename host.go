@@ -182,8 +182,8 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	advert := cfg.AdvertisePeer
 	if advert == "" {
 		advert = cfg.ListenPeer
-		if advert == "" || cfg.Listener != nil {
-			advert = ln.Addr().String()
+		if _, port, _ := net.SplitHostPort(advert); advert == "" || cfg.Listener != nil || port == "0" {
+			advert = ln.Addr().String() // the port the system picked
 		}
 	}
 
