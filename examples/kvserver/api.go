@@ -301,10 +301,6 @@ type changeJSON struct {
 }
 
 func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("dry_run") == "true" {
-		s.notImplemented(w, r)
-		return
-	}
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -350,6 +346,10 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.reqCtx(r)
 	defer cancel()
+	if dryRun(r) {
+		s.dryRun(ctx, w, op)
+		return
+	}
 	res, err := s.h.ChangeMembership(ctx, op)
 	if err != nil {
 		s.fail(w, err)
@@ -358,13 +358,44 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, changeJSON{ID: m.ID, Index: res.Index, Plan: res.Description})
 }
 
+func dryRun(r *http.Request) bool { return r.URL.Query().Get("dry_run") == "true" }
+
+// refusalJSON is one reason a dry run would be refused.
+type refusalJSON struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+}
+
+// dryRun answers ?dry_run=true: the plan and every refusal, each with its
+// code (none when it would go through); nothing is proposed.
+func (s *server) dryRun(ctx context.Context, w http.ResponseWriter, req confchange.Request) {
+	res, err := s.h.CheckMembership(ctx, req)
+	out := struct {
+		Plan     string        `json:"plan"`
+		Refusals []refusalJSON `json:"refusals"`
+	}{Plan: res.Description, Refusals: []refusalJSON{}}
+	var refs confchange.Refusals
+	var ref *confchange.Refusal
+	switch {
+	case errors.As(err, &refs):
+	case errors.As(err, &ref):
+		refs = confchange.Refusals{ref}
+	case err != nil:
+		s.fail(w, err) // no leader, a timeout: not an answer about the request
+		return
+	}
+	for _, r := range refs {
+		out.Refusals = append(out.Refusals, refusalJSON{Code: r.Code(), Error: r.Error()})
+	}
+	if out.Plan == "" {
+		out.Plan = req.String()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // memberOp serves promote, demote and remove of /members/{id}.
 func (s *server) memberOp(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("dry_run") == "true" {
-			s.notImplemented(w, r)
-			return
-		}
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 		if err != nil || id == 0 {
 			s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("member ID %q: a positive integer is required", r.PathValue("id")))
@@ -381,6 +412,10 @@ func (s *server) memberOp(op string) http.HandlerFunc {
 		}
 		ctx, cancel := s.reqCtx(r)
 		defer cancel()
+		if dryRun(r) {
+			s.dryRun(ctx, w, req)
+			return
+		}
 		res, err := s.h.ChangeMembership(ctx, req)
 		if err != nil {
 			if code := confchange.Code(err); op == "promote" && code != "" {
@@ -409,7 +444,7 @@ func (s *server) transferLeader(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) notImplemented(w http.ResponseWriter, r *http.Request) {
-	s.writeError(w, http.StatusNotImplemented, "not_implemented", "cluster settings and dry runs come with run-time scaling")
+	s.writeError(w, http.StatusNotImplemented, "not_implemented", "replicated cluster settings come with run-time scaling")
 }
 
 // statusJSON is GET /status.

@@ -59,7 +59,22 @@ func TestErrorCodes(t *testing.T) {
 	check("DELETE", "/members/99", "", 404, "unknown_member")
 	check("POST", "/members/x/promote", "", 400, "invalid_member")
 	check("GET", "/cluster", "", 501, "not_implemented")
-	check("POST", "/members?dry_run=true", `{"id": 10, "peer_addr": "127.0.0.1:1"}`, 501, "not_implemented")
+	check("PATCH", "/cluster", `{"target_voters": 5}`, 501, "not_implemented")
+	// Dry runs: every reason with its code, nothing proposed.
+	for _, c := range []struct{ method, path, body, want string }{
+		{"POST", "/members?dry_run=true", `{"id": 10, "peer_addr": "127.0.0.1:1"}`, `"refusals":[]`},
+		{"POST", "/members?dry_run=true", `{"id": 1, "peer_addr": "127.0.0.1:1"}`, `"code":"member_exists"`},
+		{"POST", "/members/99/promote?dry_run=true", "", `"code":"unknown_member"`},
+		{"DELETE", "/members/2?dry_run=true", "", `"refusals":[]`},
+	} {
+		code, out := a.req(c.method, c.path, c.body)
+		if code != 200 || !strings.Contains(out, c.want) || !strings.Contains(out, `"plan"`) {
+			t.Fatalf("%s %s: %d %s, want 200 with %s", c.method, c.path, code, out, c.want)
+		}
+	}
+	if m, _ := a.members(t); len(m.Members) != 3 {
+		t.Fatalf("a dry run changed the membership: %+v", m)
+	}
 	check("POST", "/leader/transfer", "", 400, "invalid_request")
 	check("POST", "/leader/transfer?to=99", "", 404, "unknown_member")
 
