@@ -24,10 +24,14 @@ type Policy interface {
 //  3. fills voter seats up to TargetVoters with ready learners, one when the
 //     voter count is even and two at once when it is odd, so the count stays
 //     odd; learners beyond the target stay standbys;
-//  4. swaps a voter it has not heard from for FailoverAfter for a ready
+//  4. demotes the voters beyond TargetVoters (after the target was
+//     lowered) in one change: the least healthy first — out of contact,
+//     then most behind — then the highest ID, never the leader; they stay
+//     as standbys;
+//  5. swaps a voter it has not heard from for FailoverAfter for a ready
 //     standby in one joint change (standby → voter, lost voter → learner),
 //     keeping the voter count;
-//  5. removes a learner it has not heard from for RemoveDeadAfter, when set.
+//  6. removes a learner it has not heard from for RemoveDeadAfter, when set.
 //
 // Candidates are taken least lag first, then lowest ID; lost voters longest
 // silent first, then lowest ID. It returns only requests Check accepts.
@@ -61,6 +65,16 @@ func (p DefaultPolicy) Next(v View) (Request, bool) {
 		k := 1 + n%2 // an odd count gets two at once, an even one one
 		if len(standbys) >= k && n+k <= s.TargetVoters {
 			if r := Promote(standbys[:k]...); ok(r) {
+				return r, true
+			}
+		}
+	}
+
+	// Scale down: demote the voters beyond the target, at once (one joint
+	// change when more than one), least healthy first, never the leader.
+	if n := len(cfg.Voters); n > s.TargetVoters {
+		if victims := p.surplus(v, n-s.TargetVoters); victims != nil {
+			if r := Demote(victims...); ok(r) {
 				return r, true
 			}
 		}
@@ -113,4 +127,30 @@ func silent(v View, ids []uint64, d time.Duration) []uint64 {
 		return cmp.Or(v.Progress[a].LastContact.Compare(v.Progress[b].LastContact), cmp.Compare(a, b))
 	})
 	return out
+}
+
+// surplus picks k voters to demote, the least healthy first (not recently
+// active, then most lag), then the highest ID; never the leader. It returns
+// nil when fewer than k voters other than the leader exist.
+func (p DefaultPolicy) surplus(v View, k int) []uint64 {
+	var cands []uint64
+	for _, id := range v.Config.Voters {
+		if id != v.Leader {
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) < k {
+		return nil
+	}
+	slices.SortFunc(cands, func(a, b uint64) int {
+		aa, ba := v.active(a), v.active(b)
+		if aa != ba {
+			if !aa {
+				return -1 // the inactive one first
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(v.Progress[b].Lag(v.LastIndex), v.Progress[a].Lag(v.LastIndex)), cmp.Compare(b, a))
+	})
+	return cands[:k]
 }
