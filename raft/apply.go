@@ -143,6 +143,12 @@ func (n *Node) applyEntries(t applyTask) error {
 		if len(data) == 0 {
 			continue // a new leader's empty entry
 		}
+		if data[0] == entrySettings {
+			if err := n.applySettings(idx, data); err != nil {
+				return err
+			}
+			continue
+		}
 		id, rid, cmd, err := decodeCommand(data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", idx, err)
@@ -177,6 +183,32 @@ func (n *Node) applyEntries(t applyTask) error {
 	advanceTo(n.applied, a.applied)
 	n.local.put(t.msg.GetResponses()...)
 	n.maybeSnapshot()
+	return nil
+}
+
+// applySettings applies a settings entry: the commands before it first,
+// then the new cluster settings (an entry that does not decode is skipped,
+// deterministically, and its proposer told why).
+func (n *Node) applySettings(idx uint64, data []byte) error {
+	a := &n.apply
+	if err := n.flushCommands(); err != nil {
+		return err
+	}
+	id, cs, err := decodeSettings(data)
+	if !a.dedup.add(id) {
+		return nil
+	}
+	if err == nil {
+		n.settings.Store(&cs)
+		n.log.Info("cluster settings changed", slog.Uint64("index", idx), slog.String("settings", cs.String()))
+		n.events.emit(Event{Type: EventSettingsChanged, Index: idx})
+	} else {
+		n.log.Warn("ignoring a settings entry that does not decode", slog.Uint64("index", idx), slog.Any("err", err))
+	}
+	a.applied = idx
+	if id.proposer == n.cfg.ID {
+		n.waiters.resolve(id.seq, Result{Err: err})
+	}
 	return nil
 }
 
@@ -344,6 +376,14 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	n.setMembers(t)
 	a.dedup.reset(h.dedup)
 	a.clients.reset(h.clients)
+	n.settings.Store(nil)
+	if len(h.settings) > 0 {
+		cs, err := confchange.DecodeClusterSettings(h.settings) // checked when the header was read
+		if err != nil {
+			return fmt.Errorf("snapshot %d: %w: %w", index, ErrCorruptSnapshot, err)
+		}
+		n.settings.Store(&cs)
+	}
 	a.applied = index
 	a.snap.restored(index, size)
 	if n.applied != nil {

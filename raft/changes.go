@@ -130,6 +130,9 @@ type membershipLoop struct {
 	nextChangeID uint64
 	// termStart is the index of this leader's first entry.
 	termStart uint64
+	// seedRetry is the tick from which the leader may (again) propose the
+	// seed cluster settings.
+	seedRetry uint64
 }
 
 // noteAppend tracks the entries of a MsgStorageAppend: the last index, the
@@ -254,7 +257,8 @@ func (n *Node) membershipTick() {
 		tr := n.trackCatchUp(id, p.Match, v.Now)
 		n.emitCatchUp(id, n.catchUp(id, p.Lag(v.LastIndex), tr), tr, v.Now)
 	}
-	l.ms.readySince = confchange.UpdateReadySince(v, n.cfg.Membership)
+	settings := n.membershipSettings()
+	l.ms.readySince = confchange.UpdateReadySince(v, settings)
 	v.ReadySince = l.ms.readySince
 	if v.PendingChange {
 		return // so the applied member table is current
@@ -263,7 +267,13 @@ func (n *Node) membershipTick() {
 		n.leaveJoint(n.members.Load().jointChangeID)
 		return
 	}
-	if n.cfg.ManualMembership {
+	if n.settings.Load() == nil {
+		// The policy acts on replicated settings only: the same on every
+		// member, whoever leads next.
+		n.seedSettingsOnce(len(v.Config.Voters))
+		return
+	}
+	if !n.autoPromote() {
 		return
 	}
 	req, ok := n.askPolicy(v)
@@ -273,7 +283,7 @@ func (n *Node) membershipTick() {
 	ms := &l.ms
 	ms.nextChangeID++
 	req.ChangeID = ms.nextChangeID
-	plan, err := confchange.PlanChange(v, n.cfg.Membership, req)
+	plan, err := confchange.PlanChange(v, settings, req)
 	if err != nil {
 		n.log.Warn("membership policy asked for a change the rules refuse", slog.String("request", req.String()), slog.Any("err", err))
 		return
@@ -293,7 +303,7 @@ func (n *Node) askPolicy(v confchange.View) (req confchange.Request, ok bool) {
 			req, ok = confchange.Request{}, false
 		}
 	}()
-	return n.cfg.Policy.Next(v)
+	return n.policy().Next(v)
 }
 
 // leaveJoint proposes leaving the joint configuration entered by change
@@ -358,7 +368,7 @@ func (n *Node) changeOnLeader(req confchange.Request, dryRun bool, w *changeWait
 	ms.nextChangeID++
 	req.ChangeID = ms.nextChangeID
 	v := n.view()
-	plan, err := confchange.PlanChange(v, n.cfg.Membership, req)
+	plan, err := confchange.PlanChange(v, n.membershipSettings(), req)
 	if err != nil || dryRun {
 		return plan, err
 	}

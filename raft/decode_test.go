@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"github.com/understudy-raft/understudy/confchange"
 	"bytes"
 	"errors"
 	"testing"
@@ -97,7 +98,8 @@ func FuzzDecodeCommand(f *testing.F) {
 }
 
 func FuzzDecodeSnapHeader(f *testing.F) {
-	h := &snapHeader{members: []Member{{ID: 1, PeerAddr: "a:1", Metadata: map[string]string{"k": "v"}}}, removed: []uint64{4}, dedup: []requestID{{1, 1}}, clients: []requestID{{9, 9}}}
+	h := &snapHeader{members: []Member{{ID: 1, PeerAddr: "a:1", Metadata: map[string]string{"k": "v"}}}, removed: []uint64{4}, dedup: []requestID{{1, 1}}, clients: []requestID{{9, 9}},
+		settings: confchange.SeedClusterSettings(confchange.Settings{}, true).Encode()}
 	b, err := h.encode()
 	if err != nil {
 		f.Fatal(err)
@@ -105,7 +107,7 @@ func FuzzDecodeSnapHeader(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeSnapHeader(b, false)
+		got, err := decodeSnapHeader(b, 4)
 		if err != nil {
 			if !errors.Is(err, ErrCorruptSnapshot) {
 				t.Fatalf("error %v does not wrap ErrCorruptSnapshot", err)
@@ -116,7 +118,7 @@ func FuzzDecodeSnapHeader(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding a decoded header fails: %v", err)
 		}
-		if _, err := decodeSnapHeader(b, false); err != nil {
+		if _, err := decodeSnapHeader(b, 4); err != nil {
 			t.Fatalf("decoding a re-encoded header fails: %v", err)
 		}
 	})

@@ -3,15 +3,19 @@ package raft
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/understudy-raft/understudy/confchange"
 )
 
 // Entry payload format (the Data of a normal raft entry):
 //
-//	byte 0      kind (entryCommand or entryClientCommand)
+//	byte 0      kind (entryCommand, entryClientCommand or entrySettings)
 //	bytes 1-8   proposer member ID, big endian
 //	bytes 9-16  proposer's sequence number, big endian
 //	bytes 17-32 entryClientCommand only: the caller's RequestID (client, seq)
-//	rest        the command, as given to Propose
+//	rest        the command, as given to Propose; for entrySettings, the
+//	            cluster settings (confchange.ClusterSettings.Encode), which the
+//	            node applies itself: the state machine never sees them
 //
 // The (proposer, sequence) pair identifies the proposal: the proposer
 // resolves its caller when it applies the entry, and every member skips a
@@ -21,9 +25,10 @@ import (
 const (
 	entryCommand       byte = 1
 	entryClientCommand byte = 2
+	entrySettings      byte = 3
 	entryHeaderSize         = 17
 	clientHeaderSize        = entryHeaderSize + 16
-	maxEntryKindKnown       = entryClientCommand
+	maxEntryKindKnown       = entrySettings
 )
 
 // requestID identifies one proposal cluster-wide.
@@ -61,6 +66,24 @@ func appendCommand(b []byte, id requestID, rid RequestID, cmd []byte) []byte {
 		b = binary.BigEndian.AppendUint64(b, rid.Seq)
 	}
 	return append(b, cmd...)
+}
+
+// appendSettings appends the payload of a settings entry with id to b.
+func appendSettings(b []byte, id requestID, settings []byte) []byte {
+	b = append(b, entrySettings)
+	b = binary.BigEndian.AppendUint64(b, id.proposer)
+	b = binary.BigEndian.AppendUint64(b, id.seq)
+	return append(b, settings...)
+}
+
+// decodeSettings splits a settings entry's payload.
+func decodeSettings(b []byte) (requestID, confchange.ClusterSettings, error) {
+	if len(b) < entryHeaderSize || b[0] != entrySettings {
+		return requestID{}, confchange.ClusterSettings{}, fmt.Errorf("%w: not a settings entry", ErrCorruptEntry)
+	}
+	id := requestID{proposer: binary.BigEndian.Uint64(b[1:9]), seq: binary.BigEndian.Uint64(b[9:17])}
+	cs, err := confchange.DecodeClusterSettings(b[entryHeaderSize:])
+	return id, cs, err
 }
 
 // payloadSize is the size of the payload appendCommand makes.

@@ -53,6 +53,9 @@ const (
 	// is behind the readiness threshold or receiving a snapshot; CatchUp
 	// says how far it has come.
 	EventCatchUp
+	// EventSettingsChanged: Index holds the index of a change of the
+	// replicated cluster settings just applied (see Node.Settings).
+	EventSettingsChanged
 )
 
 func (t EventType) String() string {
@@ -71,6 +74,8 @@ func (t EventType) String() string {
 		return "removed"
 	case EventCatchUp:
 		return "catch-up"
+	case EventSettingsChanged:
+		return "settings-changed"
 	}
 	return "unknown"
 }

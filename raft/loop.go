@@ -284,7 +284,11 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		p.term, p.tick = l.term, l.ticks
 		n.waiters.m[p.seq] = p
 		start := len(arena)
-		arena = appendCommand(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.rid, p.cmd)
+		if p.settings {
+			arena = appendSettings(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.cmd)
+		} else {
+			arena = appendCommand(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.rid, p.cmd)
+		}
 		e := &slab[len(ents)]
 		e.Data = arena[start:len(arena):len(arena)]
 		ents = append(ents, e)

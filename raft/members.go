@@ -120,7 +120,7 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 			Member:    rec,
 			Role:      v.Config.Role(id),
 			Outgoing:  slices.Contains(v.Config.VotersOutgoing, id),
-			Readiness: confchange.Readiness(v, n.cfg.Membership, id),
+			Readiness: confchange.Readiness(v, n.membershipSettings(), id),
 		}
 		if pr, ok := v.Progress[id]; ok {
 			ms.Progress = &pr

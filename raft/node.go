@@ -13,6 +13,7 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/transport"
 )
 
@@ -60,6 +61,12 @@ type Node struct {
 	members atomic.Pointer[memberTable] // the applied membership
 	// clusterID is the cluster's ID as configured or recorded (0: unknown).
 	clusterID atomic.Uint64
+	// settings are the replicated cluster settings as applied (nil: none
+	// replicated yet; the Config seeds them).
+	settings atomic.Pointer[confchange.ClusterSettings]
+	// ownPolicy: the host gave Config.Policy (else the default policy runs
+	// with the replicated settings).
+	ownPolicy bool
 	applied   *watched[uint64]
 	state     *watched[nodeState]
 	events    eventHub
@@ -73,6 +80,7 @@ type Node struct {
 // must be open; the node reads and writes it from Start until Stop returns.
 // The caller keeps ownership of store (it closes it after Stop).
 func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
+	ownPolicy := cfg.Policy != nil
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -100,6 +108,7 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		donec:    make(chan struct{}),
 		state:    newWatched(nodeState{}),
 	}
+	n.ownPolicy = ownPolicy
 	n.waiters.m = make(map[uint64]*proposal)
 	return n, nil
 }
@@ -194,6 +203,12 @@ func (n *Node) ProposeWithID(ctx context.Context, id RequestID, cmd []byte) ([]b
 }
 
 func (n *Node) propose(ctx context.Context, rid RequestID, cmd []byte) ([]byte, error) {
+	return n.proposeEntry(ctx, rid, cmd, false)
+}
+
+// proposeEntry proposes cmd — a command, or encoded cluster settings — and
+// waits for its result.
+func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, settings bool) ([]byte, error) {
 	if len(cmd) > n.cfg.MaxCommandSize {
 		return nil, fmt.Errorf("%w: %d bytes > MaxCommandSize %d", ErrTooLarge, len(cmd), n.cfg.MaxCommandSize)
 	}
@@ -202,7 +217,7 @@ func (n *Node) propose(ctx context.Context, rid RequestID, cmd []byte) ([]byte, 
 	}
 	seq := n.seq.Add(1)
 	p := proposalPool.Get().(*proposal)
-	p.seq, p.rid, p.cmd = seq, rid, cmd
+	p.seq, p.rid, p.cmd, p.settings = seq, rid, cmd, settings
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
@@ -444,6 +459,7 @@ func (n *Node) do(ctx context.Context, f func()) error {
 type proposal struct {
 	seq      uint64
 	rid      RequestID // the caller's request ID (ProposeWithID), or zero
+	settings bool      // cmd is encoded cluster settings (UpdateSettings)
 	cmd      []byte    // the caller's command: read by the loop, not kept after Propose returns
 	term     uint64    // the term it was handed to raft in; written by the loop under waiters.mu
 	tick     uint64    // the loop's tick when it was handed to raft; likewise
@@ -456,7 +472,7 @@ var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan 
 // release returns p to the pool. Only the Propose call that owns p calls it,
 // when no other goroutine can refer to p any more.
 func (p *proposal) release() {
-	p.seq, p.rid, p.cmd, p.term, p.tick = 0, RequestID{}, nil, 0, 0
+	p.seq, p.rid, p.cmd, p.term, p.tick, p.settings = 0, RequestID{}, nil, 0, 0, false
 	p.canceled.Store(false)
 	proposalPool.Put(p)
 }

@@ -12,7 +12,7 @@ import (
 
 // A snapshot's data, as the Node writes it through Storage.CreateSnapshot:
 //
-//	"USN3"                      magic and version ("USN2": no client IDs)
+//	"USN4"                      magic and version ("USN3": no settings; "USN2": no client IDs either)
 //	uint32 (big endian)          length of the header
 //	header                       see below
 //	uint32 (big endian)          CRC-32C of the header
@@ -24,12 +24,14 @@ import (
 //	uvarint n, then n IDs:       removed member IDs, ascending
 //	uvarint n, then n IDs:       uvarint proposer, uvarint sequence (dedup window, oldest first)
 //	uvarint n, then n IDs:       uvarint client, uvarint sequence (client request IDs, oldest first; USN3)
+//	uvarint length, bytes        the replicated cluster settings (confchange.ClusterSettings.Encode; empty: none yet; USN4)
 //
 // The header carries what the node derives from the log besides the state
 // machine, so that a member restored from a snapshot is identical to one that
 // applied the log.
 const (
-	snapMagic         = "USN3"
+	snapMagic         = "USN4"
+	snapMagicV3       = "USN3"
 	snapMagicV2       = "USN2"
 	maxSnapHeaderSize = 64 << 20
 )
@@ -42,6 +44,8 @@ type snapHeader struct {
 	removed []uint64 // sorted
 	dedup   []requestID
 	clients []requestID // client request IDs (proposer is the client ID)
+	// settings are the replicated cluster settings, encoded (nil: none yet).
+	settings []byte
 }
 
 func (h *snapHeader) encode() ([]byte, error) {
@@ -65,7 +69,8 @@ func (h *snapHeader) encode() ([]byte, error) {
 		b = binary.AppendUvarint(b, id.proposer)
 		b = binary.AppendUvarint(b, id.seq)
 	}
-	return b, nil
+	b = binary.AppendUvarint(b, uint64(len(h.settings)))
+	return append(b, h.settings...), nil
 }
 
 // writeTo writes the framed header.
@@ -90,8 +95,14 @@ func readSnapHeader(r io.Reader) (*snapHeader, error) {
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, fmt.Errorf("%w: reading header: %v", ErrCorruptSnapshot, err)
 	}
-	v2 := string(pre[:4]) == snapMagicV2
-	if string(pre[:4]) != snapMagic && !v2 {
+	version := 4
+	switch string(pre[:4]) {
+	case snapMagic:
+	case snapMagicV3:
+		version = 3
+	case snapMagicV2:
+		version = 2
+	default:
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, pre[:4])
 	}
 	n := binary.BigEndian.Uint32(pre[4:])
@@ -106,12 +117,12 @@ func readSnapHeader(r io.Reader) (*snapHeader, error) {
 	if got := crc32.Checksum(body, castagnoli); got != sum {
 		return nil, fmt.Errorf("%w: header checksum %08x, want %08x", ErrCorruptSnapshot, got, sum)
 	}
-	return decodeSnapHeader(body, v2)
+	return decodeSnapHeader(body, version)
 }
 
 var errShort = errors.New("truncated")
 
-func decodeSnapHeader(b []byte, v2 bool) (*snapHeader, error) {
+func decodeSnapHeader(b []byte, version int) (*snapHeader, error) {
 	d := decoder{b: b}
 	h := &snapHeader{}
 	if recs := d.bytes(); d.err == nil {
@@ -129,10 +140,18 @@ func decodeSnapHeader(b []byte, v2 bool) (*snapHeader, error) {
 	for i := uint64(0); i < nd && d.err == nil; i++ {
 		h.dedup = append(h.dedup, requestID{proposer: d.uvarint(), seq: d.uvarint()})
 	}
-	if !v2 {
+	if version >= 3 {
 		nc := d.count()
 		for i := uint64(0); i < nc && d.err == nil; i++ {
 			h.clients = append(h.clients, requestID{proposer: d.uvarint(), seq: d.uvarint()})
+		}
+	}
+	if version >= 4 {
+		if b := d.bytes(); d.err == nil && len(b) > 0 {
+			if _, err := confchange.DecodeClusterSettings(b); err != nil {
+				return nil, fmt.Errorf("%w: header: %v", ErrCorruptSnapshot, err)
+			}
+			h.settings = b
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -141,6 +141,9 @@ func (n *Node) maybeSnapshot() {
 	index := a.applied
 	cs := proto.Clone(a.members.confState).(*raftpb.ConfState)
 	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids(), clients: a.clients.ids()}
+	if cs := n.settings.Load(); cs != nil {
+		h.settings = cs.Encode()
+	}
 	s.index = index
 	s.logBytes = 0
 	s.running.Store(true)

@@ -1,0 +1,98 @@
+package raft
+
+import (
+	"context"
+	"log/slog"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/confchange"
+)
+
+// Settings returns the cluster settings this member applied — the same on
+// every member once replicated (target voters, maximum learners, automatic
+// promotion, failover and dead-member delays) — or, before the first leader
+// replicated them, the ones this member's Config seeds. No round trip.
+func (n *Node) Settings() confchange.ClusterSettings {
+	if cs := n.settings.Load(); cs != nil {
+		return *cs
+	}
+	return n.seedSettings(0)
+}
+
+// seedSettings are the settings the Config describes: what the first
+// leader replicates. A new cluster's target is at least its voter count
+// (rounded up to odd), so that bootstrapping five members with the default
+// target of three does not demote two at once.
+func (n *Node) seedSettings(voters int) confchange.ClusterSettings {
+	cs := confchange.SeedClusterSettings(n.cfg.Membership, !n.cfg.ManualMembership)
+	if voters > cs.TargetVoters {
+		cs.TargetVoters = min(voters|1, confchange.MaxVoters)
+	}
+	return cs
+}
+
+// UpdateSettings replaces the cluster settings: cs is validated (an odd
+// target of 1–9 voters, at least one learner, a positive failover delay)
+// and replicated through the log; the call returns once this member applied
+// it. The default policy then acts on the new values: raising TargetVoters
+// promotes ready standbys (two at once), lowering it demotes the surplus
+// voters (least healthy first, never the leader), both in one joint change.
+// It works on any member (followers and learners forward it).
+//
+// Errors: confchange.ErrInvalidSettings (nothing proposed); the errors of
+// Propose (ErrLeaderChanged, ErrTimeout: the outcome is unknown, read
+// Settings; ErrNotProposed with ctx's error: safe to retry; ErrStopped).
+func (n *Node) UpdateSettings(ctx context.Context, cs confchange.ClusterSettings) error {
+	if err := cs.Validate(); err != nil {
+		return err
+	}
+	_, err := n.proposeEntry(ctx, RequestID{}, cs.Encode(), true)
+	return err
+}
+
+// membershipSettings are the rules' settings in force: the local Config's
+// with the replicated cluster settings in place.
+func (n *Node) membershipSettings() confchange.Settings {
+	if cs := n.settings.Load(); cs != nil {
+		return cs.Apply(n.cfg.Membership)
+	}
+	return n.cfg.Membership
+}
+
+// autoPromote reports whether the policy may change the membership on its own.
+func (n *Node) autoPromote() bool {
+	if cs := n.settings.Load(); cs != nil {
+		return cs.AutoPromote
+	}
+	return !n.cfg.ManualMembership
+}
+
+// policy is the host's policy, or the default one with the settings in force.
+func (n *Node) policy() confchange.Policy {
+	if n.ownPolicy {
+		return n.cfg.Policy
+	}
+	return confchange.DefaultPolicy{Settings: n.membershipSettings()}
+}
+
+// seedSettingsOnce, on a leader that has applied its log, replicates the
+// seed settings when no settings were ever replicated (a cluster
+// bootstrapped by this version, or by an older one): from then on every
+// member follows the same ones. It is retried every election timeout until
+// an entry is applied.
+func (n *Node) seedSettingsOnce(voters int) {
+	l := &n.loop
+	if n.settings.Load() != nil || l.ticks < l.ms.seedRetry {
+		return
+	}
+	l.ms.seedRetry = l.ticks + uint64(n.cfg.ElectionTicks)
+	cs := n.seedSettings(voters)
+	data := appendSettings(nil, requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)}, cs.Encode())
+	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: []*raftpb.Entry{{Data: data}}})
+	if err != nil {
+		n.log.Debug("seeding the cluster settings: not proposed now", slog.Any("err", err))
+		return
+	}
+	n.log.Info("replicating the cluster settings", slog.String("settings", cs.String()))
+}
