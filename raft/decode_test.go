@@ -1,9 +1,9 @@
 package raft
 
 import (
-	"github.com/understudy-raft/understudy/confchange"
 	"bytes"
 	"errors"
+	"github.com/understudy-raft/understudy/confchange"
 	"testing"
 )
 
