@@ -40,6 +40,10 @@ Commands:
   member promote ID | demote ID | remove ID
   member watch [--interval 1s]        redraw the members while learners catch up
   leader transfer ID
+  cluster get                         the replicated cluster settings
+  cluster set NAME VALUE [NAME VALUE…] [--dry-run]
+                                      e.g. cluster set target-voters 5 (names: target-voters,
+                                      max-learners, auto-promote, failover-after, remove-dead-after)
   status                              every endpoint's status
 
 Global flags:
@@ -276,6 +280,8 @@ func (c *client) dispatch(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.out, "leadership transferred to %s\n", args[2])
 	case "status":
 		return c.status(ctx)
+	case "cluster":
+		return c.cluster(ctx, args[1:])
 	default:
 		return usageError{fmt.Sprintf("unknown command %q (try: kvctl -h)", args[0])}
 	}

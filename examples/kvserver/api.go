@@ -29,8 +29,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /members/{id}/demote", s.memberOp("demote"))
 	mux.HandleFunc("DELETE /members/{id}", s.memberOp("remove"))
 	mux.HandleFunc("POST /leader/transfer", s.transferLeader)
-	mux.HandleFunc("GET /cluster", s.notImplemented)
-	mux.HandleFunc("PATCH /cluster", s.notImplemented)
+	mux.HandleFunc("GET /cluster", s.getCluster)
+	mux.HandleFunc("PATCH /cluster", s.patchCluster)
 	mux.HandleFunc("GET /status", s.status)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.Handle("GET /metrics", s.m.handler())
@@ -443,8 +443,102 @@ func (s *server) transferLeader(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]uint64{"leader": to})
 }
 
-func (s *server) notImplemented(w http.ResponseWriter, r *http.Request) {
-	s.writeError(w, http.StatusNotImplemented, "not_implemented", "replicated cluster settings come with run-time scaling")
+// clusterJSON is GET /cluster: the replicated cluster settings.
+type clusterJSON struct {
+	TargetVoters    int    `json:"target_voters"`
+	MaxLearners     int    `json:"max_learners"`
+	AutoPromote     bool   `json:"auto_promote"`
+	FailoverAfter   string `json:"failover_after"`
+	RemoveDeadAfter string `json:"remove_dead_after"`
+}
+
+func toClusterJSON(cs confchange.ClusterSettings) clusterJSON {
+	return clusterJSON{
+		TargetVoters: cs.TargetVoters, MaxLearners: cs.MaxLearners, AutoPromote: cs.AutoPromote,
+		FailoverAfter: cs.FailoverAfter.String(), RemoveDeadAfter: cs.RemoveDeadAfter.String(),
+	}
+}
+
+func (s *server) getCluster(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, toClusterJSON(s.h.Settings()))
+}
+
+// patchCluster changes any of the settings; the others keep their values.
+func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		TargetVoters    *int    `json:"target_voters"`
+		MaxLearners     *int    `json:"max_learners"`
+		AutoPromote     *bool   `json:"auto_promote"`
+		FailoverAfter   *string `json:"failover_after"`
+		RemoveDeadAfter *string `json:"remove_dead_after"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.writeError(w, http.StatusBadRequest, "invalid_setting", "the body is not cluster settings: "+err.Error())
+		return
+	}
+	cs := s.h.Settings()
+	if req.TargetVoters != nil {
+		cs.TargetVoters = *req.TargetVoters
+	}
+	if req.MaxLearners != nil {
+		cs.MaxLearners = *req.MaxLearners
+	}
+	if req.AutoPromote != nil {
+		cs.AutoPromote = *req.AutoPromote
+	}
+	for _, d := range []struct {
+		name string
+		in   *string
+		out  *time.Duration
+	}{{"failover_after", req.FailoverAfter, &cs.FailoverAfter}, {"remove_dead_after", req.RemoveDeadAfter, &cs.RemoveDeadAfter}} {
+		if d.in == nil {
+			continue
+		}
+		v, err := time.ParseDuration(*d.in)
+		if err != nil {
+			s.writeError(w, http.StatusBadRequest, "invalid_setting", fmt.Sprintf("%s %q: a Go duration, e.g. \"30s\"", d.name, *d.in))
+			return
+		}
+		*d.out = v
+	}
+	if dryRun(r) {
+		out := struct {
+			Plan     string        `json:"plan"`
+			Refusals []refusalJSON `json:"refusals"`
+		}{Plan: "set " + cs.String(), Refusals: []refusalJSON{}}
+		if err := cs.Validate(); err != nil {
+			for _, e := range unjoin(err) {
+				out.Refusals = append(out.Refusals, refusalJSON{Code: "invalid_setting", Error: e.Error()})
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	if err := cs.Validate(); err != nil {
+		s.writeError(w, http.StatusBadRequest, "invalid_setting", err.Error())
+		return
+	}
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	if err := s.h.UpdateSettings(ctx, cs); err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toClusterJSON(s.h.Settings()))
+}
+
+// unjoin splits an errors.Join into its errors.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // statusJSON is GET /status.

@@ -58,8 +58,28 @@ func TestErrorCodes(t *testing.T) {
 	check("POST", "/members/99/promote", "", 404, "unknown_member")
 	check("DELETE", "/members/99", "", 404, "unknown_member")
 	check("POST", "/members/x/promote", "", 400, "invalid_member")
-	check("GET", "/cluster", "", 501, "not_implemented")
-	check("PATCH", "/cluster", `{"target_voters": 5}`, 501, "not_implemented")
+	// The replicated settings, seeded by the flags.
+	if code, out := a.req("GET", "/cluster", ""); code != 200 || !strings.Contains(out, `"max_learners":1`) || !strings.Contains(out, `"auto_promote":false`) ||
+		!strings.Contains(out, `"remove_dead_after":"0s"`) || !strings.Contains(out, `"target_voters":3`) {
+		t.Fatalf("GET /cluster: %d %s", code, out)
+	}
+	check("PATCH", "/cluster", `{"target_voters": 4}`, 400, "invalid_setting")
+	check("PATCH", "/cluster", `{"failover_after": "soon"}`, 400, "invalid_setting")
+	check("PATCH", "/cluster", `{"bogus": 1}`, 400, "invalid_setting")
+	if code, out := a.req("PATCH", "/cluster?dry_run=true", `{"target_voters": 4, "max_learners": 0}`); code != 200 || strings.Count(out, `"invalid_setting"`) != 2 {
+		t.Fatalf("PATCH /cluster?dry_run=true: %d %s", code, out)
+	}
+	if code, out := a.req("PATCH", "/cluster", `{"failover_after": "45s"}`); code != 200 || !strings.Contains(out, `"failover_after":"45s"`) || !strings.Contains(out, `"max_learners":1`) {
+		t.Fatalf("PATCH /cluster: %d %s", code, out)
+	}
+	eventually(t, 10*time.Second, func() string {
+		for _, p := range ps {
+			if code, out := p.req("GET", "/cluster", ""); code != 200 || !strings.Contains(out, `"failover_after":"45s"`) {
+				return fmt.Sprintf("member %d: %s", p.id, out)
+			}
+		}
+		return ""
+	})
 	// Dry runs: every reason with its code, nothing proposed.
 	for _, c := range []struct{ method, path, body, want string }{
 		{"POST", "/members?dry_run=true", `{"id": 10, "peer_addr": "127.0.0.1:1"}`, `"refusals":[]`},

@@ -215,3 +215,54 @@ func TestForceNewCluster(t *testing.T) {
 		t.Fatalf("after a normal restart: %d %q", code, v)
 	}
 }
+
+// TestScaleUpAndDown: raising the replicated target voter count with kvctl
+// promotes two ready standbys at once; lowering it demotes two voters, who
+// stay as standbys — and every member reports the same settings.
+func TestScaleUpAndDown(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	for _, id := range []uint64{4, 5} {
+		p := newProc(t, root, id)
+		if code, out := ps[0].req("POST", "/members", fmt.Sprintf(`{"id": %d, "peer_addr": %q, "client_addr": %q}`, id, p.peer, p.client)); code != 201 {
+			t.Fatalf("POST /members: %d %s", code, out)
+		}
+		p.start("--join", "--peers", ps[0].peer)
+		p.waitHealthy(t)
+		ps = append(ps, p)
+	}
+	eps := ps[0].client + "," + ps[1].client
+	voters := func(want int) {
+		t.Helper()
+		eventually(t, 20*time.Second, func() string {
+			m, ok := ps[0].members(t)
+			n := 0
+			for _, x := range m.Members {
+				if x.Role == "voter" {
+					n++
+				}
+			}
+			if !ok || n != want || m.Joint {
+				return fmt.Sprintf("want %d voters: %+v", want, m)
+			}
+			return ""
+		})
+	}
+	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "5"); err != nil || !strings.Contains(out, "target-voters      5") {
+		t.Fatalf("cluster set target-voters 5: %v\n%s", err, out)
+	}
+	voters(5)
+	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "3"); err != nil {
+		t.Fatalf("cluster set target-voters 3: %v\n%s", err, out)
+	}
+	voters(3)
+	for _, p := range ps {
+		out, err := kvctl(t, "--endpoints", p.client, "-w", "json", "cluster", "get")
+		if err != nil || !strings.Contains(out, `"target_voters":3`) {
+			t.Fatalf("member %d's settings: %v %s", p.id, err, out)
+		}
+	}
+	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "4"); err == nil || !strings.Contains(out, "invalid_setting") {
+		t.Fatalf("an even target: %v %s", err, out)
+	}
+}
