@@ -2,6 +2,7 @@ package confchange
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -153,4 +154,29 @@ func (p DefaultPolicy) surplus(v View, k int) []uint64 {
 		return cmp.Or(cmp.Compare(v.Progress[b].Lag(v.LastIndex), v.Progress[a].Lag(v.LastIndex)), cmp.Compare(b, a))
 	})
 	return cands[:k]
+}
+
+// Waiting says in words what the policy waits for before it can act on
+// its own, "" when nothing: seats to fill with fewer ready standbys than it
+// needs (it never makes the voter count even), or a lost voter with no
+// ready standby to take its seat.
+func (p DefaultPolicy) Waiting(v View) string {
+	s := p.Settings.WithDefaults()
+	v.Config = v.Config.Normalize()
+	cfg := v.Config
+	if cfg.Joint() || cfg.validate() != nil {
+		return ""
+	}
+	standbys := p.standbys(v, s)
+	if n := len(cfg.Voters); n < s.TargetVoters {
+		k := 1 + n%2
+		if len(standbys) < k || n+k > s.TargetVoters {
+			return fmt.Sprintf("target %d voters, %d now: waiting for %d ready standbys to promote at once (%d ready)",
+				s.TargetVoters, n, k, len(standbys))
+		}
+	}
+	if lost := silent(v, cfg.Voters, s.FailoverAfter); len(lost) > 0 && len(standbys) == 0 {
+		return fmt.Sprintf("voter %d lost for %s or more: waiting for a ready standby to take its seat", lost[0], s.FailoverAfter)
+	}
+	return ""
 }

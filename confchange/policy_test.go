@@ -1,6 +1,7 @@
 package confchange
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -82,3 +83,24 @@ func TestPolicyInterface(t *testing.T) {
 type fixedPolicy struct{ r Request }
 
 func (f fixedPolicy) Next(View) (Request, bool) { return f.r, true }
+
+func TestDefaultPolicyWaiting(t *testing.T) {
+	for _, tt := range []struct {
+		name, view string
+		s          Settings
+		want       string
+	}{
+		{"at target", "voters=(1 2 3)", Settings{}, ""},
+		{"one ready of two needed", "voters=(1 2 3) learners=(4 5)\n5 down", Settings{TargetVoters: 5}, "waiting for 2 ready standbys to promote at once (1 ready)"},
+		{"can act", "voters=(1 2 3) learners=(4 5)", Settings{TargetVoters: 5}, ""},
+		{"lost voter, no standby", "voters=(1 2 3)\n3 down contact=1m", Settings{}, "voter 3 lost"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := mustView(t, tt.view)
+			got := DefaultPolicy{Settings: tt.s}.Waiting(v)
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Fatalf("Waiting = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

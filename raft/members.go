@@ -26,6 +26,11 @@ type Membership struct {
 	LastIndex uint64
 	// Members is every member of the configuration, by ID.
 	Members []MemberStatus
+	// Waiting says what the default policy waits for before it can act
+	// (e.g. "target 5 voters, 3 now: waiting for 2 ready standbys to promote
+	// at once (1 ready)"); "" when nothing, with automatic changes off, or
+	// with a host's own policy.
+	Waiting string `json:",omitempty"`
 }
 
 // Joint reports whether the configuration is joint.
@@ -132,6 +137,10 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 			}
 		}
 		m.Members = append(m.Members, ms)
+	}
+	if !n.ownPolicy && n.autoPromote() && n.settings.Load() != nil {
+		v.ReadySince = n.loop.ms.readySince
+		m.Waiting = confchange.DefaultPolicy{Settings: n.membershipSettings()}.Waiting(v)
 	}
 	return m, nil
 }

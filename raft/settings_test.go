@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,4 +121,120 @@ func TestReplicatedSettingsScaleUpAndDown(t *testing.T) {
 	if c.Net.SnapshotsTo(6) == 0 {
 		t.Fatal("member 6 caught up without a snapshot: the test does not cover settings in snapshots")
 	}
+}
+
+// TestScaleUpWaitsForEnoughStandbys: with one ready standby and two seats
+// to fill, nothing changes (never four voters), and Membership says what
+// the policy waits for; a read-only learner never counts, even when it is
+// the only ready one.
+func TestScaleUpWaitsForEnoughStandbys(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 3, Membership: fastMembership})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	waitSettings(ctx, t, c, "replicated", func(cs confchange.ClusterSettings) bool { return cs.AutoPromote })
+	ro := c.Record(4)
+	ro.ReadOnly = true
+	if err := lead.Node.AddLearner(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	c.Join(4)
+	if err := lead.Node.AddLearner(ctx, c.Record(5)); err != nil {
+		t.Fatal(err)
+	}
+	c.Join(5)
+	cs := lead.Node.Settings()
+	cs.TargetVoters = 5
+	if err := lead.Node.UpdateSettings(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	m := waitMembership(ctx, t, lead.Node, "waiting for a second standby", func(m raft.Membership) bool {
+		return strings.Contains(m.Waiting, "waiting for 2 ready standbys") && strings.Contains(m.Waiting, "(1 ready)")
+	})
+	if len(m.Config.Voters) != 3 {
+		t.Fatalf("voters %v while waiting", m.Config.Voters)
+	}
+	if _, err := lead.Node.ChangeMembership(ctx, confchange.Promote(4)); !errors.Is(err, confchange.ErrMemberReadOnly) {
+		t.Fatalf("promoting a read-only learner: %v", err)
+	}
+	// Made promotable, it fills the second seat.
+	ro.ReadOnly = false
+	if err := lead.Node.UpdateMember(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	waitMembership(ctx, t, lead.Node, "five voters", func(m raft.Membership) bool { return len(m.Config.Voters) == 5 && !m.Joint() && m.Waiting == "" })
+}
+
+// TestDryRunReportsEveryRefusal: CheckMembership returns every reason at
+// once, each with its code, and proposes nothing.
+func TestDryRunReportsEveryRefusal(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 3, ManualMembership: true, Membership: confchange.Settings{MaxLearners: 1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	// Replicated explicitly, so that the leader seeds nothing meanwhile.
+	if err := lead.Node.UpdateSettings(ctx, lead.Node.Settings()); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Node.AddLearner(ctx, c.Record(4)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := lead.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := c.Record(5)
+	dup.PeerAddr = c.Record(1).PeerAddr // an address in use, and one learner too many
+	_, err = f(c, lead).Node.CheckMembership(ctx, confchange.AddLearner(dup))
+	var refs confchange.Refusals
+	if !errors.As(err, &refs) || len(refs) < 2 {
+		t.Fatalf("dry run: %v, want several refusals", err)
+	}
+	codes := map[string]bool{}
+	for _, r := range refs {
+		codes[r.Code()] = true
+	}
+	if !codes["too_many_learners"] || !codes["member_exists"] {
+		t.Fatalf("codes %v", codes)
+	}
+	after, err := lead.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.LastIndex != before.LastIndex {
+		t.Fatalf("a dry run appended entries: %d → %d", before.LastIndex, after.LastIndex)
+	}
+}
+
+func f(c *cluster.Cluster, lead *cluster.Member) *cluster.Member {
+	for _, m := range c.Running() {
+		if m.ID != lead.ID {
+			return m
+		}
+	}
+	return lead
+}
+
+// TestSettingsSurviveFullRestart: every member stopped and started again
+// keeps the replicated settings, whatever its Config now says.
+func TestSettingsSurviveFullRestart(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	waitSettings(ctx, t, c, "replicated", func(cs confchange.ClusterSettings) bool { return cs.AutoPromote })
+	cs := lead.Node.Settings()
+	cs.MaxLearners, cs.FailoverAfter, cs.RemoveDeadAfter = 5, 42*time.Second, time.Hour
+	if err := lead.Node.UpdateSettings(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	waitSettings(ctx, t, c, "updated", func(got confchange.ClusterSettings) bool { return got == cs })
+	for _, id := range c.Members() {
+		c.Stop(id)
+	}
+	for _, id := range c.Members() {
+		c.Restart(id)
+	}
+	c.WaitLeader()
+	waitSettings(ctx, t, c, "kept across a full restart", func(got confchange.ClusterSettings) bool { return got == cs })
 }

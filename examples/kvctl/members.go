@@ -20,6 +20,7 @@ type members struct {
 	Joint     bool     `json:"joint"`
 	Index     uint64   `json:"index"`
 	LastIndex uint64   `json:"last_index"`
+	Waiting   string   `json:"waiting"`
 	Members   []member `json:"members"`
 }
 
@@ -168,6 +169,9 @@ func printMembers(w io.Writer, ms members) {
 	if ms.Joint {
 		fmt.Fprintln(w, "(a joint configuration: a change of several voters is in progress)")
 	}
+	if ms.Waiting != "" {
+		fmt.Fprintf(w, "(the policy is waiting: %s)\n", ms.Waiting)
+	}
 }
 
 // watch redraws the members every interval: what an operator looks at while
@@ -206,7 +210,11 @@ func (c *client) watch(ctx context.Context, interval time.Duration, count int) e
 // drawWatch draws each member with a lag bar, its catch-up rate, the time
 // to ready and the stabilization countdown.
 func drawWatch(w io.Writer, ms members) {
-	fmt.Fprintf(w, "leader %d, last index %d%s\n\n", ms.Leader, ms.LastIndex, map[bool]string{true: " (joint)", false: ""}[ms.Joint])
+	fmt.Fprintf(w, "leader %d, last index %d%s\n", ms.Leader, ms.LastIndex, map[bool]string{true: " (joint)", false: ""}[ms.Joint])
+	if ms.Waiting != "" {
+		fmt.Fprintf(w, "the policy is waiting: %s\n", ms.Waiting)
+	}
+	fmt.Fprintln(w)
 	for _, m := range ms.Members {
 		if m.ID == ms.Leader {
 			fmt.Fprintf(w, "  %3d leader   %s\n", m.ID, m.PeerAddr)

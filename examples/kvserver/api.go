@@ -247,11 +247,12 @@ type membersJSON struct {
 	Joint     bool         `json:"joint"`
 	Index     uint64       `json:"index"`
 	LastIndex uint64       `json:"last_index"`
+	Waiting   string       `json:"waiting,omitempty"`
 	Members   []memberJSON `json:"members"`
 }
 
 func toMembersJSON(m raft.Membership) membersJSON {
-	out := membersJSON{Leader: m.Leader, Joint: m.Joint(), Index: m.Index, LastIndex: m.LastIndex, Members: []memberJSON{}}
+	out := membersJSON{Leader: m.Leader, Joint: m.Joint(), Index: m.Index, LastIndex: m.LastIndex, Waiting: m.Waiting, Members: []memberJSON{}}
 	for _, ms := range m.Members {
 		mj := memberJSON{
 			ID: ms.ID, PeerAddr: ms.PeerAddr, ClientAddr: ms.Metadata["client_addr"],
