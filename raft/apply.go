@@ -143,6 +143,12 @@ func (n *Node) applyEntries(t applyTask) error {
 		if len(data) == 0 {
 			continue // a new leader's empty entry
 		}
+		if data[0] == entryReadiness {
+			if err := n.applyReadiness(idx, data); err != nil {
+				return err
+			}
+			continue
+		}
 		if data[0] == entrySettings {
 			if err := n.applySettings(idx, data); err != nil {
 				return err

@@ -133,6 +133,13 @@ type membershipLoop struct {
 	// seedRetry is the tick from which the leader may (again) propose the
 	// seed cluster settings.
 	seedRetry uint64
+	// inherited: members recorded ready before this term, and when this
+	// member learned it (see readiness.go); recorded: the readiness last
+	// recorded per member; recordedAt: the tick before which a member's
+	// readiness is not recorded again.
+	inherited  map[uint64]time.Time
+	recorded   map[uint64]bool
+	recordedAt map[uint64]uint64
 }
 
 // noteAppend tracks the entries of a MsgStorageAppend: the last index, the
@@ -172,6 +179,7 @@ func (n *Node) becameLeader() {
 	ms.leaderSince = time.Now()
 	ms.readySince = nil
 	ms.firstSeen = nil
+	n.inheritReadiness()
 	n.loop.catchUp = nil // rates measured in an earlier term are stale
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
@@ -197,7 +205,7 @@ func (n *Node) view() confchange.View {
 		LastIndex:     ms.lastIndex,
 		Now:           time.Now(),
 		Progress:      make(map[uint64]confchange.Progress, len(st.Progress)),
-		ReadySince:    ms.readySince,
+		ReadySince:    withInherited(ms.readySince, ms.inherited),
 		PendingChange: st.Applied < ms.confGate || ms.checking != 0,
 	}
 	for id, pr := range st.Progress {
@@ -259,6 +267,7 @@ func (n *Node) membershipTick() {
 	}
 	settings := n.membershipSettings()
 	l.ms.readySince = confchange.UpdateReadySince(v, settings)
+	n.creditReadiness(v.Now)
 	v.ReadySince = l.ms.readySince
 	if v.PendingChange {
 		return // so the applied member table is current

@@ -138,3 +138,33 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
 }
+
+func FuzzDecodeReadiness(f *testing.F) {
+	f.Add(appendReadiness(nil, requestID{1, 2}, 4, true))
+	f.Add(appendReadiness(nil, requestID{1, 2}, 1<<40, false))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, member, ready, err := decodeReadiness(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorruptEntry) {
+				t.Fatalf("error %v does not wrap ErrCorruptEntry", err)
+			}
+			return
+		}
+		if !bytes.Equal(appendReadiness(nil, id, member, ready), b) {
+			t.Fatalf("%x is not canonical", b)
+		}
+	})
+}
+
+func FuzzDecodeSettingsEntry(f *testing.F) {
+	f.Add(appendSettings(nil, requestID{1, 2}, confchange.SeedClusterSettings(confchange.Settings{}, true).Encode()))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, cs, err := decodeSettings(b)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(appendSettings(nil, id, cs.Encode()), b) {
+			t.Fatalf("%x is not canonical", b)
+		}
+	})
+}

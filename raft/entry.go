@@ -9,7 +9,8 @@ import (
 
 // Entry payload format (the Data of a normal raft entry):
 //
-//	byte 0      kind (entryCommand, entryClientCommand or entrySettings)
+//	byte 0      kind (entryCommand, entryClientCommand, entrySettings or
+//	            entryReadiness: a learner's readiness, see readiness.go)
 //	bytes 1-8   proposer member ID, big endian
 //	bytes 9-16  proposer's sequence number, big endian
 //	bytes 17-32 entryClientCommand only: the caller's RequestID (client, seq)
@@ -28,7 +29,7 @@ const (
 	entrySettings      byte = 3
 	entryHeaderSize         = 17
 	clientHeaderSize        = entryHeaderSize + 16
-	maxEntryKindKnown       = entrySettings
+	maxEntryKindKnown       = entryReadiness
 )
 
 // requestID identifies one proposal cluster-wide.

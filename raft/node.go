@@ -64,6 +64,8 @@ type Node struct {
 	// settings are the replicated cluster settings as applied (nil: none
 	// replicated yet; the Config seeds them).
 	settings atomic.Pointer[confchange.ClusterSettings]
+	// ready are the readiness records applied (readiness.go).
+	ready readyRecords
 	// ownPolicy: the host gave Config.Policy (else the default policy runs
 	// with the replicated settings).
 	ownPolicy bool

@@ -238,3 +238,53 @@ func TestSettingsSurviveFullRestart(t *testing.T) {
 	c.WaitLeader()
 	waitSettings(ctx, t, c, "kept across a full restart", func(got confchange.ClusterSettings) bool { return got == cs })
 }
+
+// TestReadinessSurvivesLeaderChange: a learner stable for a while under
+// one leader is not sent back to zero by a leader change: the new leader
+// credits the time recorded in the log.
+func TestReadinessSurvivesLeaderChange(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 3, ManualMembership: true, Membership: confchange.Settings{Stabilization: 5 * time.Second}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	if err := lead.Node.AddLearner(ctx, c.Record(4)); err != nil {
+		t.Fatal(err)
+	}
+	c.Join(4)
+	stable := func(node *raft.Node) time.Duration {
+		m, err := node.Membership(ctx)
+		if err != nil {
+			return -1
+		}
+		for _, ms := range m.Members {
+			if ms.ID == 4 && (ms.Readiness.Code == confchange.ReasonStabilizing || ms.Readiness.Code == confchange.ReasonReady) {
+				return ms.Readiness.For
+			}
+		}
+		return -1
+	}
+	for stable(lead.Node) < 1500*time.Millisecond {
+		select {
+		case <-ctx.Done():
+			t.Fatal("learner 4 never stabilized")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	next := follower(t, c, lead)
+	if err := lead.Node.TransferLeadership(ctx, next.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Under the new leader, once it sees the learner caught up, the clock
+	// goes on from where it was (give or take the record's delay).
+	var got time.Duration
+	for got = stable(next.Node); got < 0; got = stable(next.Node) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the new leader never saw learner 4 ready")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if got < time.Second {
+		t.Fatalf("after the leader change, learner 4 is stable for %v: the clock started over", got)
+	}
+}
