@@ -64,9 +64,20 @@
 // member's readiness (recently heard from, replicating, lag at most
 // Settings.MaxLag, for Settings.Stabilization) and asks Config.Policy —
 // confchange.DefaultPolicy unless replaced — for a change: promote ready
-// learners up to the odd target voter count, fail a lost voter over to a
-// ready standby. Membership returns the leader's view with every member's
-// progress and readiness. A member that learns it was removed — it applies
+// learners up to the odd target voter count (two at once), demote the
+// voters beyond it (after the target was lowered), fail a lost voter over to
+// a ready standby. Membership returns the leader's view with every member's
+// progress and readiness, and what the policy waits for.
+//
+// The target voter count, the maximum of learners, automatic promotion and
+// the failover and dead-member delays are cluster settings
+// (confchange.ClusterSettings) carried through the log in entries of the
+// node's own, never handed to the state machine, and in snapshots: the same
+// on every member (Settings), changed at run time with UpdateSettings.
+// Config.Membership and ManualMembership only seed them: the first leader
+// replicates them, and the policy acts on replicated settings only. The
+// leader also records each learner's readiness transitions in the log, so a
+// new leader does not restart a ready learner's stabilization clock. A member that learns it was removed — it applies
 // its removal, or a member refuses it as removed — records it in its storage
 // (Storage.MarkRemoved) and stops with ErrRemoved; IDs are never reused.
 //
