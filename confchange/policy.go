@@ -32,7 +32,11 @@ type Policy interface {
 //  5. swaps a voter it has not heard from for FailoverAfter for a ready
 //     standby in one joint change (standby → voter, lost voter → learner),
 //     keeping the voter count;
-//  6. removes a learner it has not heard from for RemoveDeadAfter, when set.
+//  6. restores an odd voter count (a voter was removed and no learner in
+//     contact can take its seat) by demoting one more voter, the least
+//     healthy, never the leader;
+//  7. removes a learner it has not heard from for RemoveDeadAfter, when set,
+//     as long as the members left can still fill TargetVoters seats.
 //
 // Candidates are taken least lag first, then lowest ID; lost voters longest
 // silent first, then lowest ID. It returns only requests Check accepts.
@@ -89,8 +93,26 @@ func (p DefaultPolicy) Next(v View) (Request, bool) {
 		}
 	}
 
+	// An even voter count (a voter was removed) with no learner in contact
+	// that could take the seat (a ready one is promoted above; one catching
+	// up is waited for): demote one more, so that the count is odd again —
+	// two voters need both for a quorum, one needs only itself.
+	if n := len(cfg.Voters); n%2 == 0 && n > 0 && !p.candidateInContact(v) {
+		if victims := p.surplus(v, 1); victims != nil {
+			if r := Demote(victims...); ok(r) {
+				return r, true
+			}
+		}
+	}
+
 	if s.RemoveDeadAfter > 0 {
+		// Never below what the target needs: the remaining members must be
+		// able to fill TargetVoters seats.
+		members := len(cfg.Voters) + len(cfg.Learners)
 		for _, dead := range silent(v, cfg.Learners, s.RemoveDeadAfter) {
+			if members-1 < s.TargetVoters {
+				break
+			}
 			if r := Remove(dead); ok(r) {
 				return r, true
 			}
@@ -179,4 +201,15 @@ func (p DefaultPolicy) Waiting(v View) string {
 		return fmt.Sprintf("voter %d lost for %s or more: waiting for a ready standby to take its seat", lost[0], s.FailoverAfter)
 	}
 	return ""
+}
+
+// candidateInContact reports whether a promotable learner is in contact
+// with the leader (ready, or on its way).
+func (p DefaultPolicy) candidateInContact(v View) bool {
+	for _, id := range v.Config.Learners {
+		if !v.Members[id].ReadOnly && v.active(id) {
+			return true
+		}
+	}
+	return false
 }

@@ -201,9 +201,7 @@ func TestDryRunReportsEveryRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.LastIndex != before.LastIndex {
-		t.Fatalf("a dry run appended entries: %d → %d", before.LastIndex, after.LastIndex)
-	}
+	requireNoConfChange(t, lead, before.LastIndex, after.LastIndex)
 }
 
 func f(c *cluster.Cluster, lead *cluster.Member) *cluster.Member {

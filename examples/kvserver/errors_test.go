@@ -343,12 +343,30 @@ func TestChangeInProgressAndReadOnly(t *testing.T) {
 			p.kill()
 		}
 	}
+	lastIndex := func() uint64 {
+		code, out := leader.req("GET", "/members", "")
+		var m struct {
+			LastIndex uint64 `json:"last_index"`
+		}
+		if code != 200 || json.Unmarshal([]byte(out), &m) != nil {
+			return 0
+		}
+		return m.LastIndex
+	}
+	before := lastIndex()
 	first := make(chan int, 1)
 	go func() {
 		code, _ := leader.req("POST", "/members", `{"id": 8, "peer_addr": "127.0.0.1:2"}`)
 		first <- code
 	}()
-	time.Sleep(300 * time.Millisecond) // the first change is proposed (an ordering, not a timing check)
+	// The first change is proposed (it reached the leader's log) before the
+	// second one is tried.
+	eventually(t, 5*time.Second, func() string {
+		if lastIndex() <= before {
+			return "the first change never reached the leader's log"
+		}
+		return ""
+	})
 	if code, out := leader.req("POST", "/members", `{"id": 9, "peer_addr": "127.0.0.1:3"}`); code != 409 || !strings.Contains(out, `"change_in_progress"`) {
 		t.Fatalf("a second change while one is pending: %d %s", code, out)
 	}
