@@ -140,6 +140,8 @@ type membershipLoop struct {
 	inherited  map[uint64]time.Time
 	recorded   map[uint64]bool
 	recordedAt map[uint64]uint64
+	// waiting is what the default policy last said it waits for.
+	waiting string
 }
 
 // noteAppend tracks the entries of a MsgStorageAppend: the last index, the
@@ -284,6 +286,12 @@ func (n *Node) membershipTick() {
 	}
 	if !n.autoPromote() {
 		return
+	}
+	if !n.ownPolicy {
+		if w := (confchange.DefaultPolicy{Settings: settings}).Waiting(v); w != l.ms.waiting {
+			l.ms.waiting = w
+			n.events.emit(Event{Type: EventPolicyWaiting, Term: l.term, Detail: w})
+		}
 	}
 	req, ok := n.askPolicy(v)
 	if !ok {

@@ -56,6 +56,10 @@ const (
 	// EventSettingsChanged: Index holds the index of a change of the
 	// replicated cluster settings just applied (see Node.Settings).
 	EventSettingsChanged
+	// EventPolicyWaiting (on the leader): what the default policy waits for
+	// changed; Detail says it ("" once it waits for nothing), as
+	// Membership.Waiting does.
+	EventPolicyWaiting
 )
 
 func (t EventType) String() string {
@@ -76,6 +80,8 @@ func (t EventType) String() string {
 		return "catch-up"
 	case EventSettingsChanged:
 		return "settings-changed"
+	case EventPolicyWaiting:
+		return "policy-waiting"
 	}
 	return "unknown"
 }
@@ -92,6 +98,8 @@ type Event struct {
 	Member uint64
 	// CatchUp is set on EventCatchUp.
 	CatchUp *CatchUp
+	// Detail is set on EventPolicyWaiting.
+	Detail string
 }
 
 // Subscribe returns a channel of events with room for buf of them, and a

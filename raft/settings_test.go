@@ -143,10 +143,20 @@ func TestScaleUpWaitsForEnoughStandbys(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Join(5)
+	events, unsub := lead.Node.Subscribe(256)
+	defer unsub()
 	cs := lead.Node.Settings()
 	cs.TargetVoters = 5
 	if err := lead.Node.UpdateSettings(ctx, cs); err != nil {
 		t.Fatal(err)
+	}
+	for waiting := false; !waiting; {
+		select {
+		case e := <-events:
+			waiting = e.Type == raft.EventPolicyWaiting && strings.Contains(e.Detail, "waiting for 2 ready standbys")
+		case <-ctx.Done():
+			t.Fatal("no EventPolicyWaiting saying what the policy waits for")
+		}
 	}
 	m := waitMembership(ctx, t, lead.Node, "waiting for a second standby", func(m raft.Membership) bool {
 		return strings.Contains(m.Waiting, "waiting for 2 ready standbys") && strings.Contains(m.Waiting, "(1 ready)")

@@ -72,8 +72,7 @@ func (c *client) cluster(ctx context.Context, args []string) error {
 			return err
 		}
 		if dry {
-			_, err := c.out.Write(raw)
-			return err
+			return c.printDryRun(raw)
 		}
 		return c.printSettings(raw)
 	}

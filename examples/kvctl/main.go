@@ -36,8 +36,8 @@ Commands:
   get KEY [--consistency stale]       read (linearizable by default)
   del KEY                             delete
   member list                         the members as the leader sees them
-  member add ID PEER_ADDR [--client-addr A] [--voter] [--read-only]
-  member promote ID | demote ID | remove ID
+  member add ID PEER_ADDR [--client-addr A] [--voter] [--read-only] [--dry-run]
+  member promote ID | demote ID | remove ID  [--dry-run]
   member watch [--interval 1s]        redraw the members while learners catch up
   leader transfer ID
   cluster get                         the replicated cluster settings

@@ -74,6 +74,7 @@ func (c *client) member(ctx context.Context, args []string) error {
 		clientAddr := fs.String("client-addr", "", "the new member's client address")
 		voter := fs.Bool("voter", false, "add it directly as a voter (checked; a learner is the safe default)")
 		readOnly := fs.Bool("read-only", false, "never promoted, never a failover seat")
+		dry := fs.Bool("dry-run", false, "show the plan and every refusal; change nothing")
 		if err := parseInterspersed(fs, args[1:]); err != nil {
 			return usageError{err.Error()}
 		}
@@ -85,26 +86,43 @@ func (c *client) member(ctx context.Context, args []string) error {
 			return usageError{fmt.Sprintf("member ID %q: a positive integer", fs.Arg(0))}
 		}
 		body, _ := json.Marshal(map[string]any{"id": id, "peer_addr": fs.Arg(1), "client_addr": *clientAddr, "read_only": *readOnly})
-		path := "/members"
+		q := url.Values{}
 		if *voter {
-			path += "?role=voter"
+			q.Set("role", "voter")
+		}
+		if *dry {
+			q.Set("dry_run", "true")
+		}
+		path := "/members"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
 		}
 		raw, err := c.call(ctx, http.MethodPost, path, strings.NewReader(string(body)))
 		if err != nil {
 			return err
 		}
+		if *dry {
+			return c.printDryRun(raw)
+		}
 		return c.printChange(raw, fmt.Sprintf("member %d added", id))
 	case "promote", "demote", "remove":
-		if len(args) != 2 {
-			return usageError{fmt.Sprintf("member %s ID", args[0])}
+		dry := len(args) == 3 && (args[2] == "--dry-run" || args[2] == "-dry-run")
+		if len(args) != 2 && !dry {
+			return usageError{fmt.Sprintf("member %s ID [--dry-run]", args[0])}
 		}
 		method, path := http.MethodPost, "/members/"+url.PathEscape(args[1])+"/"+args[0]
 		if args[0] == "remove" {
 			method, path = http.MethodDelete, "/members/"+url.PathEscape(args[1])
 		}
+		if dry {
+			path += "?dry_run=true"
+		}
 		raw, err := c.call(ctx, method, path, nil)
 		if err != nil {
 			return err
+		}
+		if dry {
+			return c.printDryRun(raw)
 		}
 		past := map[string]string{"promote": "promoted", "demote": "demoted", "remove": "removed"}[args[0]]
 		return c.printChange(raw, fmt.Sprintf("member %s %s", args[1], past))
@@ -119,6 +137,32 @@ func (c *client) member(ctx context.Context, args []string) error {
 		return c.watch(ctx, *interval, *count)
 	default:
 		return usageError{fmt.Sprintf("unknown member command %q", args[0])}
+	}
+	return nil
+}
+
+// printDryRun prints a dry run's plan and every refusal, one per line.
+func (c *client) printDryRun(raw []byte) error {
+	if c.format == "json" {
+		_, err := c.out.Write(raw)
+		return err
+	}
+	var d struct {
+		Plan     string `json:"plan"`
+		Refusals []struct {
+			Code  string `json:"code"`
+			Error string `json:"error"`
+		} `json:"refusals"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return fmt.Errorf("malformed answer: %v", err)
+	}
+	fmt.Fprintf(c.out, "plan: %s\n", d.Plan)
+	if len(d.Refusals) == 0 {
+		fmt.Fprintln(c.out, "it would go through (nothing was changed)")
+	}
+	for _, r := range d.Refusals {
+		fmt.Fprintf(c.out, "refused: %s: %s\n", r.Code, r.Error)
 	}
 	return nil
 }

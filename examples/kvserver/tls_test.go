@@ -207,6 +207,19 @@ func TestKvctlOutput(t *testing.T) {
 	if err == nil || !strings.Contains(out, "unknown_member") {
 		t.Fatalf("promote of an unknown member: %v %s", err, out)
 	}
+	// Dry runs: the plan, every refusal, nothing changed.
+	out, err = kvctl(t, "--endpoints", eps, "member", "add", "9", "127.0.0.1:1", "--dry-run")
+	if err != nil || !strings.Contains(out, "it would go through") {
+		t.Fatalf("member add --dry-run: %v %s", err, out)
+	}
+	out, err = kvctl(t, "--endpoints", eps, "member", "promote", "42", "--dry-run")
+	if err != nil || !strings.Contains(out, "refused: unknown_member") {
+		t.Fatalf("member promote --dry-run: %v %s", err, out)
+	}
+	out, err = kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "4", "max-learners", "0", "--dry-run")
+	if err != nil || strings.Count(out, "refused: invalid_setting") != 2 {
+		t.Fatalf("cluster set --dry-run: %v %s", err, out)
+	}
 	out, err = kvctl(t, "--endpoints", eps, "member", "watch", "--count", "1", "--interval", "100ms")
 	if err != nil || !strings.Contains(out, "leader") {
 		t.Fatalf("member watch: %v %s", err, out)
