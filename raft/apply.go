@@ -149,7 +149,7 @@ func (n *Node) applyEntries(t applyTask) error {
 			}
 			continue
 		}
-		if data[0] == entrySettings {
+		if data[0] == entrySettings || data[0] == entrySettingsSeed {
 			if err := n.applySettings(idx, data); err != nil {
 				return err
 			}
@@ -202,6 +202,11 @@ func (n *Node) applySettings(idx uint64, data []byte) error {
 	}
 	id, cs, err := decodeSettings(data)
 	if !a.dedup.add(id) {
+		return nil
+	}
+	if err == nil && data[0] == entrySettingsSeed && n.settings.Load() != nil {
+		// A seed that lost the race with an update: the update stands.
+		a.applied = idx
 		return nil
 	}
 	if err == nil {

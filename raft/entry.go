@@ -9,8 +9,9 @@ import (
 
 // Entry payload format (the Data of a normal raft entry):
 //
-//	byte 0      kind (entryCommand, entryClientCommand, entrySettings or
-//	            entryReadiness: a learner's readiness, see readiness.go)
+//	byte 0      kind (entryCommand, entryClientCommand, entrySettings,
+//	            entryReadiness: a learner's readiness, see readiness.go, or
+//	            entrySettingsSeed: settings applied only if none are set)
 //	bytes 1-8   proposer member ID, big endian
 //	bytes 9-16  proposer's sequence number, big endian
 //	bytes 17-32 entryClientCommand only: the caller's RequestID (client, seq)
@@ -27,9 +28,13 @@ const (
 	entryCommand       byte = 1
 	entryClientCommand byte = 2
 	entrySettings      byte = 3
+	// entrySettingsSeed is the first leader's seed: applied only while no
+	// settings are set, so that it never overrides an update that reached
+	// the log before it.
+	entrySettingsSeed byte = 5
 	entryHeaderSize         = 17
 	clientHeaderSize        = entryHeaderSize + 16
-	maxEntryKindKnown       = entryReadiness
+	maxEntryKindKnown       = entrySettingsSeed
 )
 
 // requestID identifies one proposal cluster-wide.
@@ -71,7 +76,11 @@ func appendCommand(b []byte, id requestID, rid RequestID, cmd []byte) []byte {
 
 // appendSettings appends the payload of a settings entry with id to b.
 func appendSettings(b []byte, id requestID, settings []byte) []byte {
-	b = append(b, entrySettings)
+	return appendSettingsKind(b, entrySettings, id, settings)
+}
+
+func appendSettingsKind(b []byte, kind byte, id requestID, settings []byte) []byte {
+	b = append(b, kind)
 	b = binary.BigEndian.AppendUint64(b, id.proposer)
 	b = binary.BigEndian.AppendUint64(b, id.seq)
 	return append(b, settings...)
@@ -79,7 +88,7 @@ func appendSettings(b []byte, id requestID, settings []byte) []byte {
 
 // decodeSettings splits a settings entry's payload.
 func decodeSettings(b []byte) (requestID, confchange.ClusterSettings, error) {
-	if len(b) < entryHeaderSize || b[0] != entrySettings {
+	if len(b) < entryHeaderSize || (b[0] != entrySettings && b[0] != entrySettingsSeed) {
 		return requestID{}, confchange.ClusterSettings{}, fmt.Errorf("%w: not a settings entry", ErrCorruptEntry)
 	}
 	id := requestID{proposer: binary.BigEndian.Uint64(b[1:9]), seq: binary.BigEndian.Uint64(b[9:17])}

@@ -88,7 +88,7 @@ func (n *Node) seedSettingsOnce(voters int) {
 	}
 	l.ms.seedRetry = l.ticks + uint64(n.cfg.ElectionTicks)
 	cs := n.seedSettings(voters)
-	data := appendSettings(nil, requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)}, cs.Encode())
+	data := appendSettingsKind(nil, entrySettingsSeed, requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)}, cs.Encode())
 	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: []*raftpb.Entry{{Data: data}}})
 	if err != nil {
 		n.log.Debug("seeding the cluster settings: not proposed now", slog.Any("err", err))
