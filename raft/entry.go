@@ -32,9 +32,9 @@ const (
 	// settings are set, so that it never overrides an update that reached
 	// the log before it.
 	entrySettingsSeed byte = 5
-	entryHeaderSize         = 17
-	clientHeaderSize        = entryHeaderSize + 16
-	maxEntryKindKnown       = entrySettingsSeed
+	entryHeaderSize        = 17
+	clientHeaderSize       = entryHeaderSize + 16
+	maxEntryKindKnown      = entrySettingsSeed
 )
 
 // requestID identifies one proposal cluster-wide.
