@@ -3,8 +3,10 @@
 // compare-and-swap commands (encoded by Put, Delete and CAS, the bytes a
 // host hands to raft.Node.Propose), lookups by key (the query of
 // raft.Node.Read and StaleRead is the key; a missing key reads as empty),
-// and snapshots that copy the map at once and are written while applying
-// continues. The examples, the example server and the library's own tests
+// and snapshots that cost no copy when taken and are written while applying
+// continues: the map is split in shards, a snapshot freezes them, and the
+// first write to a frozen shard copies only that shard (copy-on-write), so
+// applying never stalls for a copy of the whole state. The examples, the example server and the library's own tests
 // use it; a host with other needs copies it and changes the commands.
 //
 // Results: a command's result is nil, or ErrCompareFailed for a
@@ -18,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"maps"
 	"sync"
@@ -76,18 +79,75 @@ func decode(b []byte) (op byte, key, value, prev string, err error) {
 	return op, parts[0], parts[1], parts[2], nil
 }
 
+// numShards is how many shards the map is split into: a write to a shard a
+// snapshot froze copies 1/numShards of the state.
+const numShards = 256
+
+// shard is one part of the map. A frozen shard is shared with a snapshot
+// and never modified again.
+type shard struct {
+	m      map[string]string
+	frozen bool
+}
+
 // Store is the state machine. The zero value is not usable; call New.
 type Store struct {
-	mu   sync.RWMutex
-	data map[string]string
+	mu     sync.RWMutex
+	seed   maphash.Seed
+	shards [numShards]*shard
+	n      int // keys
 	// Applied counts applied commands, for tests.
 	applied uint64
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{data: make(map[string]string)} }
+func New() *Store {
+	s := &Store{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i] = &shard{m: make(map[string]string)}
+	}
+	return s
+}
 
 var _ raft.StateMachine = (*Store)(nil)
+
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) % numShards)
+}
+
+// read returns key's value (under at least the read lock).
+func (s *Store) read(key string) (string, bool) {
+	v, ok := s.shards[s.shardOf(key)].m[key]
+	return v, ok
+}
+
+// writable returns key's shard, copied first if a snapshot froze it (under
+// the write lock).
+func (s *Store) writable(key string) *shard {
+	i := s.shardOf(key)
+	sh := s.shards[i]
+	if sh.frozen {
+		sh = &shard{m: maps.Clone(sh.m)}
+		s.shards[i] = sh
+	}
+	return sh
+}
+
+func (s *Store) put(key, value string) {
+	sh := s.writable(key)
+	if _, ok := sh.m[key]; !ok {
+		s.n++
+	}
+	sh.m[key] = value
+}
+
+func (s *Store) del(key string) {
+	if _, ok := s.read(key); !ok {
+		return
+	}
+	delete(s.writable(key).m, key)
+	s.n--
+}
 
 // Apply implements raft.StateMachine.
 func (s *Store) Apply(cmds []raft.Command, results []raft.Result) {
@@ -102,15 +162,15 @@ func (s *Store) Apply(cmds []raft.Command, results []raft.Result) {
 		}
 		switch op {
 		case opPut:
-			s.data[key] = value
+			s.put(key, value)
 		case opDelete:
-			delete(s.data, key)
+			s.del(key)
 		case opCAS:
-			if s.data[key] != prev {
-				results[i] = raft.Result{Value: []byte(s.data[key]), Err: ErrCompareFailed}
+			if cur, _ := s.read(key); cur != prev {
+				results[i] = raft.Result{Value: []byte(cur), Err: ErrCompareFailed}
 				continue
 			}
-			s.data[key] = value
+			s.put(key, value)
 		default:
 			results[i] = raft.Result{Err: ErrBadCommand}
 		}
@@ -122,22 +182,22 @@ func (s *Store) Apply(cmds []raft.Command, results []raft.Result) {
 func (s *Store) Lookup(query []byte) ([]byte, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return []byte(s.data[string(query)]), nil
+	v, _ := s.read(string(query))
+	return []byte(v), nil
 }
 
 // Get returns key's value and whether it exists (a stale local read).
 func (s *Store) Get(key string) (string, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	v, ok := s.data[key]
-	return v, ok
+	return s.read(key)
 }
 
 // Len returns the number of keys.
 func (s *Store) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.data)
+	return s.n
 }
 
 // Applied returns how many commands were applied since New or Restore.
@@ -151,38 +211,56 @@ func (s *Store) Applied() uint64 {
 func (s *Store) Clone() map[string]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return maps.Clone(s.data)
+	out := make(map[string]string, s.n)
+	for _, sh := range s.shards {
+		maps.Copy(out, sh.m)
+	}
+	return out
 }
 
-// Snapshot implements raft.StateMachine: it copies the map (under the read
-// lock) and writes the copy later.
+// Snapshot implements raft.StateMachine: it freezes the shards (no copy:
+// the next write to a frozen shard copies that shard) and writes them
+// later, while applying continues.
 func (s *Store) Snapshot() (raft.Snapshot, error) {
-	return snapshot(s.Clone()), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := &snapshot{n: s.n}
+	for i, sh := range s.shards {
+		sh.frozen = true
+		snap.shards[i] = sh.m
+	}
+	return snap, nil
 }
 
-type snapshot map[string]string
+// snapshot is a frozen view of the shards.
+type snapshot struct {
+	n      int
+	shards [numShards]map[string]string
+}
 
-func (m snapshot) Write(w io.Writer) error {
+func (m *snapshot) Write(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	var b []byte
-	b = binary.AppendUvarint(b, uint64(len(m)))
+	b = binary.AppendUvarint(b, uint64(m.n))
 	if _, err := bw.Write(b); err != nil {
 		return err
 	}
-	for k, v := range m {
-		b = b[:0]
-		b = binary.AppendUvarint(b, uint64(len(k)))
-		b = append(b, k...)
-		b = binary.AppendUvarint(b, uint64(len(v)))
-		b = append(b, v...)
-		if _, err := bw.Write(b); err != nil {
-			return err
+	for _, sh := range m.shards {
+		for k, v := range sh {
+			b = b[:0]
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+			b = binary.AppendUvarint(b, uint64(len(v)))
+			b = append(b, v...)
+			if _, err := bw.Write(b); err != nil {
+				return err
+			}
 		}
 	}
 	return bw.Flush()
 }
 
-func (snapshot) Release() {}
+func (*snapshot) Release() {}
 
 // Restore implements raft.StateMachine.
 func (s *Store) Restore(r io.Reader) error {
@@ -194,7 +272,10 @@ func (s *Store) Restore(r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("kv: restore: %w", err)
 	}
-	data := make(map[string]string)
+	var shards [numShards]*shard
+	for i := range shards {
+		shards[i] = &shard{m: make(map[string]string)}
+	}
 	readStr := func() (string, error) {
 		l, err := binary.ReadUvarint(br)
 		if err != nil {
@@ -216,11 +297,14 @@ func (s *Store) Restore(r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("kv: restore: %w", err)
 		}
-		data[k] = v
+		shards[s.shardOf(k)].m[k] = v // the seed never changes: no lock needed
+	}
+	keys := 0
+	for _, sh := range shards {
+		keys += len(sh.m)
 	}
 	s.mu.Lock()
-	s.data = data
-	s.applied = 0
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	s.shards, s.n, s.applied = shards, keys, 0
 	return nil
 }

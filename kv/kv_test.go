@@ -3,6 +3,7 @@ package kv_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/understudy-raft/understudy/kv"
@@ -80,4 +81,71 @@ func FuzzApply(f *testing.F) {
 		s := kv.New()
 		apply(s, b) // never panics: a bad command is a result
 	})
+}
+
+// TestSnapshotIsCopyOnWrite: a snapshot keeps the state of the moment it
+// was taken while writes go on, and a second snapshot sees those writes.
+func TestSnapshotIsCopyOnWrite(t *testing.T) {
+	s := kv.New()
+	var cmds [][]byte
+	for i := range 1000 {
+		cmds = append(cmds, kv.Put(fmt.Sprintf("k%d", i), "old"))
+	}
+	apply(s, cmds...)
+	snap1, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(s, kv.Put("k1", "new"), kv.Delete("k2"), kv.Put("fresh", "x"), kv.CAS("k3", "old", "swapped"))
+	snap2, _ := s.Snapshot()
+	apply(s, kv.Put("k4", "later"))
+
+	restore := func(snap raft.Snapshot) map[string]string {
+		var buf bytes.Buffer
+		if err := snap.Write(&buf); err != nil {
+			t.Fatal(err)
+		}
+		r := kv.New()
+		if err := r.Restore(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return r.Clone()
+	}
+	m1, m2 := restore(snap1), restore(snap2)
+	if len(m1) != 1000 || m1["k1"] != "old" || m1["k2"] != "old" || m1["fresh"] != "" || m1["k3"] != "old" {
+		t.Fatalf("the first snapshot saw later writes: %d keys, k1=%q k2=%q k3=%q", len(m1), m1["k1"], m1["k2"], m1["k3"])
+	}
+	if len(m2) != 1000 || m2["k1"] != "new" || m2["fresh"] != "x" || m2["k3"] != "swapped" || m2["k4"] != "old" {
+		t.Fatalf("the second snapshot: %d keys, k1=%q fresh=%q k3=%q k4=%q", len(m2), m2["k1"], m2["fresh"], m2["k3"], m2["k4"])
+	}
+	if _, ok := m2["k2"]; ok {
+		t.Fatal("a deleted key is in the second snapshot")
+	}
+	if s.Len() != 1000 || s.Clone()["k4"] != "later" {
+		t.Fatalf("the store: %d keys, k4=%q", s.Len(), s.Clone()["k4"])
+	}
+}
+
+// BenchmarkSnapshotTake is what taking a snapshot costs the apply path
+// with 400,000 keys (the shards are frozen, nothing is copied), plus the
+// first write after it (one shard copied).
+func BenchmarkSnapshotTake(b *testing.B) {
+	s := kv.New()
+	cmds := make([]raft.Command, 0, 1000)
+	for i := range 400_000 {
+		cmds = append(cmds, raft.Command{Data: kv.Put(fmt.Sprintf("key-%d", i), "value")})
+		if len(cmds) == cap(cmds) {
+			s.Apply(cmds, make([]raft.Result, len(cmds)))
+			cmds = cmds[:0]
+		}
+	}
+	put := []raft.Command{{Data: kv.Put("key-1", "v2")}}
+	res := make([]raft.Result, 1)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := s.Snapshot(); err != nil {
+			b.Fatal(err)
+		}
+		s.Apply(put, res)
+	}
 }
