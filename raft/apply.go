@@ -387,6 +387,9 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	n.setMembers(t)
 	a.dedup.reset(h.dedup)
 	a.clients.reset(h.clients)
+	// Readiness records are not in snapshots: the ones applied before may
+	// have been undone by records the snapshot covers.
+	n.ready.reset()
 	n.settings.Store(nil)
 	if len(h.settings) > 0 {
 		cs, err := confchange.DecodeClusterSettings(h.settings) // checked when the header was read

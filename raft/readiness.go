@@ -23,7 +23,9 @@ import (
 // a new leader credits a learner that is ready under it within an election
 // timeout of taking over with that time, so a leader change costs the
 // stabilization at most the replication delay of the record. No clock is
-// compared across machines.
+// compared across machines. Records are not part of snapshots: a member
+// that installs one forgets the records it had (a learner's clock then
+// starts over if that member leads next).
 
 // entryReadiness is the kind of a readiness record (see entry.go).
 const entryReadiness byte = 4
@@ -72,6 +74,12 @@ func (r *readyRecords) set(member uint64, ready bool, now time.Time) {
 	} else if _, ok := r.m[member]; !ok {
 		r.m[member] = now
 	}
+}
+
+func (r *readyRecords) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m = nil
 }
 
 func (r *readyRecords) snapshot() map[uint64]time.Time {
