@@ -23,6 +23,7 @@ import (
 	"hash/maphash"
 	"io"
 	"maps"
+	"strings"
 	"sync"
 
 	"github.com/understudy-raft/understudy/raft"
@@ -284,9 +285,15 @@ func (s *Store) Restore(r io.Reader) error {
 		if l > 1<<30 {
 			return "", fmt.Errorf("string of %d bytes", l)
 		}
-		b := make([]byte, l)
-		_, err = io.ReadFull(br, b)
-		return string(b), err
+		// Grow with the bytes that arrive, never by the length a
+		// (possibly corrupt) prefix claims.
+		var sb strings.Builder
+		sb.Grow(int(min(l, 64<<10)))
+		n, err := io.CopyN(&sb, br, int64(l))
+		if err == io.EOF && uint64(n) < l {
+			err = io.ErrUnexpectedEOF
+		}
+		return sb.String(), err
 	}
 	for i := uint64(0); i < n; i++ {
 		k, err := readStr()

@@ -42,7 +42,7 @@ func (loneTransport) Call(context.Context, uint64, []byte) ([]byte, error) {
 // newTestNode returns member 1 of a cluster of members 1..size on real
 // storage, not started; the cleanup stops it (if started) and closes the
 // storage once it is done.
-func newTestNode(t *testing.T, size int, sm StateMachine) *Node {
+func newTestNode(t testing.TB, size int, sm StateMachine) *Node {
 	t.Helper()
 	st, err := storage.Open(t.TempDir(), storage.Options{NoSync: true})
 	if err != nil {
@@ -66,7 +66,7 @@ func newTestNode(t *testing.T, size int, sm StateMachine) *Node {
 
 // startLone starts a one-member cluster on real storage and waits until it
 // leads.
-func startLone(t *testing.T) *Node {
+func startLone(t testing.TB) *Node {
 	t.Helper()
 	n := newTestNode(t, 1, nopSM{})
 	if err := n.Start(loneTransport{}); err != nil {
