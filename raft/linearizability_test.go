@@ -3,12 +3,15 @@ package raft_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -113,6 +116,16 @@ type linScenario struct {
 // RequestID. The history must be linearizable. Each scenario runs with fixed
 // seeds (the nemesis's choices; timing still varies), plus CLUSTER_SEED if
 // set.
+// soak runs random seeds of every scenario until it has passed, then prints
+// what was checked: go test ./raft -run TestLinearizableUnderFaults -soak 30m -timeout 40m
+var soak = flag.Duration("soak", 0, "run random seeds of every linearizability scenario for this long and print a summary")
+
+// linStats is what one scenario run checked.
+type linStats struct {
+	ops    int64
+	faults []string
+}
+
 func TestLinearizableUnderFaults(t *testing.T) {
 	scenarios := []linScenario{
 		{name: "3voters+learner", voters: 3, learner: true, seeds: []int64{1, 2}},
@@ -122,6 +135,10 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		{name: "1voter+learner-restarts", voters: 1, learner: true, restarts: true, seeds: []int64{6, 7}},
 		{name: "3voters+learner-churn", voters: 3, learner: true, churn: true, seeds: []int64{10, 11, 12}},
 		{name: "1voter-scale", voters: 1, scale: true, seeds: []int64{13, 14}},
+	}
+	if *soak > 0 {
+		runSoak(t, scenarios, *soak)
+		return
 	}
 	for _, sc := range scenarios {
 		seeds := sc.seeds
@@ -140,7 +157,63 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	}
 }
 
-func runLinearizable(t *testing.T, sc linScenario, seed int64) {
+// runSoak runs scenarios with random seeds, in turn, until d has passed,
+// and prints what it checked: scenarios, operations in checked histories,
+// faults by kind, membership changes, failures (each with its seed).
+func runSoak(t *testing.T, scenarios []linScenario, d time.Duration) {
+	deadline := time.Now().Add(d)
+	var (
+		runs, failures int
+		ops            int64
+		kinds          = map[string]int{}
+		changes        int
+		failed         []string
+	)
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for i := 0; time.Now().Before(deadline); i++ {
+		sc := scenarios[i%len(scenarios)]
+		seed := rng.Int63()
+		name := fmt.Sprintf("%s/seed=%d", sc.name, seed)
+		var st linStats
+		ok := t.Run(name, func(t *testing.T) { st = runLinearizable(t, sc, seed) })
+		runs++
+		ops += st.ops
+		for _, f := range st.faults {
+			k := faultKind(f)
+			kinds[k]++
+			switch k {
+			case "add learner", "remove learner", "swap", "demote", "promote", "target", "isolate leader":
+				changes++
+			}
+		}
+		if !ok {
+			failures++
+			failed = append(failed, name)
+		}
+	}
+	keys := slices.Sorted(maps.Keys(kinds))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%d", k, kinds[k])
+	}
+	t.Logf("soak of %s: %d scenarios, %d operations checked, faults:%s; membership changes %d; failures %d %v",
+		d, runs, ops, b.String(), changes, failures, failed)
+}
+
+// faultKind is a fault's kind: its words before the first member ID or
+// number ("crash leader 3" → "crash leader", "slow fsync 9ms" → "slow fsync").
+func faultKind(f string) string {
+	var words []string
+	for _, w := range strings.Fields(f) {
+		if w == "" || (w[0] >= '0' && w[0] <= '9') || w[0] == '(' {
+			break
+		}
+		words = append(words, w)
+	}
+	return strings.Join(words, " ")
+}
+
+func runLinearizable(t *testing.T, sc linScenario, seed int64) (stats linStats) {
 	duration := 4 * time.Second
 	if testing.Short() {
 		duration = 2 * time.Second
@@ -552,6 +625,8 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("faults: %v", faults)
+	stats.faults = faults
+	defer func() { stats.ops = counts[0].Load() + counts[1].Load() }()
 
 	ctx := ctxT(t, 30*time.Second)
 	// Every key read once more on every member after healing: nothing
@@ -592,4 +667,5 @@ func runLinearizable(t *testing.T, sc linScenario, seed int64) {
 	case porcupine.Unknown:
 		t.Logf("linearizability check timed out on %d operations", len(history))
 	}
+	return stats
 }
