@@ -432,8 +432,9 @@ func (n *Node) changeLocally(ctx context.Context, req confchange.Request, dryRun
 		w = &changeWaiter{done: make(chan changeResult, 1)}
 	}
 	// Another change in flight (the policy's, another caller's) is usually
-	// applied within a few round trips: the request waits for it, up to an
-	// election timeout, before it is refused as in progress.
+	// applied within a few round trips: the request — and its dry run, which
+	// answers what the request would meet — waits for it, up to an election
+	// timeout, before it is refused as in progress.
 	patience := time.Now().Add(n.electionTimeout())
 	for {
 		if derr := n.do(ctx, func() { plan, err = n.changeOnLeader(req, dryRun, w) }); derr != nil {
@@ -446,7 +447,7 @@ func (n *Node) changeLocally(ctx context.Context, req confchange.Request, dryRun
 			}
 			continue
 		}
-		if !dryRun && errors.Is(err, confchange.ErrChangeInProgress) && time.Now().Before(patience) {
+		if errors.Is(err, confchange.ErrChangeInProgress) && time.Now().Before(patience) {
 			if perr := n.pauseTick(ctx); perr != nil {
 				return ChangeResult{}, notProposed(lastAttempt(perr, err))
 			}
