@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -49,14 +50,41 @@ func TestMain(m *testing.M) {
 }
 
 // freePort returns a loopback address nobody listens on (for a moment).
+// freePort returns a loopback address nobody listens on, below the
+// kernel's ephemeral port range: a port the kernel picked (":0") and that
+// was released can be taken meanwhile as the source port of one of the
+// many connections the members open to each other.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo, hi := ephemeralRange()
+	for range 1000 {
+		port := 10000 + rand.IntN(max(lo-10000, 1000))
+		if port >= lo && port <= hi {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port below the ephemeral range")
+	return ""
+}
+
+// ephemeralRange is the kernel's range of source ports (Linux), or a
+// conservative guess.
+func ephemeralRange() (lo, hi int) {
+	lo, hi = 32768, 65535
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var a, z int
+		if n, _ := fmt.Sscan(string(b), &a, &z); n == 2 && a > 10000+1000 {
+			lo, hi = a, z
+		}
+	}
+	return lo, hi
 }
 
 // proc is one kvserver process.
