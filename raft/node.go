@@ -433,7 +433,10 @@ func (n *Node) removed(why string, index uint64) {
 	n.stopOnce.Do(func() { close(n.stopc) })
 }
 
-// do runs f on the run loop and waits for it.
+// do runs f on the run loop and waits for it. When do returns an error
+// (ctx ended, the node stopped) f may still run later on the loop: a caller
+// must not read or write anything f touches after an error — read f's
+// results only when do returned nil.
 func (n *Node) do(ctx context.Context, f func()) error {
 	if err := n.usable(); err != nil {
 		return err

@@ -7,8 +7,6 @@ import (
 	"maps"
 	"sync"
 	"time"
-
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Readiness across leader changes.
@@ -140,8 +138,7 @@ func (n *Node) creditReadiness(now time.Time) {
 		if ready == ms.recorded[id] || l.ticks < ms.recordedAt[id] {
 			continue
 		}
-		data := appendReadiness(nil, requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)}, id, ready)
-		if err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: []*raftpb.Entry{{Data: data}}}); err != nil {
+		if err := n.proposeOwn(func(rid requestID) []byte { return appendReadiness(nil, rid, id, ready) }); err != nil {
 			continue // retried next tick
 		}
 		ms.recorded[id] = ready

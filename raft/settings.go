@@ -88,11 +88,17 @@ func (n *Node) seedSettingsOnce(voters int) {
 	}
 	l.ms.seedRetry = l.ticks + uint64(n.cfg.ElectionTicks)
 	cs := n.seedSettings(voters)
-	data := appendSettingsKind(nil, entrySettingsSeed, requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)}, cs.Encode())
-	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: []*raftpb.Entry{{Data: data}}})
-	if err != nil {
+	if err := n.proposeOwn(func(id requestID) []byte { return appendSettingsKind(nil, entrySettingsSeed, id, cs.Encode()) }); err != nil {
 		n.log.Debug("seeding the cluster settings: not proposed now", slog.Any("err", err))
 		return
 	}
 	n.log.Info("replicating the cluster settings", slog.String("settings", cs.String()))
+}
+
+// proposeOwn hands raft, on the loop, an entry of the node's own (settings
+// seed, readiness record) that no caller waits for; encode builds its
+// payload with a fresh request ID, so that a duplicate is applied once.
+func (n *Node) proposeOwn(encode func(requestID) []byte) error {
+	data := encode(requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)})
+	return n.loop.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: []*raftpb.Entry{{Data: data}}})
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // TestSeedNeverOverridesAnUpdate: a seed of the settings that reaches the
@@ -22,11 +20,11 @@ func TestSeedNeverOverridesAnUpdate(t *testing.T) {
 	}
 	seed := update
 	seed.TargetVoters, seed.FailoverAfter = 7, time.Minute
+	var perr error
 	if err := n.do(ctx, func() {
-		data := appendSettingsKind(nil, entrySettingsSeed, requestID{proposer: n.cfg.ID, seq: n.seq.Add(1)}, seed.Encode())
-		_ = n.loop.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: []*raftpb.Entry{{Data: data}}})
-	}); err != nil {
-		t.Fatal(err)
+		perr = n.proposeOwn(func(id requestID) []byte { return appendSettingsKind(nil, entrySettingsSeed, id, seed.Encode()) })
+	}); err != nil || perr != nil {
+		t.Fatal(err, perr)
 	}
 	if err := n.ReadBarrier(ctx); err != nil { // the seed entry is applied
 		t.Fatal(err)
