@@ -44,36 +44,48 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 }
 
 // handOffLeadership, on a leader with other voters, transfers leadership to
-// the most caught-up voter that can lead and answers, and waits (within ctx)
-// until it leads.
+// the most caught-up voter that can lead and answers now, and waits (within
+// ctx) until it leads.
+//
+// "Answers now" is proven, not guessed from the last message heard: the
+// leader sends every voter a heartbeat (a read round with no reads) and
+// waits up to two heartbeat intervals for the answers; only a voter that
+// answered after the stop began can take over. A member stopped a moment
+// ago may still look recent (it answered the previous leader's hand-off a
+// few milliseconds back): handed leadership, it would make this Stop wait
+// for a transfer that cannot complete while proposals are refused.
 func (n *Node) handOffLeadership(ctx context.Context) {
+	began := time.Now()
+	probing := false
+	if derr := n.do(ctx, func() { probing = n.probeVoters() }); derr != nil || !probing {
+		return
+	}
+	hb := time.Duration(n.cfg.HeartbeatTicks) * n.cfg.TickInterval
+	deadline := time.NewTimer(max(2*hb, 20*time.Millisecond))
+	defer deadline.Stop()
+	poll := time.NewTicker(max(hb/20, time.Millisecond))
+	defer poll.Stop()
 	var target uint64
-	derr := n.do(ctx, func() {
-		st := n.loop.rn.Status()
-		if st.RaftState != etcdraft.StateLeader {
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
 			return
+		case <-n.stopc:
+			return
+		case <-deadline.C:
+			done = true
+		case <-poll.C:
 		}
-		cfg := confchange.ConfigFromTracker(st.Config)
-		var best uint64
-		for _, id := range cfg.Voters {
-			if id == n.cfg.ID || cfg.CanLead(id) != nil {
-				continue
-			}
-			pr, ok := st.Progress[id]
-			if !ok || !n.answersNow(id) || pr.State != tracker.StateReplicate || pr.Match == 0 {
-				continue // a member that cannot answer cannot take over
-			}
-			if target == 0 || pr.Match > best || (pr.Match == best && id < target) {
-				target, best = id, pr.Match
-			}
+		final := done
+		derr := n.do(ctx, func() {
+			target, done = n.pickHandOffTarget(began, final)
+		})
+		if derr != nil {
+			return // (after an early return the loop may still run f: target is not read)
 		}
-		if target != 0 {
-			n.log.Info("stopping: handing leadership over", slog.Uint64("to", target), slog.Uint64("match", best))
-			n.loop.rn.TransferLeader(target)
-		}
-	})
-	if derr != nil || target == 0 {
-		return // (after an early return the loop may still run f: target is not read)
+	}
+	if target == 0 {
+		return
 	}
 	// Raft abandons a transfer after an election timeout; so do we — and
 	// sooner if the target falls silent (it stopped too, a moment ago: a
@@ -83,6 +95,59 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 	defer cancel()
 	go n.abandonSilentTransfer(ctx, cancel, target, time.Now())
 	_ = n.state.wait(ctx, n.stopc, func(s nodeState) bool { return s.leader != n.cfg.ID })
+}
+
+// probeVoters, on a leader that has other voters and may answer reads,
+// starts a read round with no reads: raft sends every voter a heartbeat at
+// once, and each answer refreshes lastContact. It reports whether it did.
+func (n *Node) probeVoters() bool {
+	l := &n.loop
+	if !n.leaderMayRead() || len(l.rn.Status().Config.Voters.IDs()) < 2 {
+		return false
+	}
+	l.readSeq++
+	l.readRounds[l.readSeq] = &readRound{tick: l.ticks}
+	l.rn.ReadIndex(n.readCtx(l.readSeq))
+	return true
+}
+
+// pickHandOffTarget chooses, among the voters that can lead and answered
+// since began, the most caught-up one (ties to the lowest ID), and starts
+// the transfer to it. Until final it waits (done=false) while some voter
+// that can lead has not answered yet; at final it picks among those that
+// did. target is 0 when no member qualifies or this member no longer leads.
+func (n *Node) pickHandOffTarget(began time.Time, final bool) (target uint64, done bool) {
+	st := n.loop.rn.Status()
+	if st.RaftState != etcdraft.StateLeader {
+		return 0, true
+	}
+	cfg := confchange.ConfigFromTracker(st.Config)
+	var best uint64
+	waiting := false
+	for _, id := range cfg.Voters {
+		if id == n.cfg.ID || cfg.CanLead(id) != nil {
+			continue
+		}
+		if n.loop.lastContact[id].Before(began) {
+			waiting = true // not answered (yet): it cannot take over
+			continue
+		}
+		pr, ok := st.Progress[id]
+		if !ok || pr.State != tracker.StateReplicate || pr.Match == 0 {
+			continue
+		}
+		if target == 0 || pr.Match > best || (pr.Match == best && id < target) {
+			target, best = id, pr.Match
+		}
+	}
+	if waiting && !final {
+		return 0, false
+	}
+	if target != 0 {
+		n.log.Info("stopping: handing leadership over", slog.Uint64("to", target), slog.Uint64("match", best))
+		n.loop.rn.TransferLeader(target)
+	}
+	return target, true
 }
 
 // abandonSilentTransfer calls cancel once the leader has not heard from

@@ -186,10 +186,16 @@ func TestForceNewCluster(t *testing.T) {
 			t.Fatal("PUT")
 		}
 	}
+	s := ps[1]
+	// The operator recovers from the most up-to-date survivor: a
+	// linearizable read on it returns once it has applied (and so stored)
+	// every acknowledged write.
+	if code, v := s.req("GET", "/kv/k29", ""); code != 200 || v != "29" {
+		t.Fatalf("k29 before the loss: %d %q", code, v)
+	}
 	for _, p := range ps {
 		p.kill()
 	}
-	s := ps[1]
 	normal := slicesClone(s.args)
 	s.start(append(slicesClone(normal), "--force-new-cluster")...)
 	s.waitHealthy(t)
