@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,11 +37,19 @@ type Network struct {
 	filter    func(from uint64, m *raftpb.Message) bool
 	stats     NetStats
 	snapsTo   map[uint64]uint64 // snapshot sends attempted, by receiver
+	paused    map[uint64]bool   // members whose messages are held (Pause)
+	held      []heldMsg         // messages to or from a paused member, in order
 	closed    bool
 	wg        sync.WaitGroup
 }
 
 type link struct{ from, to uint64 }
+
+// heldMsg is a message held while its sender or receiver is paused.
+type heldMsg struct {
+	from uint64
+	m    *raftpb.Message
+}
 
 // NetStats counts what the network did.
 type NetStats struct {
@@ -54,6 +64,7 @@ func NewNetwork(seed int64) *Network {
 		blocked:   make(map[link]bool),
 		dropRate:  make(map[link]float64),
 		snapsTo:   make(map[uint64]uint64),
+		paused:    make(map[uint64]bool),
 	}
 }
 
@@ -178,6 +189,44 @@ func (nw *Network) Block(from, to uint64) {
 	nw.mu.Unlock()
 }
 
+// Unblock restores the one-way link from -> to.
+func (nw *Network) Unblock(from, to uint64) {
+	nw.mu.Lock()
+	delete(nw.blocked, link{from, to})
+	nw.mu.Unlock()
+}
+
+// Pause freezes member id's traffic, as a stopped (SIGSTOP) process would
+// see it: messages to and from it are held, in order, and delivered when
+// it resumes — by then they are old, and arrive in a burst. Snapshot
+// streams to or from it fail.
+func (nw *Network) Pause(id uint64) {
+	nw.mu.Lock()
+	nw.paused[id] = true
+	nw.mu.Unlock()
+}
+
+// Resume delivers what Pause held for member id (except messages whose
+// other end is still paused) and lets its traffic flow again.
+func (nw *Network) Resume(id uint64) {
+	nw.mu.Lock()
+	delete(nw.paused, id)
+	var release []heldMsg
+	kept := nw.held[:0]
+	for _, h := range nw.held {
+		if nw.paused[h.from] || nw.paused[h.m.GetTo()] {
+			kept = append(kept, h)
+		} else {
+			release = append(release, h)
+		}
+	}
+	nw.held = kept
+	nw.mu.Unlock()
+	for _, h := range release {
+		nw.send(h.from, h.m)
+	}
+}
+
 // SetFilter drops every message for which drop returns true (nil: none),
 // e.g. one kind of entry from one member. drop must not call the Network.
 func (nw *Network) SetFilter(drop func(from uint64, m *raftpb.Message) bool) {
@@ -187,8 +236,14 @@ func (nw *Network) SetFilter(drop func(from uint64, m *raftpb.Message) bool) {
 }
 
 // Heal removes every partition and block, filter, drop rate, delay and
-// duplication.
+// duplication, and resumes paused members.
 func (nw *Network) Heal() {
+	nw.mu.Lock()
+	paused := slices.Collect(maps.Keys(nw.paused))
+	nw.mu.Unlock()
+	for _, id := range paused {
+		nw.Resume(id)
+	}
 	nw.mu.Lock()
 	nw.blocked = make(map[link]bool)
 	nw.filter = nil
@@ -245,6 +300,11 @@ func (nw *Network) Close() {
 func (nw *Network) send(from uint64, m *raftpb.Message) {
 	to := m.GetTo()
 	nw.mu.Lock()
+	if (nw.paused[from] || nw.paused[to]) && !nw.closed && m.GetType() != raftpb.MsgSnap {
+		nw.held = append(nw.held, heldMsg{from: from, m: proto.Clone(m).(*raftpb.Message)})
+		nw.mu.Unlock()
+		return
+	}
 	nw.stats.Sent++
 	dst := nw.endpoints[to]
 	src := nw.endpoints[from]
@@ -253,7 +313,7 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	if all := nw.dropRate[link{}]; all > p {
 		p = all
 	}
-	drop := nw.closed || dst == nil || nw.blocked[l] || (p > 0 && nw.rng.Float64() < p) ||
+	drop := nw.closed || dst == nil || nw.blocked[l] || nw.paused[from] || nw.paused[to] || (p > 0 && nw.rng.Float64() < p) ||
 		(nw.filter != nil && nw.filter(from, m))
 	copies := 1
 	if !drop && nw.dupRate > 0 && nw.rng.Float64() < nw.dupRate {
@@ -418,7 +478,7 @@ func (ep *endpoint) Call(ctx context.Context, to uint64, req []byte) ([]byte, er
 	dst := nw.endpoints[to]
 	p := max(nw.dropRate[link{ep.id, to}], nw.dropRate[link{}])
 	down := nw.closed || dst == nil || nw.blocked[link{ep.id, to}] || nw.blocked[link{to, ep.id}] ||
-		(p > 0 && nw.rng.Float64() < p)
+		nw.paused[ep.id] || nw.paused[to] || (p > 0 && nw.rng.Float64() < p)
 	nw.mu.Unlock()
 	if down {
 		return nil, fmt.Errorf("%w: %d (%w)", ErrUnreachable, to, transport.ErrNotSent)

@@ -1,0 +1,40 @@
+// Package robustness is the randomized fault suite: a scenario runner over
+// the in-process cluster (internal/cluster) whose nemesis composes faults at
+// random per seed while clients put, get, compare-and-swap, delete and read
+// stale from every member role, giving up on requests at random.
+//
+// The faults (see the kind constants): symmetric and one-way partitions,
+// the leader isolated (also with a conf change it cannot commit), message
+// drop, delay and reorder, duplication; crash (no flush) and clean stop of
+// a member of a random role, restart (also onto a slow disk), a restart at
+// once after an idle period with reads waiting, pause (a frozen member whose
+// messages arrive late in a burst); slow, stalled and failing fsync, a crash
+// in the middle of a log write, a disk that fills up part-way through a
+// write, snapshots on demand with a small snapshot count; and membership
+// churn as a fault: learners added (they catch up by snapshot) and removed,
+// promote, demote, remove a voter, replace a voter by a standby in one joint
+// change (sometimes crashing the leader inside it), leadership transfer, and
+// the replicated target voter count scaled up and down — in one-, two- and
+// three-voter clusters.
+//
+// Each run checks: the history is linearizable (porcupine; a violation
+// writes porcupine's HTML visualization, with the fault timeline drawn on
+// it, to the temporary directory); every member holds every acknowledged
+// write; stale reads on one run of a member never go backwards and never
+// return a value that was never written; with the policy alone changing
+// voters, no configuration outside a joint state has an even voter count;
+// after the faults stop, a write and a membership change succeed within 30
+// seconds. A failure prints the scenario, the seed and the fault timeline.
+//
+// Clock steps are not among the faults: the library measures every
+// interval (contact, readiness, stabilization, timeouts) on the local
+// monotonic clock and persists no wall-clock time, so a wall-clock step
+// cannot change what it does.
+//
+// The fixed seeds run with go test; a soak runs random seeds of every
+// scenario until the time is up and prints what it checked:
+//
+//	go test ./internal/robustness -run TestRobustness -soak 30m -timeout 40m
+//
+// Replay one seed of every scenario with ROBUSTNESS_SEED=n.
+package robustness

@@ -1,0 +1,97 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// memberEndpoint is one run of an in-process member, through the
+// library's public calls.
+type memberEndpoint struct {
+	id   uint64
+	node *raft.Node
+	sm   *kv.Store
+}
+
+func (e *memberEndpoint) Name() string { return fmt.Sprintf("member %d (run %p)", e.id, e.node) }
+
+func (e *memberEndpoint) StaleGet(key string) (string, bool) {
+	v, err := e.node.StaleRead([]byte(key))
+	if err != nil {
+		return "", false
+	}
+	return string(v), true
+}
+
+func (e *memberEndpoint) Do(ctx context.Context, id [2]uint64, in Input) (Output, Result) {
+	var out Output
+	if in.Op == "get" {
+		v, err := e.node.Read(ctx, []byte(in.Key))
+		if err != nil {
+			return out, NoEffect
+		}
+		out.Value = string(v)
+		return out, Done
+	}
+	var cmd []byte
+	switch in.Op {
+	case "put":
+		cmd = kv.Put(in.Key, in.Value)
+	case "delete":
+		cmd = kv.Delete(in.Key)
+	case "cas":
+		cmd = kv.CAS(in.Key, in.Prev, in.Value)
+	}
+	_, err := e.node.ProposeWithID(ctx, raft.RequestID{Client: id[0], Seq: id[1]}, cmd)
+	switch {
+	case err == nil:
+		out.OK = true
+		return out, Done
+	case errors.Is(err, kv.ErrCompareFailed):
+		return out, Done
+	case errors.Is(err, raft.ErrDuplicateRequest) && in.Op != "cas":
+		return out, Done // applied once, by an earlier attempt (its result is not kept)
+	case errors.Is(err, raft.ErrProposalDropped) || errors.Is(err, raft.ErrNotProposed) || errors.Is(err, raft.ErrTooLarge):
+		return out, NoEffect
+	default:
+		return out, Unknown
+	}
+}
+
+// endpoints caches one endpoint per run of each member, so that stale
+// reads are compared within one run (a restarted member replays its log
+// and may briefly show less than before it stopped).
+type endpoints struct {
+	c    *cluster.Cluster
+	mu   sync.Mutex
+	runs map[*raft.Node]*memberEndpoint
+}
+
+func (es *endpoints) pick(rng *rand.Rand) Endpoint {
+	running := es.c.Running()
+	if len(running) == 0 {
+		return nil
+	}
+	m := running[rng.Intn(len(running))]
+	return es.of(m)
+}
+
+func (es *endpoints) of(m *cluster.Member) *memberEndpoint {
+	// The cluster swaps Node on restart; one endpoint per run.
+	node := m.Node
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	if e, ok := es.runs[node]; ok {
+		return e
+	}
+	e := &memberEndpoint{id: m.ID, node: node, sm: m.SM}
+	es.runs[node] = e
+	return e
+}

@@ -1,0 +1,284 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// Scenario is one shape of cluster and the faults its nemesis draws from.
+type Scenario struct {
+	Name string
+	// Voters is the number of initial voters; Standbys learners join
+	// before the clients start.
+	Voters, Standbys int
+	// TwoVoters demotes the third of three voters before the clients
+	// start, with the policy off: a cluster of two voters and a learner.
+	TwoVoters bool
+	// Faults are the kinds the nemesis draws from (repeat one to draw it
+	// more often).
+	Faults []string
+	// Every is the mean pause between two faults (default 250ms).
+	Every time.Duration
+	// Duration of the faults (default 4s).
+	Duration time.Duration
+	// Policy turns the membership policy on (standbys become ready within
+	// the run and are promoted; failover; scaling to the target). Without
+	// it only explicit requests change the membership.
+	Policy bool
+	// MaxLearners for the cluster settings (default 2).
+	MaxLearners int
+	// ScaleWalk is a sequence of target voter counts the nemesis sets, in
+	// order, among its other faults.
+	ScaleWalk []int
+	// SlowRestarts: every restart is onto a slow disk.
+	SlowRestarts bool
+	// Seeds run by the fixed suite.
+	Seeds []int64
+}
+
+// Stats is what a run checked.
+type Stats struct {
+	Ops      int            // operations in the checked history
+	Traffic  TrafficStats   // what the clients did
+	Faults   map[string]int // faults injected, by kind
+	Changes  int            // membership changes that took effect
+	Recovery time.Duration  // from the end of the faults to a write and a membership change done
+}
+
+// Run runs scenario sc with seed: the clients and the nemesis for the
+// scenario's duration, then the faults stop and it checks, failing t on a
+// violation: the history is linearizable (porcupine; on a violation the
+// visualization with the fault timeline is written to the temporary
+// directory), every member holds every acknowledged write, stale reads
+// never went backwards on a member nor returned a value never written,
+// the configuration outside a joint state always had an odd number of
+// voters when the policy acted alone, and the cluster recovers: a write
+// and a membership change go through within 30 s of the faults' end.
+func Run(t testing.TB, sc Scenario, seed int64) Stats {
+	t.Helper()
+	if sc.Duration == 0 {
+		sc.Duration = 4 * time.Second
+	}
+	if sc.Every == 0 {
+		sc.Every = 250 * time.Millisecond
+	}
+	d := &disks{}
+	settings := confchange.Settings{TargetVoters: max(sc.Voters|1, 1), MaxLearners: max(sc.MaxLearners, 2),
+		Stabilization: 200 * time.Millisecond, FailoverAfter: time.Second}
+	if sc.Voters%2 == 0 {
+		settings.TargetVoters = sc.Voters - 1
+	}
+	c := cluster.New(t, cluster.Options{Members: sc.Voters, Seed: seed, SnapshotCount: 200, SnapshotCatchUpEntries: 50,
+		WrapStorage: d.wrap, Membership: settings, ManualMembership: !sc.Policy})
+	h := NewHistory()
+	nm := &nemesis{sc: sc, c: c, rng: rand.New(rand.NewSource(c.Seed)), h: h, disks: d,
+		removed: map[uint64]bool{}, nextID: uint64(sc.Voters + sc.Standbys + 1), walk: slices.Clone(sc.ScaleWalk),
+		kinds: map[string]int{}}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("%s seed %d: %s\nfault timeline:\n%s", sc.Name, c.Seed, fmt.Sprintf(format, args...), FormatTimeline(h.Timeline()))
+	}
+
+	setupCtx, cancelSetup := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelSetup()
+	lead := c.WaitLeader()
+	for id := uint64(sc.Voters + 1); id <= uint64(sc.Voters+sc.Standbys); id++ {
+		if err := lead.Node.AddLearner(setupCtx, c.Record(id)); err != nil {
+			fail("adding standby %d: %v", id, err)
+		}
+		c.Join(id)
+	}
+	if sc.TwoVoters {
+		if _, err := lead.Node.ChangeMembership(setupCtx, confchange.Demote(otherThan(lead.ID, 3))); err != nil {
+			fail("demoting to two voters: %v", err)
+		}
+	}
+
+	// The odd-count watch: with the policy alone changing voters, every
+	// configuration a leader reports outside a joint state is odd.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var (
+		watchWG  sync.WaitGroup
+		oddMu    sync.Mutex
+		evenSeen []string
+	)
+	if sc.Policy && !slices.ContainsFunc(sc.Faults, manualVoterChange) {
+		watchWG.Add(1)
+		go func() {
+			defer watchWG.Done()
+			for watchCtx.Err() == nil {
+				for _, m := range c.Running() {
+					if !m.Node.IsLeader() {
+						continue
+					}
+					sctx, cancel := context.WithTimeout(watchCtx, 200*time.Millisecond)
+					st, err := m.Node.Status(sctx)
+					cancel()
+					if err == nil && !st.Joint() && len(st.Voters)%2 == 0 {
+						oddMu.Lock()
+						evenSeen = append(evenSeen, fmt.Sprintf("%.3fs: leader %d: voters %v", h.Since().Seconds(), m.ID, st.Voters))
+						oddMu.Unlock()
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+
+	es := &endpoints{c: c, runs: map[*raft.Node]*memberEndpoint{}}
+	traffic := Traffic{Clients: 6, Keys: []string{"a", "b", "c", "d", "e"}, CounterKey: "n",
+		Pick: es.pick, RetryUnknown: true, Paused: nm.quiet.Load, AlsoWritten: []string{recovered}}
+	trafficCtx, stopTraffic := context.WithCancel(context.Background())
+	var (
+		tstats   TrafficStats
+		problems []string
+		done     = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		tstats, problems = traffic.Run(trafficCtx, c.Seed, h)
+	}()
+
+	// The nemesis.
+	deadline := time.Now().Add(sc.Duration)
+	for time.Now().Before(deadline) {
+		time.Sleep(sc.Every/2 + time.Duration(nm.rng.Int63n(int64(sc.Every)))) // the fault schedule, not a wait for a condition
+		nm.inject()
+	}
+	// The faults stop: heal, release, restart.
+	nm.timers.Wait()
+	c.Net.Heal()
+	d.setDelay(0)
+	if w := nm.restart(); w != "" {
+		h.Fault(Restart, w)
+	}
+	h.Fault(Heal, "faults end: heal, restart")
+	faultsEnd := time.Now()
+
+	// Recovery: a write and a membership change within 30 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.Leader(ctx)
+	if err != nil {
+		fail("no leader after the faults: %v", err)
+	}
+	e := es.of(l)
+	for {
+		call := time.Now()
+		out, res := e.Do(ctx, [2]uint64{1000, 1}, Input{Op: "put", Key: "a", Value: recovered})
+		if res == Done {
+			h.Op(1000, Input{Op: "put", Key: "a", Value: recovered}, out, call, time.Now())
+			break
+		}
+		if res == Unknown {
+			h.Op(1000, Input{Op: "put", Key: "a", Value: recovered}, Output{Unknown: true}, call, time.Now())
+		}
+		if ctx.Err() != nil {
+			fail("no write succeeded within 30s of the faults' end")
+		}
+		if l, err = c.Leader(ctx); err == nil {
+			e = es.of(l)
+		}
+	}
+	for {
+		l, err = c.Leader(ctx)
+		if err == nil {
+			if err = l.Node.UpdateMember(ctx, c.Record(l.ID)); err == nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			fail("no membership change succeeded within 30s of the faults' end: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	recovery := time.Since(faultsEnd)
+	stopTraffic()
+	<-done
+	stopWatch()
+	watchWG.Wait()
+
+	// Every member holds every acknowledged write: each reads every key
+	// once more, into the history.
+	for _, m := range c.Running() {
+		me := es.of(m)
+		for _, k := range append(slices.Clone(traffic.Keys), traffic.CounterKey) {
+			call := time.Now()
+			out, res := me.Do(ctx, [2]uint64{}, Input{Op: "get", Key: k})
+			if res != Done {
+				fail("final read of %q on member %d failed", k, m.ID)
+			}
+			h.Op(2000+int(m.ID), Input{Op: "get", Key: k}, out, call, time.Now())
+		}
+	}
+	if err := c.Converge(ctx); err != nil {
+		fail("members differ after the faults: %v", err)
+	}
+	if len(problems) > 0 {
+		fail("stale reads:\n  %s", joinLines(problems))
+	}
+	if len(evenSeen) > 0 {
+		fail("an even voter count outside a joint configuration with the policy alone:\n  %s", joinLines(evenSeen))
+	}
+	if sc.Policy {
+		// The policy ends with an odd voter count.
+		for {
+			l, err := c.Leader(ctx)
+			if err == nil {
+				if st, err := l.Node.Status(ctx); err == nil && !st.Joint() && len(st.Voters)%2 == 1 {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				fail("no odd voter count within 30s of the faults' end")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if tstats.OK == 0 {
+		fail("no operation succeeded")
+	}
+	name := fmt.Sprintf("understudy-robustness-%s-seed%d", sc.Name, c.Seed)
+	res, err := h.Check(name, os.TempDir(), 60*time.Second)
+	if err != nil {
+		fail("%v", err)
+	}
+	if res == porcupine.Unknown {
+		t.Logf("linearizability check timed out on %d operations", h.Len())
+	}
+	t.Logf("%s seed %d: %d ops checked (%d ok, %d unknown outcome, %d without effect, %d stale reads); %d faults, %d membership changes; recovered in %s\nfault timeline:\n%s",
+		sc.Name, c.Seed, h.Len(), tstats.OK, tstats.Unknown, tstats.NoEffect, tstats.Stale, len(h.Timeline()), nm.changes,
+		recovery.Round(time.Millisecond), FormatTimeline(h.Timeline()))
+	return Stats{Ops: h.Len(), Traffic: tstats, Faults: nm.kinds, Changes: nm.changes, Recovery: recovery}
+}
+
+// recovered is the value of the write that proves recovery.
+const recovered = "recovered"
+
+// manualVoterChange reports whether a fault kind changes the voter count by
+// an explicit request (then the count may be even for a while).
+func manualVoterChange(kind string) bool {
+	return kind == Promote || kind == Demote || kind == RemoveVoter
+}
+
+func otherThan(self, id uint64) uint64 {
+	if id != self {
+		return id
+	}
+	return 1 + id%3
+}
+
+func joinLines(ls []string) string { return strings.Join(ls, "\n  ") }
