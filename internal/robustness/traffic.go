@@ -70,9 +70,16 @@ type TrafficStats struct {
 // on the same endpoint or returned a value never written.
 type staleCheck struct {
 	mu       sync.Mutex
-	counter  map[Endpoint]int
+	counter  map[Endpoint]*counterReads
 	written  map[string]bool
 	problems []string
+}
+
+// staleRead is one stale read of the counter: when it was answered, and
+// what it returned.
+type staleRead struct {
+	ret time.Duration
+	n   int
 }
 
 func (s *staleCheck) wrote(v string) {
@@ -81,22 +88,55 @@ func (s *staleCheck) wrote(v string) {
 	s.mu.Unlock()
 }
 
-func (s *staleCheck) sawCounter(e Endpoint, v string, at time.Duration) {
+// sawCounter checks a stale read of the counter sent at call and answered
+// at ret: it must not return less than any read of the same endpoint that
+// was answered before it was sent (reads that overlap in time may be
+// answered in either order).
+func (s *staleCheck) sawCounter(e Endpoint, v string, call, ret time.Duration) {
 	n := 0
 	if v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil {
-			s.fail(fmt.Sprintf("%.3fs: stale read of the counter on %s returned %q", at.Seconds(), e.Name(), v))
+			s.fail(fmt.Sprintf("%.3fs: stale read of the counter on %s returned %q", ret.Seconds(), e.Name(), v))
 			return
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if prev, ok := s.counter[e]; ok && n < prev {
-		s.problems = append(s.problems, fmt.Sprintf("%.3fs: stale read on %s went backwards: counter %d after %d", at.Seconds(), e.Name(), n, prev))
-		return
+	c := s.counter[e]
+	if c == nil {
+		c = &counterReads{}
+		s.counter[e] = c
 	}
-	s.counter[e] = n
+	prev := c.floor
+	for _, r := range c.recent {
+		if r.ret < call && r.n > prev.n {
+			prev = r
+		}
+	}
+	if prev.ret < call && n < prev.n {
+		s.problems = append(s.problems, fmt.Sprintf("%.3fs: stale read on %s went backwards: counter %d, after a read answered at %.3fs returned %d",
+			call.Seconds(), e.Name(), n, prev.ret.Seconds(), prev.n))
+	}
+	c.recent = append(c.recent, staleRead{ret: ret, n: n})
+	// Reads answered more than 5 s before this one fold into the floor: no
+	// read still in flight was sent before them (clients give up sooner).
+	kept := c.recent[:0]
+	for _, r := range c.recent {
+		if r.ret < ret-5*time.Second {
+			c.floor.ret = max(c.floor.ret, r.ret)
+			c.floor.n = max(c.floor.n, r.n)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	c.recent = kept
+}
+
+// counterReads are the stale reads of the counter on one endpoint.
+type counterReads struct {
+	floor  staleRead // every read answered long ago: the latest answer time and the greatest value
+	recent []staleRead
 }
 
 func (s *staleCheck) sawValue(e Endpoint, key, v string, at time.Duration) {
@@ -119,7 +159,7 @@ func (tr Traffic) Run(ctx context.Context, seed int64, h *History) (TrafficStats
 	var (
 		stats [4]atomic.Int64
 		wg    sync.WaitGroup
-		sc    = &staleCheck{counter: map[Endpoint]int{}, written: map[string]bool{}}
+		sc    = &staleCheck{counter: map[Endpoint]*counterReads{}, written: map[string]bool{}}
 	)
 	for _, v := range tr.AlsoWritten {
 		sc.wrote(v)
@@ -167,13 +207,14 @@ func (tr Traffic) one(ctx context.Context, rng *rand.Rand, client int, seq uint6
 		if rng.Intn(2) == 0 {
 			key = tr.CounterKey
 		}
+		call := h.Since()
 		v, ok := e.StaleGet(key)
 		if !ok {
 			return
 		}
 		stats[3].Add(1)
 		if key == tr.CounterKey {
-			sc.sawCounter(e, v, h.Since())
+			sc.sawCounter(e, v, call, h.Since())
 		} else {
 			sc.sawValue(e, key, v, h.Since())
 		}
