@@ -114,7 +114,9 @@ type Host struct {
 // Start opens the data dir, builds the transport and the node, and starts
 // the member: it restarts, bootstraps or joins as the data dir says (see
 // Config). Joining waits, within ctx, until a member at one of the Join
-// addresses lists this member. On error nothing stays open.
+// addresses lists this member. A restarted member returns once it has
+// replayed its log up to the commit index it had persisted, so that its
+// stale reads never show less than that. On error nothing stays open.
 //
 // Errors: ErrRemoved; an error matching ErrIdentityMismatch (a
 // *storage.IdentityError names both); raft.ErrNotMember and
@@ -284,7 +286,18 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 			tr.AddPeer(m.ID, m.PeerAddr)
 		}
 	}
+	hs, _, err := store.InitialState()
+	if err != nil {
+		return nil, err
+	}
 	if err := node.Start(tr); err != nil {
+		return nil, err
+	}
+	if err := replayed(ctx, node, hs.GetCommit()); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = node.Stop(sctx)
+		<-node.Done()
 		return nil, err
 	}
 	logger.Info("member started", slog.Uint64("id", cfg.ID), slog.String("mode", mode),
@@ -294,6 +307,31 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	h.stopPub = cancel
 	go h.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata)})
 	return h, nil
+}
+
+// replayed waits, within ctx, until node has applied its log up to commit,
+// the commit index it persisted before it stopped: a host serves its state
+// (stale reads) only once it is at least what it had last recorded, not
+// the empty or older state the replay starts from.
+func replayed(ctx context.Context, node *raft.Node, commit uint64) error {
+	if node.AppliedIndex() >= commit {
+		return nil
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for node.AppliedIndex() < commit {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replaying the log to index %d (applied %d): %w", commit, node.AppliedIndex(), ctx.Err())
+		case <-node.Done():
+			if err := node.Err(); err != nil {
+				return err
+			}
+			return raft.ErrStopped
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // lateHandler is the transport's Handler until the node exists.

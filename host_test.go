@@ -529,3 +529,24 @@ func TestStoredPeersBeforeReplay(t *testing.T) {
 	require.NoError(t, store.Close())
 	require.Equal(t, map[uint64]string{1: tc.addrs[1], 2: tc.addrs[2], 3: tc.addrs[3], 5: ln5.Addr().String()}, peers)
 }
+
+// TestHostRestartServesReplayedState: Start on a restarted member returns
+// once the log is replayed up to the commit index the member persisted, so
+// that its stale reads do not go back to the state the replay starts from.
+func TestHostRestartServesReplayedState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, 1)
+	h := tc.hosts[1]
+	for i := range 500 {
+		_, err := h.Propose(ctx, kv.Put(fmt.Sprintf("k%d", i%10), fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, h.Close(ctx))
+	delete(tc.hosts, 1)
+	h, err := tc.restart(ctx, 1, nil)
+	require.NoError(t, err)
+	v, err := h.StaleRead([]byte("k9"))
+	require.NoError(t, err)
+	require.Equal(t, "499", string(v), "a stale read right after Start")
+}
