@@ -75,6 +75,7 @@ type nemesis struct {
 	nextID  uint64
 	walk    []int // Scenario.ScaleWalk still to do
 	quiet   atomic.Bool
+	healing bool // the faults have ended: restarts inject nothing more
 	timers  sync.WaitGroup // pauses and stalls still to release
 
 	kinds   map[string]int // faults injected, by kind
@@ -332,6 +333,14 @@ func (n *nemesis) restart() string {
 		what += fmt.Sprintf(" onto a slow disk (+%s)", d)
 	}
 	n.c.Restart(id)
+	if !n.healing && n.rng.Intn(4) == 0 {
+		// Its first writes after the restart wait on a stalled fsync.
+		d := time.Duration(50+n.rng.Intn(250)) * time.Millisecond
+		release := n.disks.of(id).HoldSaves()
+		n.timers.Add(1)
+		time.AfterFunc(d, func() { defer n.timers.Done(); release() })
+		what += fmt.Sprintf(", its fsync stalled for %s", d)
+	}
 	n.down = 0
 	n.quiet.Store(false)
 	return what

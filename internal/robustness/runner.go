@@ -159,6 +159,7 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 		nm.inject()
 	}
 	// The faults stop: heal, release, restart.
+	nm.healing = true
 	nm.timers.Wait()
 	c.Net.Heal()
 	d.setDelay(0)
