@@ -327,7 +327,7 @@ func (n *nemesis) restart() string {
 	}
 	id := n.down
 	what := fmt.Sprintf("restart %d", id)
-	if n.sc.SlowRestarts || n.rng.Intn(3) == 0 {
+	if !n.healing && (n.sc.SlowRestarts || n.rng.Intn(3) == 0) {
 		d := time.Duration(5+n.rng.Intn(30)) * time.Millisecond
 		n.disks.setDelay(d)
 		what += fmt.Sprintf(" onto a slow disk (+%s)", d)
