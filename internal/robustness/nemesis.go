@@ -67,7 +67,6 @@ type nemesis struct {
 	rng   *rand.Rand
 	h     *History
 	disks *disks
-	eps   *endpoints
 
 	down    uint64 // crashed or stopped, not restarted yet
 	downAt  time.Time
@@ -75,7 +74,7 @@ type nemesis struct {
 	nextID  uint64
 	walk    []int // Scenario.ScaleWalk still to do
 	quiet   atomic.Bool
-	healing bool // the faults have ended: restarts inject nothing more
+	healing bool           // the faults have ended: restarts inject nothing more
 	timers  sync.WaitGroup // pauses and stalls still to release
 
 	kinds   map[string]int // faults injected, by kind
