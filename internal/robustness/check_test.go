@@ -1,0 +1,122 @@
+package robustness
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The checks themselves can fail: a checker that cannot see a violation
+// would let the suite pass whatever the library does.
+
+func TestModelFindsViolations(t *testing.T) {
+	op := func(client int, in Input, out Output, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret}
+	}
+	for _, tc := range []struct {
+		name  string
+		ops   []porcupine.Operation
+		legal bool
+	}{
+		{"a read after a put sees it", []porcupine.Operation{
+			op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{OK: true}, 0, 10),
+			op(1, Input{Op: "get", Key: "k"}, Output{Value: "1"}, 20, 30),
+		}, true},
+		{"a stale read after a put", []porcupine.Operation{
+			op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{OK: true}, 0, 10),
+			op(1, Input{Op: "get", Key: "k"}, Output{Value: ""}, 20, 30),
+		}, false},
+		{"a deleted key read back", []porcupine.Operation{
+			op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{OK: true}, 0, 10),
+			op(0, Input{Op: "delete", Key: "k"}, Output{OK: true}, 20, 30),
+			op(1, Input{Op: "get", Key: "k"}, Output{Value: "1"}, 40, 50),
+		}, false},
+		{"a cas that swapped against the wrong value", []porcupine.Operation{
+			op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{OK: true}, 0, 10),
+			op(1, Input{Op: "cas", Key: "k", Prev: "2", Value: "3"}, Output{OK: true}, 20, 30),
+		}, false},
+		{"a write of unknown outcome may take effect late", []porcupine.Operation{
+			op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{Unknown: true}, 0, 1<<62),
+			op(1, Input{Op: "get", Key: "k"}, Output{Value: ""}, 20, 30),
+			op(1, Input{Op: "get", Key: "k"}, Output{Value: "1"}, 40, 50),
+		}, true},
+		{"a lost acknowledged write", []porcupine.Operation{
+			op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{OK: true}, 0, 10),
+			op(0, Input{Op: "put", Key: "k", Value: "2"}, Output{OK: true}, 20, 30),
+			op(1, Input{Op: "get", Key: "k"}, Output{Value: "1"}, 40, 50),
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := porcupine.CheckOperations(Model, tc.ops); got != tc.legal {
+				t.Fatalf("linearizable = %v, want %v", got, tc.legal)
+			}
+		})
+	}
+}
+
+func TestHistoryCheckWritesVisualization(t *testing.T) {
+	h := NewHistory()
+	now := time.Now()
+	h.Op(0, Input{Op: "put", Key: "k", Value: "1"}, Output{OK: true}, now, now.Add(time.Millisecond))
+	h.Fault(Crash, "crash leader 1")
+	h.Op(1, Input{Op: "get", Key: "k"}, Output{Value: "0"}, now.Add(2*time.Millisecond), now.Add(3*time.Millisecond))
+	_, err := h.Check("check-test", t.TempDir(), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "visualization: ") {
+		t.Fatalf("want a violation naming the visualization, got %v", err)
+	}
+}
+
+// counterEndpoint answers stale reads of the counter from a list.
+type counterEndpoint struct{ name string }
+
+func (e *counterEndpoint) Do(context.Context, [2]uint64, Input) (Output, Result) {
+	return Output{}, NoEffect
+}
+func (e *counterEndpoint) StaleGet(string) (string, bool) { return "", false }
+func (e *counterEndpoint) Name() string                   { return e.name }
+
+func TestStaleCheck(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	type read struct {
+		call, ret int
+		v         string
+	}
+	for _, tc := range []struct {
+		name  string
+		reads []read
+		bad   bool
+	}{
+		{"increasing", []read{{0, 1, "1"}, {2, 3, "2"}, {4, 5, "2"}}, false},
+		{"backwards after an answer", []read{{0, 1, "5"}, {2, 3, "4"}}, true},
+		{"overlapping reads answer in either order", []read{{0, 10, "5"}, {1, 11, "4"}}, false},
+		{"backwards to a missing key", []read{{0, 1, "5"}, {2, 3, ""}}, true},
+		{"backwards long after (folded into the floor)", []read{{0, 1, "9"}, {6000, 6001, "10"}, {6002, 6003, "8"}}, true},
+		{"garbage", []read{{0, 1, "x"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := &staleCheck{counter: map[Endpoint]*counterReads{}, written: map[string]bool{}}
+			e := &counterEndpoint{name: "m"}
+			for _, r := range tc.reads {
+				sc.sawCounter(e, r.v, ms(r.call), ms(r.ret))
+			}
+			if got := len(sc.problems) > 0; got != tc.bad {
+				t.Fatalf("problems %v, want a violation: %v", sc.problems, tc.bad)
+			}
+		})
+	}
+	// Another endpoint (another run of the member) is compared apart.
+	sc := &staleCheck{counter: map[Endpoint]*counterReads{}, written: map[string]bool{"1-1": true}}
+	sc.sawCounter(&counterEndpoint{name: "run 1"}, "7", ms(0), ms(1))
+	sc.sawCounter(&counterEndpoint{name: "run 2"}, "3", ms(2), ms(3))
+	sc.sawValue(&counterEndpoint{name: "run 2"}, "a", "1-1", ms(4))
+	if len(sc.problems) > 0 {
+		t.Fatalf("separate runs and a written value: %v", sc.problems)
+	}
+	sc.sawValue(&counterEndpoint{name: "run 2"}, "a", "9-9", ms(5))
+	if len(sc.problems) != 1 {
+		t.Fatalf("a value never written: %v", sc.problems)
+	}
+}
