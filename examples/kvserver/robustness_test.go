@@ -176,6 +176,47 @@ func TestProcessFaults(t *testing.T) {
 		tstats, problems = traffic.Run(ctx, seed, h)
 	}()
 
+	fatal := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d: %s\nfault timeline:\n%s", seed, fmt.Sprintf(format, args...), robustness.FormatTimeline(h.Timeline()))
+	}
+	// gone forgets a member that exited because it was removed (a removal
+	// whose answer was lost — a 503, a member killed mid-request — may
+	// still have gone through; the member learns it, and exits, later).
+	gone := func(p *proc) {
+		mu.Lock()
+		delete(up, p.id)
+		delete(all, p.id)
+		mu.Unlock()
+		h.Fault("removed", fmt.Sprintf("member %d exited: it was removed", p.id))
+	}
+	wasRemoved := func(p *proc) bool {
+		return strings.Contains(p.out.String(), "was removed from the cluster")
+	}
+	// healthy waits until p answers /healthz and reports true, or false if
+	// it exited because it was removed; it fails the test with the timeline
+	// if it exits otherwise or is not healthy within 20 s.
+	healthy := func(p *proc) bool {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if code, _ := p.req("GET", "/healthz", ""); code == 200 {
+				return true
+			}
+			select {
+			case <-p.done:
+				if wasRemoved(p) {
+					return false
+				}
+				fatal("member %d exited (%d): %s", p.id, p.exitCode, p.out)
+			default:
+			}
+			if time.Now().After(deadline) {
+				fatal("member %d not healthy within 20s: %s", p.id, p.out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	var (
 		killed   *proc
 		killedAt time.Time
@@ -185,9 +226,12 @@ func TestProcessFaults(t *testing.T) {
 			return
 		}
 		killed.start(killed.args...)
-		killed.waitHealthy(t)
-		h.Fault("restart", fmt.Sprintf("restart %d", killed.id))
-		setUp(killed)
+		if healthy(killed) {
+			h.Fault("restart", fmt.Sprintf("restart %d", killed.id))
+			setUp(killed)
+		} else {
+			gone(killed)
+		}
 		killed = nil
 	}
 	randomUp := func() *proc {
@@ -208,6 +252,22 @@ func TestProcessFaults(t *testing.T) {
 		if killed != nil && time.Since(killedAt) > time.Second {
 			restart()
 			continue
+		}
+		mu.Lock()
+		var exited []*proc
+		for _, e := range up {
+			select {
+			case <-e.p.done:
+				exited = append(exited, e.p)
+			default:
+			}
+		}
+		mu.Unlock()
+		for _, p := range exited {
+			if !wasRemoved(p) {
+				fatal("member %d exited (%d): %s", p.id, p.exitCode, p.out)
+			}
+			gone(p)
 		}
 		p := randomUp()
 		if p == nil {
@@ -249,7 +309,10 @@ func TestProcessFaults(t *testing.T) {
 			}
 			nextID++
 			n.start("--join", "--peers", p.peer)
-			n.waitHealthy(t)
+			if !healthy(n) {
+				gone(n)
+				continue
+			}
 			setUp(n)
 			changes++
 			h.Fault("add", fmt.Sprintf("add %d (joined through %d)", n.id, p.id))
@@ -319,7 +382,7 @@ func TestProcessFaults(t *testing.T) {
 			call := time.Now()
 			out, res := e.Do(context.Background(), [2]uint64{}, robustness.Input{Op: "get", Key: k})
 			if res != robustness.Done {
-				t.Fatalf("final read of %q on member %d failed", k, e.p.id)
+				fatal("final read of %q on member %d failed", k, e.p.id)
 			}
 			h.Op(2000+int(e.p.id), robustness.Input{Op: "get", Key: k}, out, call, time.Now())
 		}
