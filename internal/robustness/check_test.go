@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/internal/cluster"
 )
 
 // The checks themselves can fail: a checker that cannot see a violation
@@ -118,5 +121,40 @@ func TestStaleCheck(t *testing.T) {
 	sc.sawValue(&counterEndpoint{name: "run 2"}, "a", "9-9", ms(5))
 	if len(sc.problems) != 1 {
 		t.Fatalf("a value never written: %v", sc.problems)
+	}
+}
+
+// TestOddWatchSeesEvenConfiguration: a manual demote from three voters to
+// two is seen by the odd-count watch, on the members that apply it.
+func TestOddWatchSeesEvenConfiguration(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 3, ManualMembership: true})
+	l := c.WaitLeader()
+	w := startOddWatch(c, NewHistory())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for { // until the watch has subscribed to every member
+		w.mu.Lock()
+		n := len(w.subbed)
+		w.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the watch did not subscribe")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := l.Node.ChangeMembership(ctx, confchange.Demote(otherThan(l.ID, 3))); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitApplied(ctx, st.Commit); err != nil {
+		t.Fatal(err)
+	}
+	if even := w.stop(); len(even) == 0 {
+		t.Fatal("the watch saw no even configuration")
 	}
 }

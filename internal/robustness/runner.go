@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,34 +107,10 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	}
 
 	// The odd-count watch: with the policy alone changing voters, every
-	// configuration a leader reports outside a joint state is odd.
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	var (
-		watchWG  sync.WaitGroup
-		oddMu    sync.Mutex
-		evenSeen []string
-	)
+	// configuration a member applies outside a joint state is odd.
+	var odd *oddWatch
 	if sc.Policy && !slices.ContainsFunc(sc.Faults, manualVoterChange) {
-		watchWG.Add(1)
-		go func() {
-			defer watchWG.Done()
-			for watchCtx.Err() == nil {
-				for _, m := range c.Running() {
-					if !m.Node.IsLeader() {
-						continue
-					}
-					sctx, cancel := context.WithTimeout(watchCtx, 200*time.Millisecond)
-					st, err := m.Node.Status(sctx)
-					cancel()
-					if err == nil && !st.Joint() && len(st.Voters)%2 == 0 {
-						oddMu.Lock()
-						evenSeen = append(evenSeen, fmt.Sprintf("%.3fs: leader %d: voters %v", h.Since().Seconds(), m.ID, st.Voters))
-						oddMu.Unlock()
-					}
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		odd = startOddWatch(c, h)
 	}
 
 	es := &endpoints{c: c, runs: map[*raft.Node]*memberEndpoint{}}
@@ -209,8 +184,10 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	recovery := time.Since(faultsEnd)
 	stopTraffic()
 	<-done
-	stopWatch()
-	watchWG.Wait()
+	var evenSeen []string
+	if odd != nil {
+		evenSeen = odd.stop()
+	}
 
 	// Every member holds every acknowledged write: each reads every key
 	// once more, into the history.
