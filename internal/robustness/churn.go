@@ -147,4 +147,3 @@ func reason(err error) string {
 	}
 	return err.Error()
 }
-
