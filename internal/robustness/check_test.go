@@ -144,8 +144,17 @@ func TestOddWatchSeesEvenConfiguration(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := l.Node.ChangeMembership(ctx, confchange.Demote(otherThan(l.ID, 3))); err != nil {
-		t.Fatal(err)
+	// Right after the start the leader may not have heard from every
+	// member yet (the demote is then refused: quorum at risk): retry.
+	for {
+		_, err := l.Node.ChangeMembership(ctx, confchange.Demote(otherThan(l.ID, 3)))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	st, err := l.Node.Status(ctx)
 	if err != nil {

@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -94,16 +95,35 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	setupCtx, cancelSetup := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelSetup()
 	lead := c.WaitLeader()
-	for id := uint64(sc.Voters + 1); id <= uint64(sc.Voters+sc.Standbys); id++ {
-		if err := lead.Node.AddLearner(setupCtx, c.Record(id)); err != nil {
-			fail("adding standby %d: %v", id, err)
+	// Right after the start the leader may not have heard from every member
+	// (a demote is then refused: quorum at risk), or a change may be in
+	// flight: setup requests are retried until the setup deadline.
+	retry := func(what string, f func() error) {
+		for {
+			err := f()
+			if err == nil {
+				return
+			}
+			if setupCtx.Err() != nil {
+				fail("%s: %v", what, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	for id := uint64(sc.Voters + 1); id <= uint64(sc.Voters+sc.Standbys); id++ {
+		retry(fmt.Sprintf("adding standby %d", id), func() error {
+			if err := lead.Node.AddLearner(setupCtx, c.Record(id)); !errors.Is(err, confchange.ErrMemberExists) {
+				return err // (exists: an earlier attempt of unknown outcome went through)
+			}
+			return nil
+		})
 		c.Join(id)
 	}
 	if sc.TwoVoters {
-		if _, err := lead.Node.ChangeMembership(setupCtx, confchange.Demote(otherThan(lead.ID, 3))); err != nil {
-			fail("demoting to two voters: %v", err)
-		}
+		retry("demoting to two voters", func() error {
+			_, err := lead.Node.ChangeMembership(setupCtx, confchange.Demote(otherThan(lead.ID, 3)))
+			return err
+		})
 	}
 
 	// The odd-count watch: with the policy alone changing voters, every
