@@ -342,7 +342,11 @@ func TestProcessFaults(t *testing.T) {
 			delete(all, victim)
 			mu.Unlock()
 			if v != nil {
-				v.wait(10 * time.Second) // a removed member exits on its own
+				select { // a removed member learns it (from the log, or its peers' refusals) and exits
+				case <-v.done:
+				case <-time.After(15 * time.Second):
+					fatal("member %d still runs 15s after its removal: %s", victim, v.out)
+				}
 			}
 			changes++
 			h.Fault("remove", fmt.Sprintf("remove learner %d", victim))
