@@ -157,13 +157,16 @@ func FuzzDecodeReadiness(f *testing.F) {
 }
 
 func FuzzDecodeSettingsEntry(f *testing.F) {
-	f.Add(appendSettings(nil, requestID{1, 2}, confchange.SeedClusterSettings(confchange.Settings{}, true).Encode()))
+	seed := confchange.SeedClusterSettings(confchange.Settings{}, true).Encode()
+	f.Add(appendSettings(nil, requestID{1, 2}, seed))
+	f.Add(appendSettingsKind(nil, entrySettingsSeed, requestID{1, 3}, seed))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		id, cs, err := decodeSettings(b)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(appendSettings(nil, id, cs.Encode()), b) {
+		// Both kinds decode: an update, and the first leader's seed.
+		if !bytes.Equal(appendSettingsKind(nil, b[0], id, cs.Encode()), b) {
 			t.Fatalf("%x is not canonical", b)
 		}
 	})
