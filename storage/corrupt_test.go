@@ -280,3 +280,33 @@ func TestBoltPanicIsCorrupt(t *testing.T) {
 	}
 	require.NotZero(t, panics)
 }
+
+// TestHiddenSubtree: a branch page whose element count lost its last child
+// hides a subtree — keys of the log, or a whole bucket, which would read as
+// absent (bbolt checksums no page). Open finds the unreachable pages (in no
+// tree and not free) and refuses the file as corrupt. Found by
+// FuzzCorruptBolt: two flipped bytes made a populated store open as an
+// empty one.
+func TestHiddenSubtree(t *testing.T) {
+	dir := t.TempDir()
+	populate(t, dir)
+	path := filepath.Join(dir, dbFileName)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	pageSize := os.Getpagesize() // bbolt's page size
+	damaged := false
+	for off := 2 * pageSize; off+pageSize <= len(b); off += pageSize {
+		p := b[off:]
+		if ne.Uint64(p) != uint64(off/pageSize) || ne.Uint16(p[8:]) != bBranch || ne.Uint16(p[10:]) < 2 {
+			continue
+		}
+		ne.PutUint16(p[10:], ne.Uint16(p[10:])-1) // the last child disappears
+		damaged = true
+		break
+	}
+	require.True(t, damaged, "populate wrote no branch page with two children")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	_, err = Open(dir, Options{NoSync: true})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "neither in the tree nor free")
+}

@@ -231,10 +231,22 @@ func (v *boltVerifier) checkFreelist(id uint64) error {
 	if count > (uint64(len(p))-off)/8 {
 		return fmt.Errorf("freelist: %d ids do not fit in page %d", count, id)
 	}
+	free := make(map[uint64]bool, count)
 	for i := range count {
-		free := ne.Uint64(p[off+8*i:])
-		if free < 2 || free >= v.hwm || v.seen[free] {
-			return fmt.Errorf("freelist: page %d is in use or out of range", free)
+		id := ne.Uint64(p[off+8*i:])
+		if id < 2 || id >= v.hwm || v.seen[id] {
+			return fmt.Errorf("freelist: page %d is in use or out of range", id)
+		}
+		free[id] = true
+	}
+	// Every page below the high-water mark is in the tree or free (bbolt
+	// writes its pending pages into the freelist too). A page that is
+	// neither is a subtree the walk could not reach: a damaged element
+	// count or branch hides it, and with it keys — a log or a whole bucket
+	// that would read as empty.
+	for id := uint64(2); id < v.hwm; id++ {
+		if !v.seen[id] && !free[id] {
+			return fmt.Errorf("page %d is neither in the tree nor free: part of the tree is unreachable", id)
 		}
 	}
 	return nil
