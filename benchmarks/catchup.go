@@ -36,6 +36,14 @@ type CatchUpConfig struct {
 	Writers   int // concurrent writers on the leader, while loading and after
 	// LeadIn is how long the writers run before each measured window starts.
 	LeadIn time.Duration
+	// MinWindow is the shortest measured window: the writes that start
+	// from the learner's addition until the later of its catch-up and
+	// MinWindow are "during" (and the baseline window is as long). A window
+	// of a few hundred milliseconds holds too few slow writes for its p99
+	// to mean anything, and the catch-up's cost (restoring, the first
+	// appends after the snapshot) may land just after the applied index
+	// reached the target.
+	MinWindow time.Duration
 	// Timeout bounds the wait for the learner to catch up.
 	Timeout time.Duration
 	// TakeSnapshot makes the leader snapshot after the load (hashicorp:
@@ -87,7 +95,8 @@ type CatchUpResult struct {
 //     index at the time it was added (the catch-up window);
 //  3. stop the writers, check that the learner's state equals the leader's;
 //  4. remove the learner; start the writers again and, after LeadIn, measure
-//     a window as long as the catch-up took, without a learner (baseline).
+//     a window as long as the "during" window (the catch-up, at least
+//     MinWindow), without a learner (baseline).
 //
 // It returns an error when the scenario could not run (a failed load, a
 // failed membership change); a learner that does not catch up is reported in
@@ -161,10 +170,14 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 		<-tick.C
 	}
 	tick.Stop()
-	endAt := time.Since(epoch)
-	res.CatchUp = endAt - addAt
+	caughtAt := time.Since(epoch)
+	res.CatchUp = caughtAt - addAt
 	res.Snapshots = c.SnapshotsToLearner()
 	res.LeaderSnapshots = c.SnapshotsTaken()
+	endAt := max(caughtAt, addAt+cfg.MinWindow)
+	if res.CaughtUp {
+		sleep(ctx, endAt-caughtAt)
+	}
 	w.halt()
 	res.During = w.window(addAt, endAt)
 	if !res.CaughtUp {
@@ -195,7 +208,7 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	w = startWriters(ctx, c, cfg.Writers, epoch, steady)
 	sleep(ctx, cfg.LeadIn)
 	from := time.Since(epoch)
-	sleep(ctx, res.CatchUp)
+	sleep(ctx, res.During.Elapsed)
 	to := time.Since(epoch)
 	w.halt()
 	res.Baseline = w.window(from, to)

@@ -17,6 +17,7 @@ var (
 	catchUpWriters = flag.Int("catchup.writers", 64, "BenchmarkCatchUp: concurrent writers on the leader")
 	catchUpLeadIn  = flag.Duration("catchup.leadin", time.Second, "BenchmarkCatchUp: writers run this long before each measured window")
 	catchUpTimeout = flag.Duration("catchup.timeout", 5*time.Minute, "BenchmarkCatchUp: give up on the catch-up after this long")
+	catchUpWindow  = flag.Duration("catchup.window", 5*time.Second, "BenchmarkCatchUp: the shortest measured window (during and baseline)")
 )
 
 // BenchmarkCatchUp runs the learner catch-up scenario (RunCatchUp) once per
@@ -33,16 +34,16 @@ var (
 // snap-MB-sent (to the learner, until it caught up), snaps-restored (by the
 // learner's state machine: fewer than sent when the learner's raft ignored
 // a snapshot it received), leader-snaps (the snapshots the leader took until
-// then), during-* (the leader's
-// writes that started during the catch-up) and base-* (those that started
-// during a window as long, after the learner was removed), load-writes/s
-// and state-MB.
+// then), during-* (the leader's writes that started from the learner's
+// addition until it caught up, or for -catchup.window if that is longer)
+// and base-* (those that started during a window as long, after the
+// learner was removed), load-writes/s and state-MB.
 func BenchmarkCatchUp(b *testing.B) {
 	for _, sys := range Systems {
 		b.Run("system="+sys.Name, func(b *testing.B) {
 			cfg := CatchUpConfig{
 				Keys: *catchUpKeys, ValueSize: *catchUpValue, Writers: *catchUpWriters,
-				LeadIn: *catchUpLeadIn, Timeout: *catchUpTimeout,
+				LeadIn: *catchUpLeadIn, Timeout: *catchUpTimeout, MinWindow: *catchUpWindow,
 			}
 			res := runCatchUp(b, sys, cfg)
 			if res.CaughtUp && res.Check != nil {
