@@ -79,6 +79,15 @@ type CatchUpResult struct {
 	LeaderSnapshots uint64
 	// During is the writes that started during the catch-up window.
 	During Result
+	// Timeline is During in slices of TimelineStep, from the learner's
+	// addition: where in the window the cost lands.
+	Timeline []Result
+	// WithLearner is the writes that started in the window of the same
+	// length right after During, the learner caught up and replicating:
+	// During against WithLearner is the catch-up's own cost; WithLearner
+	// against Baseline is the cost of one more member (in this benchmark,
+	// on the same CPUs and disk as the others).
+	WithLearner Result
 	// Baseline is the writes that started during a window of the same
 	// length after the learner was removed (measured only if it caught up).
 	Baseline Result
@@ -93,7 +102,8 @@ type CatchUpResult struct {
 //  2. writers keep overwriting those keys in turn; after LeadIn, add a
 //     learner and wait until its applied index reaches the leader's commit
 //     index at the time it was added (the catch-up window);
-//  3. stop the writers, check that the learner's state equals the leader's;
+//  3. keep writing for a window as long with the learner caught up; stop the
+//     writers, check that the learner's state equals the leader's;
 //  4. remove the learner; start the writers again and, after LeadIn, measure
 //     a window as long as the "during" window (the catch-up, at least
 //     MinWindow), without a learner (baseline).
@@ -175,11 +185,18 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	res.Snapshots = c.SnapshotsToLearner()
 	res.LeaderSnapshots = c.SnapshotsTaken()
 	endAt := max(caughtAt, addAt+cfg.MinWindow)
+	steadyAt := endAt + (endAt - addAt)
 	if res.CaughtUp {
-		sleep(ctx, endAt-caughtAt)
+		sleep(ctx, steadyAt-caughtAt)
 	}
 	w.halt()
 	res.During = w.window(addAt, endAt)
+	if res.CaughtUp {
+		res.WithLearner = w.window(endAt, steadyAt)
+	}
+	for from := addAt; from < endAt; from += TimelineStep {
+		res.Timeline = append(res.Timeline, w.window(from, min(from+TimelineStep, endAt)))
+	}
 	if !res.CaughtUp {
 		logf("the learner did not catch up within %s: applied %d of %d", cfg.Timeout, res.LearnerApplied, target)
 	} else {
@@ -214,6 +231,9 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	res.Baseline = w.window(from, to)
 	return res, nil
 }
+
+// TimelineStep is the length of a CatchUpResult.Timeline slice.
+const TimelineStep = 250 * time.Millisecond
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

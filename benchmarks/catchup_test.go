@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,9 +36,12 @@ var (
 // learner's state machine: fewer than sent when the learner's raft ignored
 // a snapshot it received), leader-snaps (the snapshots the leader took until
 // then), during-* (the leader's writes that started from the learner's
-// addition until it caught up, or for -catchup.window if that is longer)
-// and base-* (those that started during a window as long, after the
-// learner was removed), load-writes/s and state-MB.
+// addition until it caught up, or for -catchup.window if that is longer),
+// with-* (those that started in the window as long right after, the
+// learner caught up and replicating) and base-* (those that started during
+// a window as long, after the learner was removed), load-writes/s and
+// state-MB. During against with is what the catch-up itself costs; with
+// against base what one more member costs on the same CPUs and disk.
 func BenchmarkCatchUp(b *testing.B) {
 	for _, sys := range Systems {
 		b.Run("system="+sys.Name, func(b *testing.B) {
@@ -67,6 +71,7 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.ReportMetric(float64(res.LeaderSnapshots), "leader-snaps")
 			reportWindow(b, "during", res.During)
 			if res.CaughtUp {
+				reportWindow(b, "with", res.WithLearner)
 				reportWindow(b, "base", res.Baseline)
 			}
 		})
@@ -119,7 +124,13 @@ func logCatchUp(tb testing.TB, name string, cfg CatchUpConfig, res CatchUpResult
 	tb.Logf("%s: snapshots to the learner: %d sent, %d failed, %.1f MB (%s); the learner restored %d", name,
 		res.Snapshots.Sent, res.Snapshots.Failed, float64(res.Snapshots.Bytes)/1e6, res.Snapshots.How, res.Snapshots.Restored)
 	tb.Logf("%s: during catch-up (%s): %s", name, res.During.Elapsed.Round(time.Millisecond), win(res.During))
+	var tl strings.Builder
+	for i, r := range res.Timeline {
+		fmt.Fprintf(&tl, " [%s %.0f/s p99 %s]", (time.Duration(i) * TimelineStep).Round(time.Millisecond), r.WritesPerSec(), r.Percentile(99).Round(100*time.Microsecond))
+	}
+	tb.Logf("%s: timeline from the addition:%s", name, tl.String())
 	if res.CaughtUp {
+		tb.Logf("%s: with learner     (%s): %s", name, res.WithLearner.Elapsed.Round(time.Millisecond), win(res.WithLearner))
 		tb.Logf("%s: without learner  (%s): %s", name, res.Baseline.Elapsed.Round(time.Millisecond), win(res.Baseline))
 		if res.Check == nil {
 			tb.Logf("%s: the learner's state equals the leader's", name)

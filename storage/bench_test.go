@@ -6,7 +6,10 @@ import (
 	"io"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
@@ -283,4 +286,89 @@ func BenchmarkCodec(b *testing.B) {
 			_ = proto.Size(e)
 		}
 	})
+}
+
+// BenchmarkSaveDuringSnapshot measures the log's Save latency (one 256-byte
+// entry, fsync) while 128 MiB snapshots are written back to back beside it,
+// with the paced writeback of snapshot files (rangeSyncer) in chunks of
+// several sizes and without it (chunk=0K): what a snapshot costs the writes
+// of the member taking it. It reports the p50, p99 and maximum Save latency
+// and the snapshot's write rate.
+//
+//	go test -run '^$' -bench SaveDuringSnapshot -benchtime 2000x -count 3 ./storage
+func BenchmarkSaveDuringSnapshot(b *testing.B) {
+	const size = 128 << 20
+	chunk := bytes.Repeat([]byte("snapshot"), 64<<10/8)
+	for _, chunkSize := range []int64{128 << 10, 256 << 10, 1 << 20, 0} {
+		b.Run(fmt.Sprintf("chunk=%dK", chunkSize>>10), func(b *testing.B) {
+			defer func(old bool, oldChunk int64) { rangeSync, syncChunk = old, oldChunk }(rangeSync, syncChunk)
+			rangeSync, syncChunk = chunkSize > 0, max(chunkSize, 1)
+			s, err := Open(b.TempDir(), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Save(nil, benchEntries(1, 1), nil); err != nil {
+				b.Fatal(err)
+			}
+			stop := make(chan struct{})
+			done := make(chan error, 1)
+			var snapBytes, snapNanos atomic.Int64
+			var saved atomic.Uint64 // the last index saved
+			saved.Store(1)
+			go func() {
+				for prev := uint64(0); ; {
+					select {
+					case <-stop:
+						done <- nil
+						return
+					default:
+					}
+					index := saved.Load()
+					if index <= prev {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					prev = index
+					t0 := time.Now()
+					_, err := s.CreateSnapshot(index, nil, func(w io.Writer) error {
+						for n := 0; n < size; n += len(chunk) {
+							if _, err := w.Write(chunk); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						done <- err
+						return
+					}
+					snapBytes.Add(size)
+					snapNanos.Add(int64(time.Since(t0)))
+				}
+			}()
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := s.Save(nil, benchEntries(uint64(i+2), 1), nil); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+				saved.Store(uint64(i + 2))
+			}
+			b.StopTimer()
+			close(stop)
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+			if ns := snapNanos.Load(); ns > 0 {
+				b.ReportMetric(float64(snapBytes.Load())/1e6/(float64(ns)/1e9), "snap-MB/s")
+			}
+		})
+	}
 }

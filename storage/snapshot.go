@@ -256,7 +256,7 @@ func (s *Store) writeSnapshotFile(name string, fill func(io.Writer) error, want 
 			_ = os.Remove(tmp)
 		}
 	}()
-	hw := &hashingWriter{w: f, h: crc32.New(castagnoli)}
+	hw := &hashingWriter{w: newRangeSyncer(f, s.opts.NoSync), h: crc32.New(castagnoli)}
 	if err := fill(hw); err != nil {
 		var ce *CorruptError
 		if errors.As(err, &ce) {
