@@ -26,16 +26,11 @@ import (
 // outside a running member: does a data dir hold a member, the ID of a new
 // cluster, parsing a member list, disaster recovery and restoring a backup.
 
-// holdsMember reports whether store holds a member (an identity, a log, a
-// hard state or a snapshot).
+// holdsMember reports whether store holds a member's raft state (a log, a
+// hard state or a snapshot). An identity alone is not one: it is a
+// bootstrap or a join that stopped before its first write, which Start
+// runs again (under the same identity).
 func holdsMember(store *storage.Store) (bool, error) {
-	id, err := store.Identity()
-	if err != nil {
-		return false, err
-	}
-	if id.MemberID != 0 {
-		return true, nil
-	}
 	hs, _, err := store.InitialState()
 	if err != nil {
 		return false, err
@@ -49,9 +44,12 @@ func holdsMember(store *storage.Store) (bool, error) {
 
 // HasMember reports whether the data dir dir holds a member, so that a host
 // ignores its bootstrap settings on a restart (as etcd does). A data dir that
-// does not exist holds none. It opens the storage briefly: not while a
-// member runs from dir (storage.ErrLocked). A removed member's data dir
-// answers true with an error matching ErrRemoved.
+// does not exist holds none, nor does one where a bootstrap or a join
+// stopped before its first write (only the identity is recorded: Start
+// bootstraps or joins again, refusing another member ID or cluster). It
+// opens the storage briefly: not while a member runs from dir
+// (storage.ErrLocked). A removed member's data dir answers true with an
+// error matching ErrRemoved.
 func HasMember(dir string) (bool, error) {
 	if _, err := os.Stat(filepath.Clean(dir)); errors.Is(err, os.ErrNotExist) {
 		return false, nil

@@ -163,6 +163,19 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 			_ = store.Close()
 		}
 	}()
+	stored, err := store.Identity()
+	if err != nil {
+		return nil, err
+	}
+	if stored.MemberID != 0 && (stored.MemberID != cfg.ID || (cfg.ClusterID != 0 && stored.ClusterID != 0 && stored.ClusterID != cfg.ClusterID)) {
+		// Checked whatever else the data dir holds: a member's vote and log
+		// must never start under another ID or in another cluster.
+		want := storage.Identity{ClusterID: cfg.ClusterID, MemberID: cfg.ID}
+		if want.ClusterID == 0 {
+			want.ClusterID = stored.ClusterID
+		}
+		return nil, &storage.IdentityError{Stored: stored, Requested: want}
+	}
 	has, err := holdsMember(store)
 	if err != nil {
 		return nil, err
@@ -191,68 +204,65 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 
 	rcfg := cfg.Raft
 	rcfg.ID, rcfg.Logger, rcfg.ClusterID = cfg.ID, logger, cfg.ClusterID
+	if rcfg.ClusterID == 0 {
+		rcfg.ClusterID = stored.ClusterID // 0 for an empty data dir
+	}
 	rcfg.InitialMembers = nil
 	mode := "restart"
+	var peers map[uint64]string // restart: the peers the storage knows
+	var removed []uint64
 	switch {
 	case has:
-		id, err := store.Identity()
-		if err != nil {
-			return nil, err
-		}
-		if (id.MemberID != 0 && id.MemberID != cfg.ID) || (cfg.ClusterID != 0 && id.ClusterID != 0 && id.ClusterID != cfg.ClusterID) {
-			want := storage.Identity{ClusterID: cfg.ClusterID, MemberID: cfg.ID}
-			if want.ClusterID == 0 {
-				want.ClusterID = id.ClusterID
-			}
-			return nil, &storage.IdentityError{Stored: id, Requested: want}
-		}
 		if len(cfg.InitialMembers) > 0 || len(cfg.Join) > 0 {
 			logger.Info("the data dir holds a member: ignoring InitialMembers and Join", slog.String("dir", cfg.DataDir))
 		}
-		if rcfg.ClusterID == 0 {
-			rcfg.ClusterID = id.ClusterID
+		if peers, removed, err = raft.StoredPeers(store); err != nil {
+			return nil, err
 		}
 	case len(cfg.InitialMembers) > 0:
 		mode = "bootstrap"
 		// Every initial member writes the same bootstrap entries: the list
 		// as given (this member's metadata is published once it runs).
+		// A data dir with only an identity is a bootstrap that stopped
+		// before its first write: the node checks the derived cluster ID
+		// against it.
 		rcfg.InitialMembers = cfg.InitialMembers
-		if rcfg.ClusterID == 0 {
+		if cfg.ClusterID == 0 {
 			rcfg.ClusterID = ClusterIDFor(cfg.InitialMembers, cfg.ClusterToken)
 		}
 	case len(cfg.Join) > 0:
+		// Also a join that stopped after recording its identity but before
+		// anything else: it joins again, in the cluster it recorded.
 		mode = "join"
 	default:
 		return nil, ErrNoBootstrap
 	}
+	// A member whose storage knows no member at all, not even itself, is a
+	// joiner that stopped before its first snapshot arrived (it may have
+	// recorded a term or a vote): it learns its peers again from Join.
+	rejoin := mode == "restart" && len(peers) == 0
+	if rejoin && len(cfg.Join) == 0 {
+		return nil, fmt.Errorf("%w: data dir %s holds member %d of cluster %x, whose join did not finish (it never received the cluster's state): start it again with Join",
+			ErrNoBootstrap, cfg.DataDir, cfg.ID, rcfg.ClusterID)
+	}
 
 	// The transport listens before the node exists (a joiner discovers the
 	// cluster through it first); until the node is made, what arrives is
-	// dropped, as a lossy network would.
+	// dropped, as a lossy network would. A restarted member's peers (and
+	// the members removed, refused as such) are known before the first
+	// connection is accepted.
 	hd := &lateHandler{}
 	tcfg := cfg.Transport
 	tcfg.ID, tcfg.ClusterID, tcfg.Listener, tcfg.ListenAddr = cfg.ID, rcfg.ClusterID, ln, ""
 	tcfg.TLS, tcfg.Handler, tcfg.Snapshots = cfg.TLS, hd, store
+	tcfg.Peers, tcfg.Removed = peers, removed
 	if tcfg.Logger == nil {
 		tcfg.Logger = logger
 	}
 	if tr, err = transport.New(tcfg); err != nil {
 		return nil, err
 	}
-	if mode == "restart" {
-		// Peers known before the node replays its log: the transport
-		// accepts them from the first moment.
-		peers, _, err := raft.StoredPeers(store)
-		if err != nil {
-			return nil, err
-		}
-		for id, addr := range peers {
-			if id != cfg.ID {
-				tr.AddPeer(id, addr)
-			}
-		}
-	}
-	if mode == "restart" && len(cfg.Join) > 0 {
+	if mode == "restart" && len(cfg.Join) > 0 && !rejoin {
 		// The data dir holds a member and the host says which cluster it
 		// means to be in: refuse a data dir of another one (the peers
 		// there refuse this cluster ID). Unreachable peers prove nothing.
@@ -265,16 +275,23 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 		}
 	}
 	var joinPeers []raft.Member
-	if mode == "join" {
-		info, err := raft.Discover(ctx, tr, cfg.Join, cfg.ID, cfg.ClusterID)
+	if mode == "join" || rejoin {
+		info, err := raft.Discover(ctx, tr, cfg.Join, cfg.ID, rcfg.ClusterID)
 		if err != nil {
+			if errors.Is(err, raft.ErrClusterMismatch) && stored.ClusterID != 0 {
+				return nil, fmt.Errorf("%w: data dir %s holds cluster %x, but the cluster at %v is another one: %w",
+					ErrIdentityMismatch, cfg.DataDir, stored.ClusterID, cfg.Join, err)
+			}
 			return nil, fmt.Errorf("understudy: joining as member %d: %w", cfg.ID, err)
 		}
 		logger.Info("joining cluster", slog.String("cluster", fmt.Sprintf("%x", info.ClusterID)),
-			slog.Uint64("answered_by", info.From), slog.Int("members", len(info.Members)))
+			slog.Uint64("answered_by", info.From), slog.Int("members", len(info.Members)), slog.Bool("again", rejoin || stored.MemberID != 0))
 		rcfg.ClusterID = info.ClusterID
 		tr.SetClusterID(info.ClusterID)
 		joinPeers = info.Members
+		for _, id := range info.Removed {
+			tr.RemovePeer(id)
+		}
 	}
 	node, err := raft.NewNode(rcfg, sm, store)
 	if err != nil {

@@ -524,10 +524,11 @@ func TestStoredPeersBeforeReplay(t *testing.T) {
 
 	store, err := storage.Open(filepath.Join(tc.dir, "2"), storage.Options{})
 	require.NoError(t, err)
-	peers, _, err := raft.StoredPeers(store)
+	peers, removed, err := raft.StoredPeers(store)
 	require.NoError(t, err)
 	require.NoError(t, store.Close())
 	require.Equal(t, map[uint64]string{1: tc.addrs[1], 2: tc.addrs[2], 3: tc.addrs[3], 5: ln5.Addr().String()}, peers)
+	require.Equal(t, []uint64{4}, removed, "a removal in the log is a removal too")
 }
 
 // TestHostRestartServesReplayedState: Start on a restarted member returns

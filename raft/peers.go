@@ -3,6 +3,7 @@ package raft
 import (
 	"bufio"
 	"fmt"
+	"slices"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -16,7 +17,7 @@ import (
 // entries are applied.
 func (n *Node) preloadPeers(lo, hi uint64) error {
 	peers := map[uint64]string{}
-	if err := logPeers(n.store, lo, hi, peers); err != nil {
+	if err := logPeers(n.store, lo, hi, peers, nil); err != nil {
 		return err
 	}
 	for id, addr := range peers {
@@ -28,8 +29,9 @@ func (n *Node) preloadPeers(lo, hi uint64) error {
 }
 
 // logPeers updates peers (ID → peer address) with the conf changes of the
-// log in [lo, hi]: members they add or update, minus those they remove.
-func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string) error {
+// log in [lo, hi]: members they add or update, minus those they remove,
+// which it adds to removed (if not nil).
+func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string, removed map[uint64]bool) error {
 	for lo <= hi {
 		ents, err := store.Entries(lo, hi+1, 4<<20)
 		if err != nil {
@@ -53,6 +55,9 @@ func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string) er
 			for _, c := range cc.AsV2().GetChanges() {
 				if c.GetType() == raftpb.ConfChangeRemoveNode {
 					delete(peers, c.GetNodeId())
+					if removed != nil {
+						removed[c.GetNodeId()] = true
+					}
 				}
 			}
 		}
@@ -68,6 +73,7 @@ func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string) er
 // the first moment instead of refusing them until its log is replayed.
 func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err error) {
 	peers = map[uint64]string{}
+	gone := map[uint64]bool{}
 	snap, err := store.Snapshot()
 	if err != nil {
 		return nil, nil, fmt.Errorf("raft: reading the snapshot: %w", err)
@@ -86,7 +92,9 @@ func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err 
 			for _, m := range h.members {
 				peers[m.ID] = m.PeerAddr
 			}
-			removed = h.removed
+			for _, id := range h.removed {
+				gone[id] = true
+			}
 		}
 		_ = rc.Close()
 	}
@@ -98,11 +106,13 @@ func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err 
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := logPeers(store, first, last, peers); err != nil {
+	if err := logPeers(store, first, last, peers, gone); err != nil {
 		return nil, nil, err
 	}
-	for _, id := range removed {
+	for id := range gone {
 		delete(peers, id)
+		removed = append(removed, id)
 	}
+	slices.Sort(removed)
 	return peers, removed, nil
 }

@@ -94,6 +94,13 @@ type Config struct {
 	// Logger receives the transport's logs. nil discards them.
 	Logger *slog.Logger
 
+	// Peers (member ID → host:port) and Removed are known before the first
+	// connection is accepted, as if given to AddPeer and RemovePeer right
+	// after New: a restarted member accepts its peers, and refuses removed
+	// members as removed, from the first moment.
+	Peers   map[uint64]string
+	Removed []uint64
+
 	// MaxQueueMessages is the capacity, in messages, of each peer's outgoing
 	// queue; a message that does not fit is dropped. Default 4096.
 	MaxQueueMessages int

@@ -88,6 +88,14 @@ func New(cfg Config) (*Transport, error) {
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.unreachable.wake = make(chan struct{}, 1)
 	t.peers.Store(&map[uint64]*peer{})
+	for _, id := range cfg.Removed {
+		t.RemovePeer(id)
+	}
+	for id, addr := range cfg.Peers {
+		if !slices.Contains(cfg.Removed, id) {
+			t.AddPeer(id, addr)
+		}
+	}
 	t.wg.Add(2)
 	go t.acceptLoop()
 	go t.reportUnreachableLoop()

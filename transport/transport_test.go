@@ -265,6 +265,31 @@ func TestRemovedPeerIsRefused(t *testing.T) {
 	sendUntil(t, a, []*raftpb.Message{heartbeat(1, 2)}, "delivery after re-adding", func() bool { return hb.count() > n })
 }
 
+// TestConfigPeersKnownBeforeAccepting: the peers and removed members of
+// Config are known before the first connection is accepted — a restarted
+// member accepts its peers and refuses a removed one as removed from the
+// first moment, not as an unknown sender until someone calls AddPeer.
+func TestConfigPeersKnownBeforeAccepting(t *testing.T) {
+	ha, hc := &fakeHandler{}, &fakeHandler{}
+	a := newTestTransport(t, 1, ha)
+	c := newTestTransport(t, 3, hc)
+	hb := &fakeHandler{}
+	b := newTestTransport(t, 2, hb, func(cfg *Config) {
+		cfg.Peers = map[uint64]string{1: a.Addr().String(), 3: c.Addr().String()}
+		cfg.Removed = []uint64{3}
+	})
+	if ids := b.Stats().Peers; len(ids) != 1 || ids[0].ID != 1 {
+		t.Fatalf("b's peers: %+v (want only 1: 3 is removed)", ids)
+	}
+	a.AddPeer(2, b.Addr().String())
+	sendUntil(t, a, []*raftpb.Message{heartbeat(1, 2)}, "delivery from a peer of Config.Peers", func() bool { return hb.count() > 0 })
+	if got := b.Stats().Refused[ReasonUnknownSender]; got != 0 {
+		t.Fatalf("b refused %d connections as from an unknown sender", got)
+	}
+	c.AddPeer(2, b.Addr().String())
+	sendUntil(t, c, []*raftpb.Message{heartbeat(3, 2)}, "c told it was removed", func() bool { return hc.refusedWith(ErrRemoved) })
+}
+
 func TestHandshakeRefusals(t *testing.T) {
 	tests := []struct {
 		name   string
