@@ -271,6 +271,9 @@ func (c *checker) update(m Member) {
 	for _, p := range m.problems() {
 		c.refuse(ErrInvalidMember, m.ID, p)
 	}
+	if m.ReadOnly && !c.v.Members[m.ID].ReadOnly && (slices.Contains(c.v.Config.Voters, m.ID) || slices.Contains(c.v.Config.VotersOutgoing, m.ID)) {
+		c.refuse(ErrMemberReadOnly, m.ID, memberDetail(m.ID, "is a voter: a voter cannot be read-only (demote it first)"))
+	}
 	c.addrInUse(m)
 }
 

@@ -48,8 +48,24 @@ func (c ClusterSettings) Apply(s Settings) Settings {
 }
 
 // Validate reports every bad field at once, each wrapping ErrInvalidSettings.
-// Unlike Settings, zero is not "the default": every field is explicit.
+// Unlike Settings, zero is not "the default": every field is explicit. A
+// positive RemoveDeadAfter must be at least FailoverAfter: a lost voter is
+// first failed over (demoted) and only then removed, so a delay shorter
+// than the failover's would remove learners that a short restart made
+// silent, while voters silent as long stay.
 func (c ClusterSettings) Validate() error {
+	errs := c.fieldErrors()
+	if c.RemoveDeadAfter > 0 && c.FailoverAfter > 0 && c.RemoveDeadAfter < c.FailoverAfter {
+		errs = append(errs, fmt.Errorf("%w: remove dead after (%s) must be 0 (off) or at least failover after (%s)",
+			ErrInvalidSettings, c.RemoveDeadAfter, c.FailoverAfter))
+	}
+	return errors.Join(errs...)
+}
+
+// fieldErrors checks each field on its own: what a decoded entry must
+// satisfy (an entry written before a rule between fields existed still
+// applies).
+func (c ClusterSettings) fieldErrors() []error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSettings}, args...)...))
@@ -66,7 +82,7 @@ func (c ClusterSettings) Validate() error {
 	if c.RemoveDeadAfter < 0 {
 		bad("remove dead after (%s) must not be negative (0: off)", c.RemoveDeadAfter)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // maxLearnersLimit bounds MaxLearners: each learner costs the leader
@@ -147,7 +163,7 @@ func DecodeClusterSettings(b []byte) (ClusterSettings, error) {
 		TargetVoters: int(vals[0]), MaxLearners: int(vals[1]), AutoPromote: auto,
 		FailoverAfter: time.Duration(vals[2]), RemoveDeadAfter: time.Duration(vals[3]),
 	}
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(c.fieldErrors()...); err != nil {
 		return ClusterSettings{}, err
 	}
 	return c, nil

@@ -35,6 +35,7 @@ func TestClusterSettingsValidate(t *testing.T) {
 		{TargetVoters: 3, MaxLearners: 0, FailoverAfter: time.Second},
 		{TargetVoters: 3, MaxLearners: 2, FailoverAfter: 0},
 		{TargetVoters: 3, MaxLearners: 2, FailoverAfter: time.Second, RemoveDeadAfter: -1},
+		{TargetVoters: 3, MaxLearners: 2, FailoverAfter: time.Minute, RemoveDeadAfter: time.Second}, // removed before a voter would fail over
 	} {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidSettings) || Code(err) != "invalid_setting" {
 			t.Errorf("%v: %v, want invalid_setting", c, err)

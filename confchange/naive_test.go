@@ -228,6 +228,9 @@ func naive(v View, s Settings, r Request) naiveOutcome {
 	case OpUpdate:
 		if exists(r.Member.ID) {
 			record(r.Member)
+			if id := r.Member.ID; r.Member.ReadOnly && !v.Members[id].ReadOnly && (voters[id] || out[id]) {
+				refuse("member_read_only")
+			}
 		}
 		changes = 1
 	case OpPromote:

@@ -106,12 +106,18 @@ func (p DefaultPolicy) Next(v View) (Request, bool) {
 	}
 
 	if s.RemoveDeadAfter > 0 {
-		// Never below what the target needs: the remaining members must be
-		// able to fill TargetVoters seats.
-		members := len(cfg.Voters) + len(cfg.Learners)
+		// Never below what the target needs: the voters and the learners
+		// that could take a seat (not read-only ones) must be able to fill
+		// TargetVoters seats once the dead member is gone.
+		seats := len(cfg.Voters)
+		for _, id := range cfg.Learners {
+			if !v.Members[id].ReadOnly {
+				seats++
+			}
+		}
 		for _, dead := range silent(v, cfg.Learners, s.RemoveDeadAfter) {
-			if members-1 < s.TargetVoters {
-				break
+			if !v.Members[dead].ReadOnly && seats-1 < s.TargetVoters {
+				continue // a read-only one may still go
 			}
 			if r := Remove(dead); ok(r) {
 				return r, true

@@ -31,6 +31,8 @@ func TestDefaultPolicy(t *testing.T) {
 		{name: "not stable yet", view: "voters=(1 2) learners=(3)\n3 ready=9s", want: ""},
 		{name: "even, no learner in contact: demote one more", view: "voters=(1 2 3 4) learners=(5)\n5 down", s: Settings{TargetVoters: 5}, want: "demote 4"},
 		{name: "even, only a read-only learner: demote one more", view: "voters=(1 2) learners=(3)\n3 readonly", want: "demote 2"},
+		{name: "dead learner kept: a read-only learner cannot take a seat", view: "voters=(1 2 3) learners=(4 5 6)\n4 down contact=2h\n5 readonly", s: Settings{TargetVoters: 5, MaxLearners: 3, RemoveDeadAfter: time.Minute}, want: ""},
+		{name: "dead read-only learner removed even when seats are short", view: "voters=(1 2 3) learners=(4 5)\n4 readonly down contact=2h", s: Settings{TargetVoters: 5, RemoveDeadAfter: time.Minute}, want: "remove 4"},
 		{name: "dead learner kept when the target needs it", view: "voters=(1 2 3) learners=(4)\n4 down contact=2h", s: Settings{TargetVoters: 5, RemoveDeadAfter: time.Minute}, want: ""},
 		{name: "failover after 30s", view: "voters=(1 2 3) learners=(4)\n3 down contact=30s", want: "swap 3 for 4"},
 		{name: "no failover before 30s", view: "voters=(1 2 3) learners=(4)\n3 down contact=29s", want: ""},

@@ -98,6 +98,9 @@ func (s Settings) Validate() error {
 		bad("RemoveDeadAfter (%s) must not be negative", s.RemoveDeadAfter)
 	}
 	d := s.WithDefaults()
+	if s.RemoveDeadAfter > 0 && s.RemoveDeadAfter < d.FailoverAfter {
+		bad("RemoveDeadAfter (%s) must be 0 (off) or at least FailoverAfter (%s): a lost voter is failed over before it is removed", s.RemoveDeadAfter, d.FailoverAfter)
+	}
 	if s.MaxLag != 0 && s.MaxLag > d.SnapshotCount {
 		bad("MaxLag (%d) must not exceed SnapshotCount (%d): a member that far behind needs a snapshot", s.MaxLag, d.SnapshotCount)
 	}

@@ -317,11 +317,14 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	return err
 }
 
-// UpdateMember replaces the record (peer address, metadata) of member m.ID.
-// Every member's transport follows the new address once it applies it.
+// UpdateMember replaces the record (peer address, metadata, read-only flag)
+// of member m.ID. Every member's transport follows the new address once it
+// applies it. Clearing ReadOnly is how a read-only learner becomes
+// promotable; a voter cannot be made read-only (demote it first).
 //
-// Errors: ErrUnknownMember; ErrInvalidMember; ErrChangeInProgress; and the
-// errors of ChangeMembership.
+// Errors: ErrUnknownMember; ErrInvalidMember; ErrMemberReadOnly (m is a
+// voter and ReadOnly is set); ErrChangeInProgress; and the errors of
+// ChangeMembership.
 func (n *Node) UpdateMember(ctx context.Context, m Member) error {
 	_, err := n.ChangeMembership(ctx, confchange.UpdateMember(m))
 	return err

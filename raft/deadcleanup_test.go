@@ -1,0 +1,66 @@
+package raft_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// TestPolicyRemovesDeadMembers: with RemoveDeadAfter set, a learner silent
+// that long is removed (a read-only one too), and a lost voter is first
+// failed over to a ready standby, then removed the same way once it has
+// been silent RemoveDeadAfter — the cluster keeps three voters and writes
+// throughout, and the removed IDs are refused from then on.
+func TestPolicyRemovesDeadMembers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, lead := withReadyLearner(ctx, t, cluster.Options{Membership: confchange.Settings{
+		Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond, RemoveDeadAfter: time.Second,
+	}})
+	ro := c.Record(5)
+	ro.ReadOnly = true
+	if err := lead.Node.AddLearner(ctx, ro); err != nil {
+		t.Fatalf("adding read-only learner 5: %v", err)
+	}
+	c.Join(5)
+	waitMembership(ctx, t, lead.Node, "learner 5 in contact", func(m raft.Membership) bool {
+		s, ok := memberStatus(m, 5)
+		return ok && s.Progress != nil && s.Progress.Match > 0
+	})
+
+	c.Crash(5)
+	waitMembership(ctx, t, lead.Node, "dead read-only learner 5 removed", func(m raft.Membership) bool {
+		return !m.Config.Contains(5) && !m.Pending
+	})
+
+	lost := uint64(1)
+	for lost == lead.ID {
+		lost++ // a voter (1–3) other than the leader
+	}
+	c.Crash(lost)
+	waitMembership(ctx, t, lead.Node, "lost voter failed over to 4", func(m raft.Membership) bool {
+		return slices.Contains(m.Config.Voters, 4) && slices.Contains(m.Config.Learners, lost) && !m.Joint() && !m.Pending
+	})
+	m := waitMembership(ctx, t, lead.Node, "the lost voter removed once dead", func(m raft.Membership) bool {
+		return !m.Config.Contains(lost) && !m.Pending
+	})
+	if len(m.Config.Voters) != 3 || m.Joint() {
+		t.Fatalf("after the cleanup: %v, want three voters", m.Config)
+	}
+	if _, err := lead.Node.Propose(ctx, kv.Put("after-cleanup", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Node.AddLearner(ctx, c.Record(lost)); !errorIsCode(err, "member_exists") {
+		t.Fatalf("re-adding removed member %d: %v, want member_exists (IDs are never reused)", lost, err)
+	}
+}
+
+func errorIsCode(err error, code string) bool {
+	return err != nil && confchange.Code(err) == code
+}
