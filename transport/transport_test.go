@@ -290,6 +290,41 @@ func TestConfigPeersKnownBeforeAccepting(t *testing.T) {
 	sendUntil(t, c, []*raftpb.Message{heartbeat(3, 2)}, "c told it was removed", func() bool { return hc.refusedWith(ErrRemoved) })
 }
 
+// TestInboundConnectionRedialsAtOnce: when a peer that was down connects
+// to us (it restarted), our stream to it is redialed at once instead of on
+// the backoff timer — here 30–60 s, so the delivery below, bounded by 20 s,
+// can only come from the redial.
+func TestInboundConnectionRedialsAtOnce(t *testing.T) {
+	slow := func(c *Config) { c.MinBackoff, c.MaxBackoff = time.Minute, time.Minute }
+	ha := &fakeHandler{}
+	a := newTestTransport(t, 1, ha, slow)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrB := ln.Addr().String()
+	ln.Close() // b is down: a's first dial fails and a backs off
+	a.AddPeer(2, addrB)
+	a.Send([]*raftpb.Message{heartbeat(1, 2)})
+	waitFor(t, "a's dial to b failed", func() bool {
+		s := a.Stats()
+		return len(s.Peers) == 1 && !a.peer(2).c.connected.Load() && s.Peers[0].DialFailures > 0
+	})
+
+	hb := &fakeHandler{}
+	b := newTestTransport(t, 2, hb, func(c *Config) { c.ListenAddr = addrB })
+	b.AddPeer(1, a.Addr().String())
+	b.Send([]*raftpb.Message{heartbeat(2, 1)}) // b dials a: a learns b is back
+	deadline := time.Now().Add(20 * time.Second)
+	for hb.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's stream to b was not redialed when b connected: %+v", a.Stats().Peers)
+		}
+		a.Send([]*raftpb.Message{heartbeat(1, 2)})
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestHandshakeRefusals(t *testing.T) {
 	tests := []struct {
 		name   string
