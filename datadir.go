@@ -99,6 +99,10 @@ func ClusterIDFor(members []raft.Member, token string) uint64 {
 
 // ParseMembers parses "1=host:port,2=host:port" (etcd's --initial-cluster
 // form, without a scheme) into member records.
+//
+// Errors: raft.ErrInvalidConfig naming the part that is not id=host:port, a
+// member ID that is not a positive integer or appears twice, an address
+// without a port, or a list with no member.
 func ParseMembers(s string) ([]raft.Member, error) {
 	var out []raft.Member
 	seen := map[uint64]bool{}

@@ -179,7 +179,7 @@ func (s *Store) Apply(cmds []raft.Command, results []raft.Result) {
 }
 
 // Lookup implements raft.StateMachine: the query is a key, the answer its
-// value (empty if missing).
+// value (empty if missing). It never fails.
 func (s *Store) Lookup(query []byte) ([]byte, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -221,7 +221,8 @@ func (s *Store) Clone() map[string]string {
 
 // Snapshot implements raft.StateMachine: it freezes the shards (no copy:
 // the next write to a frozen shard copies that shard) and writes them
-// later, while applying continues.
+// later, while applying continues. Taking one never fails; writing it
+// returns the writer's error.
 func (s *Store) Snapshot() (raft.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,7 +264,11 @@ func (m *snapshot) Write(w io.Writer) error {
 
 func (*snapshot) Release() {}
 
-// Restore implements raft.StateMachine.
+// Restore implements raft.StateMachine: it replaces the whole state with
+// the snapshot read from r.
+//
+// Errors: an error starting "kv: restore" for a stream that is truncated,
+// malformed or fails to read; the state is then left as it was.
 func (s *Store) Restore(r io.Reader) error {
 	br := bufio.NewReader(r)
 	n, err := binary.ReadUvarint(br)

@@ -170,6 +170,11 @@ func (n *Node) ChangeMembership(ctx context.Context, req confchange.Request) (Ch
 
 // CheckMembership is ChangeMembership's dry run: it checks and plans req on
 // the leader and returns every refusal, proposing nothing.
+//
+// Errors: confchange.Refusals with every reason req would be refused (each
+// matches its sentinel with errors.Is; ChangeResult.Description still holds
+// the plan when one could be made); and, like Membership, ctx's error
+// (joined with ErrNoLeader while no leader is known) and ErrStopped.
 func (n *Node) CheckMembership(ctx context.Context, req confchange.Request) (ChangeResult, error) {
 	return n.change(ctx, req, true)
 }

@@ -81,6 +81,9 @@ type Node struct {
 // NewNode validates cfg and returns a node that is not started yet. store
 // must be open; the node reads and writes it from Start until Stop returns.
 // The caller keeps ownership of store (it closes it after Stop).
+//
+// Errors: ErrInvalidConfig, joined for every problem of cfg at once (fix
+// the configuration; nothing was started or written).
 func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 	ownPolicy := cfg.Policy != nil
 	cfg = cfg.WithDefaults()
@@ -120,6 +123,14 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 // starts the node's goroutines. tr must deliver received messages to
 // n.PeerHandler(). Start returns an error (and starts nothing) if the
 // storage cannot be read or the snapshot cannot be restored.
+//
+// Errors: ErrInvalidConfig (nil tr); ErrIdentityMismatch, a
+// *storage.IdentityError naming the stored and the requested identity (the
+// storage belongs to another member or cluster: use the right data dir,
+// never force it); the storage's errors (storage.ErrCorrupt: restore the
+// member from a backup or add it again as a new one); the state machine's
+// Restore error; ErrStopped when the node was already stopped. A node
+// whose Start failed cannot be started again: make a new one.
 func (n *Node) Start(tr Transport) error {
 	if tr == nil {
 		return fmt.Errorf("%w: nil Transport", ErrInvalidConfig)
@@ -252,6 +263,9 @@ func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, sett
 // raft's ReadIndex (on the leader, or asked of the leader by a follower or
 // learner), waits until this member has applied it, then calls the state
 // machine's Lookup. Concurrent reads share one ReadIndex round.
+//
+// Errors: those of ReadBarrier, and the state machine's Lookup error as is.
+// A read changes nothing: any error is safe to retry.
 func (n *Node) Read(ctx context.Context, query []byte) ([]byte, error) {
 	if err := n.ReadBarrier(ctx); err != nil {
 		return nil, err
@@ -261,6 +275,11 @@ func (n *Node) Read(ctx context.Context, query []byte) ([]byte, error) {
 
 // ReadBarrier returns once this member has applied everything committed
 // before the call: a Lookup after it is linearizable.
+//
+// Errors: ctx's error (joined with ErrNoLeader when no leader is known: the
+// read waited for one; retry, perhaps on another member); ErrNotStarted;
+// ErrStopped or the error that stopped the node (FatalError, ErrRemoved).
+// While more reads wait than the node holds (4096), it waits within ctx.
 func (n *Node) ReadBarrier(ctx context.Context) error {
 	if err := n.usable(); err != nil {
 		return err
@@ -290,6 +309,9 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 
 // StaleRead answers query from this member's state without any round trip:
 // it may miss recent writes (on any member, learners included).
+//
+// Errors: ErrNotStarted; ErrStopped or the error that stopped the node; the
+// state machine's Lookup error as is.
 func (n *Node) StaleRead(query []byte) ([]byte, error) {
 	if err := n.usable(); err != nil {
 		return nil, err

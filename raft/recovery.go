@@ -29,6 +29,10 @@ import (
 // and the storage open. It returns the index of the last entry it appended.
 // Data written by the lost members and not replicated to self is lost: that
 // is what "last resort" means.
+//
+// Errors: ErrInvalidConfig (no member ID, or the storage holds no member);
+// the storage's errors (nothing changed unless the final write succeeded:
+// it is one storage write).
 func ForceNewCluster(store Storage, self Member, log *slog.Logger) (uint64, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -63,6 +63,12 @@ func (s *snapState) restored(index uint64, size int64) {
 // its index. A snapshot already being written is finished first. It is what
 // an operator calls before a backup or after a bulk load; the node takes
 // snapshots on its own otherwise (see Config.SnapshotCount).
+//
+// Errors: ctx's error (the snapshot may still be written); an error
+// wrapping the state machine's Snapshot error or the storage's (nothing
+// was compacted: retry later, and look at the disk); an error when nothing
+// was applied yet; ErrNotStarted; ErrStopped or the error that stopped
+// the node.
 func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
 	if err := n.usable(); err != nil {
 		return 0, err

@@ -60,6 +60,9 @@ type PeerProgress struct {
 }
 
 // Status returns this member's status, taken on the run loop.
+//
+// Errors: ctx's error (the loop is busy: retry); ErrNotStarted; ErrStopped
+// or the error that stopped the node.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	var st Status
 	if err := n.do(ctx, func() { st = n.status() }); err != nil {

@@ -11,6 +11,9 @@ import (
 
 // InitialState returns the saved hard state (empty if none) and the
 // ConfState of the latest snapshot (empty if none). Part of raft.Storage.
+//
+// Errors: ErrClosed; ErrCorrupt (a damaged record: the member cannot start
+// from this data dir).
 func (s *Store) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -25,6 +28,8 @@ func (s *Store) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
 // FirstIndex returns the index of the first entry that may be available
 // through Entries (one past the latest compaction or snapshot). Part of
 // raft.Storage.
+//
+// Errors: ErrClosed.
 func (s *Store) FirstIndex() (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -36,6 +41,8 @@ func (s *Store) FirstIndex() (uint64, error) {
 
 // LastIndex returns the index of the last entry of the log, or FirstIndex()-1
 // when the log holds none. Part of raft.Storage.
+//
+// Errors: ErrClosed.
 func (s *Store) LastIndex() (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -48,6 +55,8 @@ func (s *Store) LastIndex() (uint64, error) {
 // Snapshot returns the latest recorded snapshot: its metadata, and in Data
 // its Descriptor (or nothing for an empty state machine). Open its file with
 // OpenSnapshot. Part of raft.Storage.
+//
+// Errors: ErrClosed; ErrCorrupt for a damaged record.
 func (s *Store) Snapshot() (*raftpb.Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

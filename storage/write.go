@@ -212,6 +212,8 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 
 // ApplySnapshot records snap as the latest snapshot and discards the log,
 // like raft.MemoryStorage.ApplySnapshot. It is Save(nil, nil, snap).
+//
+// Errors: Save's.
 func (s *Store) ApplySnapshot(snap *raftpb.Snapshot) error {
 	return s.Save(nil, nil, snap)
 }
@@ -264,6 +266,8 @@ func (s *Store) Compact(index uint64) error {
 }
 
 // Identity returns the recorded cluster and member IDs, zero if never set.
+//
+// Errors: ErrClosed; ErrCorrupt for a damaged record.
 func (s *Store) Identity() (Identity, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -49,6 +49,12 @@ func (t *Transport) Call(ctx context.Context, to uint64, req []byte) ([]byte, er
 // yet: a peer accepts a request with cluster ID 0 from a member it knows
 // (it must have been added first), so that the joiner can discover the
 // cluster. The Reply says which cluster and member answered.
+//
+// Errors: as Call's (ErrUnknownPeer aside): a *RefusedError (e.g. the peer
+// does not list this member yet, or is of another cluster); a *RemoteError;
+// ErrProtocol for an answer that is not a response; ctx's error; ErrClosed;
+// I/O errors (try another address). Those that match ErrNotSent did not
+// reach the peer.
 func (t *Transport) CallAddr(ctx context.Context, addr string, req []byte) (*Reply, error) {
 	return t.call(ctx, addr, 0, req)
 }

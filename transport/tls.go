@@ -21,6 +21,10 @@ import (
 // not empty, the peer certificate's Common Name or one of its DNS SANs
 // must be in it. Certificates must allow both server and client
 // authentication (extended key usage), since every member is both.
+//
+// Errors: a file that cannot be read, a certificate and key that do not
+// parse or do not match, a CA file with no PEM certificate: each names the
+// file.
 func NewMutualTLS(certFile, keyFile, caFile string, allowedNames []string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

@@ -60,6 +60,9 @@ type Transport struct {
 
 // New validates cfg, starts listening (on cfg.ListenAddr if cfg.Listener is
 // nil) and serves peers until Close.
+//
+// Errors: ErrInvalidConfig, joined for every problem of cfg; the listen
+// error (address in use, bad address). Nothing is left open on error.
 func New(cfg Config) (*Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -118,6 +121,8 @@ func (t *Transport) ClusterID() uint64 { return t.cluster.Load() }
 // including Handler calls in progress. The Handler is not called after
 // Close returns. Close is idempotent; later
 // calls return nil.
+//
+// Errors: the listener's Close error (the transport is closed anyway).
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
