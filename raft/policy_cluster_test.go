@@ -64,3 +64,31 @@ func TestPolicyRemovesDeadMembers(t *testing.T) {
 func errorIsCode(err error, code string) bool {
 	return err != nil && confchange.Code(err) == code
 }
+
+// TestPolicyRestoresAnOddVoterCount: a voter removed by hand with no learner
+// that could take its seat leaves two voters, which need both for a
+// quorum; the policy demotes one more (never the leader), so that the count
+// is odd again and the cluster survives the loss of the one left as a
+// learner. The demoted member stays, a standby.
+func TestPolicyRestoresAnOddVoterCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := cluster.New(t, cluster.Options{Membership: fastMembership})
+	lead := c.WaitLeader()
+	gone := uint64(1)
+	for gone == lead.ID {
+		gone++
+	}
+	if err := lead.Node.RemoveMember(ctx, gone); err != nil {
+		t.Fatalf("removing voter %d: %v", gone, err)
+	}
+	m := waitMembership(ctx, t, lead.Node, "an odd voter count again", func(m raft.Membership) bool {
+		return len(m.Config.Voters) == 1 && !m.Joint() && !m.Pending
+	})
+	if m.Config.Voters[0] != lead.ID || len(m.Config.Learners) != 1 || m.Config.Contains(gone) {
+		t.Fatalf("after the removal of %d: %v (leader %d): want the leader alone as voter and the other a learner", gone, m.Config, lead.ID)
+	}
+	if _, err := lead.Node.Propose(ctx, kv.Put("k", "v")); err != nil {
+		t.Fatal(err)
+	}
+}
