@@ -23,7 +23,12 @@ import (
 // stabilization at most the replication delay of the record. No clock is
 // compared across machines. Records are not part of snapshots: a member
 // that installs one forgets the records it had (a learner's clock then
-// starts over if that member leads next).
+// starts over if that member leads next). The once-per-election-timeout
+// limit also means a "no longer ready" record can lag the transition by up
+// to an election timeout, and is lost if the leader crashes meanwhile: the
+// next leader may then credit a learner that was briefly not ready — but
+// only one that it sees ready itself, within an election timeout of taking
+// over. TestReadinessSurvivesLeaderChange covers a hand-off and a crash.
 
 // entryReadiness is the kind of a readiness record (see entry.go).
 const entryReadiness byte = 4

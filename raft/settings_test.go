@@ -251,6 +251,19 @@ func TestSettingsSurviveFullRestart(t *testing.T) {
 // one leader is not sent back to zero by a leader change: the new leader
 // credits the time recorded in the log.
 func TestReadinessSurvivesLeaderChange(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		name := "transfer"
+		if crash {
+			name = "crash"
+		}
+		t.Run(name, func(t *testing.T) { testReadinessAcrossLeaders(t, crash) })
+	}
+}
+
+// testReadinessAcrossLeaders: learner 4 has been stable for 1.5 s when the
+// leader hands over (crash false) or crashes (true); under the next leader
+// its stabilization clock goes on instead of starting over.
+func testReadinessAcrossLeaders(t *testing.T, crash bool) {
 	c := cluster.New(t, cluster.Options{Members: 3, ManualMembership: true, Membership: confchange.Settings{Stabilization: 5 * time.Second}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -279,7 +292,10 @@ func TestReadinessSurvivesLeaderChange(t *testing.T) {
 		}
 	}
 	next := follower(t, c, lead)
-	if err := lead.Node.TransferLeadership(ctx, next.ID); err != nil {
+	if crash {
+		c.Crash(lead.ID)
+		next = c.WaitLeader()
+	} else if err := lead.Node.TransferLeadership(ctx, next.ID); err != nil {
 		t.Fatal(err)
 	}
 	// Under the new leader, once it sees the learner caught up, the clock
