@@ -36,6 +36,28 @@ type Membership struct {
 // Joint reports whether the configuration is joint.
 func (m Membership) Joint() bool { return m.Config.Joint() }
 
+// View rebuilds, as of now, the confchange.View the leader planned from
+// when it answered m: what a policy needs to preview its next step outside
+// the leader (CheckSettings). Readiness is carried by each member's
+// stabilization time; removed IDs are not part of a Membership.
+func (m Membership) View(now time.Time) confchange.View {
+	v := confchange.View{
+		Config: m.Config, Leader: m.Leader, LastIndex: m.LastIndex, Now: now, PendingChange: m.Pending,
+		Members: map[uint64]confchange.Member{}, Progress: map[uint64]confchange.Progress{},
+		ReadySince: map[uint64]time.Time{}, Removed: map[uint64]bool{},
+	}
+	for _, ms := range m.Members {
+		v.Members[ms.ID] = ms.Member
+		if ms.Progress != nil {
+			v.Progress[ms.ID] = *ms.Progress
+		}
+		if c := ms.Readiness.Code; c == confchange.ReasonReady || c == confchange.ReasonStabilizing {
+			v.ReadySince[ms.ID] = now.Add(-ms.Readiness.For)
+		}
+	}
+	return v
+}
+
 // MemberStatus is one member's record, role and catch-up as the leader sees
 // them.
 type MemberStatus struct {

@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -49,6 +50,43 @@ func (n *Node) UpdateSettings(ctx context.Context, cs confchange.ClusterSettings
 	}
 	_, err := n.proposeEntry(ctx, RequestID{}, cs.Encode(), true)
 	return err
+}
+
+// CheckSettings is UpdateSettings' dry run: it validates cs and, on the
+// leader's current view of the membership, says what the default policy
+// would do next under cs (e.g. "promote 4 5", "demote 5 4", or what it
+// would wait for), proposing nothing. The preview is the policy's next
+// step only, on the membership as it is now: readiness moves, and the
+// policy re-plans every tick.
+//
+// Errors: every way cs is invalid at once, joined (each wraps
+// confchange.ErrInvalidSettings; the plan then only says what was asked);
+// Membership's errors (ctx's error, joined with ErrNoLeader while no
+// leader is known; ErrStopped).
+func (n *Node) CheckSettings(ctx context.Context, cs confchange.ClusterSettings) (string, error) {
+	plan := "set " + cs.String()
+	if err := cs.Validate(); err != nil {
+		return plan, err
+	}
+	if !cs.AutoPromote {
+		return plan + "; automatic changes off: the policy changes nothing on its own", nil
+	}
+	if n.ownPolicy {
+		return plan + "; the host's own policy decides what follows", nil
+	}
+	m, err := n.Membership(ctx)
+	if err != nil {
+		return plan, err
+	}
+	v := m.View(time.Now())
+	p := confchange.DefaultPolicy{Settings: cs.Apply(n.cfg.Membership)}
+	if r, ok := p.Next(v); ok {
+		return plan + "; the policy would then: " + r.String(), nil
+	}
+	if w := p.Waiting(v); w != "" {
+		return plan + "; the policy would then wait: " + w, nil
+	}
+	return plan + "; the policy would change nothing now", nil
 }
 
 // membershipSettings are the rules' settings in force: the local Config's

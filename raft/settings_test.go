@@ -312,3 +312,55 @@ func testReadinessAcrossLeaders(t *testing.T, crash bool) {
 		t.Fatalf("after the leader change, learner 4 is stable for %v: the clock started over", got)
 	}
 }
+
+// TestCheckSettingsPreviewsThePolicy: the settings' dry run, through a
+// follower, reports every invalid field at once, and for valid settings
+// what the default policy would do next on the membership as it is —
+// promote both ready standbys for a target of five, demote two voters for
+// a target of one — and changes nothing.
+func TestCheckSettingsPreviewsThePolicy(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Members: 3, Membership: fastMembership})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lead := c.WaitLeader()
+	waitSettings(ctx, t, c, "replicated", func(cs confchange.ClusterSettings) bool { return cs.TargetVoters == 3 })
+	for _, id := range []uint64{4, 5} {
+		addLearner(ctx, t, c, lead.Node, id)
+	}
+	waitMembership(ctx, t, lead.Node, "standbys 4 and 5 ready", func(m raft.Membership) bool { return ready(4)(m) && ready(5)(m) })
+	f := follower(t, c, lead)
+	before := f.Node.Settings()
+
+	bad := before
+	bad.TargetVoters, bad.MaxLearners = 4, 0
+	if _, err := f.Node.CheckSettings(ctx, bad); !errors.Is(err, confchange.ErrInvalidSettings) ||
+		!strings.Contains(err.Error(), "target voters") || !strings.Contains(err.Error(), "max learners") {
+		t.Fatalf("two invalid fields: %v, want both reported", err)
+	}
+	for _, tc := range []struct {
+		target int
+		want   string
+	}{{5, "promote 4 5"}, {1, "demote"}, {3, "change nothing"}} {
+		cs := before
+		cs.TargetVoters = tc.target
+		plan, err := f.Node.CheckSettings(ctx, cs)
+		if err != nil || !strings.Contains(plan, tc.want) {
+			t.Fatalf("target %d: %q, %v; want a plan with %q", tc.target, plan, err, tc.want)
+		}
+		if _, ids, ok := strings.Cut(plan, "would then: demote "); ok && slices.Contains(strings.Fields(ids), fmt.Sprint(lead.ID)) {
+			t.Fatalf("target %d would demote the leader %d: %q", tc.target, lead.ID, plan)
+		}
+	}
+	off := before
+	off.AutoPromote, off.TargetVoters = false, 5
+	if plan, err := f.Node.CheckSettings(ctx, off); err != nil || !strings.Contains(plan, "automatic changes off") {
+		t.Fatalf("auto-promote off: %q, %v", plan, err)
+	}
+	if got := f.Node.Settings(); got != before {
+		t.Fatalf("a dry run changed the settings: %v → %v", before, got)
+	}
+	m, err := lead.Node.Membership(ctx)
+	if err != nil || len(m.Config.Voters) != 3 {
+		t.Fatalf("a dry run changed the membership: %v, %v", m.Config, err)
+	}
+}
