@@ -75,10 +75,22 @@
 // node's own, never handed to the state machine, and in snapshots: the same
 // on every member (Settings), changed at run time with UpdateSettings.
 // Config.Membership and ManualMembership only seed them: the first leader
-// replicates them, and the policy acts on replicated settings only. The
-// leader also records each learner's readiness transitions in the log, so a
-// new leader does not restart a ready learner's stabilization clock. A member that learns it was removed — it applies
-// its removal, or a member refuses it as removed — records it in its storage
+// replicates them, and the policy acts on replicated settings only;
+// CheckSettings is their dry run (every invalid field, and the policy's
+// next step under the new values). The leader also records each learner's
+// readiness transitions in the log, so a new leader does not restart a
+// ready learner's stabilization clock.
+//
+// A learner added read-only (Member.ReadOnly) serves reads and forwards
+// writes like any learner but is never promoted, by the policy or by hand
+// (ErrMemberReadOnly), and never takes a lost voter's seat; UpdateMember
+// clearing the flag makes it promotable (a voter cannot be made read-only).
+// With RemoveDeadAfter set (0, off, by default; otherwise at least
+// FailoverAfter), the policy removes a learner silent that long — a lost
+// voter is first failed over, then removed the same way — but never one
+// that the target needs: the voters and promotable learners left must fill
+// TargetVoters seats. A member that learns it was removed — it applies its
+// removal, or a member refuses it as removed — records it in its storage
 // (Storage.MarkRemoved) and stops with ErrRemoved; IDs are never reused.
 //
 // # Snapshots
