@@ -23,6 +23,12 @@ type CatchUp struct {
 	// Snapshot is the snapshot being streamed to it, if any (Index 0: none;
 	// Sent and Total in bytes), as the transport reports it.
 	Snapshot transport.SnapshotProgress
+	// SnapshotBytesPerSec is how fast that snapshot streams: the bytes of
+	// its file sent per second, sampled about once a second from the
+	// transport's progress (an exponentially weighted average, as
+	// EntriesPerSec). 0 when no snapshot streams or until the stream has
+	// been sampled twice.
+	SnapshotBytesPerSec float64
 }
 
 // catchUpTrack measures one member's catch-up rate on the leader's loop.
@@ -32,6 +38,13 @@ type catchUpTrack struct {
 	rate     float64 // entries per second, EWMA
 	measured bool
 	emitted  time.Time // last progress event
+
+	// The snapshot stream being sampled (snapIndex 0: none).
+	snapIndex    uint64
+	snapSent     int64
+	snapAt       time.Time
+	snapRate     float64 // bytes per second, EWMA
+	snapMeasured bool
 }
 
 // catchUpSample is the sampling period of the rate.
@@ -47,8 +60,10 @@ func (n *Node) trackCatchUp(id, match uint64, now time.Time) *catchUpTrack {
 	if tr == nil || match < tr.match {
 		tr = &catchUpTrack{match: match, at: now}
 		l.catchUp[id] = tr
+		tr.trackSnapshot(n.snapshotProgress(id), now)
 		return tr
 	}
+	tr.trackSnapshot(n.snapshotProgress(id), now)
 	if dt := now.Sub(tr.at); dt >= catchUpSample {
 		r := float64(match-tr.match) / dt.Seconds()
 		if tr.measured {
@@ -61,6 +76,36 @@ func (n *Node) trackCatchUp(id, match uint64, now time.Time) *catchUpTrack {
 	return tr
 }
 
+// trackSnapshot updates the byte rate of the snapshot stream sp.
+func (tr *catchUpTrack) trackSnapshot(sp transport.SnapshotProgress, now time.Time) {
+	if sp.Index == 0 || sp.Index != tr.snapIndex || sp.Sent < tr.snapSent {
+		// None, or another stream (a new snapshot, or a retry from the
+		// start): its rate is measured afresh.
+		tr.snapIndex, tr.snapSent, tr.snapAt, tr.snapRate, tr.snapMeasured = sp.Index, sp.Sent, now, 0, false
+		return
+	}
+	if dt := now.Sub(tr.snapAt); dt >= catchUpSample {
+		r := float64(sp.Sent-tr.snapSent) / dt.Seconds()
+		if tr.snapMeasured {
+			tr.snapRate = 0.8*tr.snapRate + 0.2*r
+		} else {
+			tr.snapRate, tr.snapMeasured = r, true
+		}
+		tr.snapSent, tr.snapAt = sp.Sent, now
+	}
+}
+
+// snapshotProgress is the transport's progress of a snapshot stream to
+// member id (Index 0: none, or a transport that does not say).
+func (n *Node) snapshotProgress(id uint64) transport.SnapshotProgress {
+	if sp, ok := n.tr.(interface {
+		SnapshotProgress(id uint64) transport.SnapshotProgress
+	}); ok {
+		return sp.SnapshotProgress(id)
+	}
+	return transport.SnapshotProgress{}
+}
+
 // catchUp builds member id's CatchUp from its lag and tracked rate.
 func (n *Node) catchUp(id, lag uint64, tr *catchUpTrack) CatchUp {
 	cu := CatchUp{EntriesBehind: lag}
@@ -70,10 +115,9 @@ func (n *Node) catchUp(id, lag uint64, tr *catchUpTrack) CatchUp {
 			cu.ETA = time.Duration(float64(lag-maxLag) / tr.rate * float64(time.Second))
 		}
 	}
-	if sp, ok := n.tr.(interface {
-		SnapshotProgress(id uint64) transport.SnapshotProgress
-	}); ok {
-		cu.Snapshot = sp.SnapshotProgress(id)
+	cu.Snapshot = n.snapshotProgress(id)
+	if tr != nil && cu.Snapshot.Index != 0 && cu.Snapshot.Index == tr.snapIndex {
+		cu.SnapshotBytesPerSec = tr.snapRate
 	}
 	return cu
 }

@@ -437,10 +437,17 @@ func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 	defer s.recoverCorrupt(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	start := time.Now()
-	err = s.db.Update(fn)
+	var tx *bolt.Tx
+	err = s.db.Update(func(t *bolt.Tx) error { tx = t; return fn(t) })
 	if err == nil {
 		s.m.commits.Add(1)
 		s.m.commitDur.observe(time.Since(start))
+		if !s.opts.NoSync {
+			// bbolt's write time of the commit: its pages written and
+			// fdatasynced, then its meta page written and fdatasynced.
+			st := tx.Stats()
+			s.m.syncDur.observe(st.GetWriteTime())
+		}
 	}
 	return err
 }

@@ -9,7 +9,12 @@
 //
 // --endpoints lists client addresses (host:port, tried in order until one
 // answers); -w json prints the server's JSON. Errors print the server's code
-// and reason and exit 1.
+// and reason and exit 1. A command's flags may come before or after its
+// arguments. A negative number is an argument; "--" ends the flags, for any
+// key or value that starts with "-":
+//
+//	kvctl put temperature -1
+//	kvctl put -- -key -value
 package main
 
 import (
@@ -45,6 +50,10 @@ Commands:
                                       e.g. cluster set target-voters 5 (names: target-voters,
                                       max-learners, auto-promote, failover-after, remove-dead-after)
   status                              every endpoint's status
+
+A command's flags may come before or after its arguments. A negative number is an argument
+(kvctl put t -1); "--" ends the flags, so that any key or value may start with "-"
+(kvctl put -- -k -v).
 
 Global flags:
 `
@@ -261,6 +270,9 @@ func (c *client) dispatch(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintln(c.out, string(v))
 	case "del":
+		if len(args) == 3 && args[1] == "--" {
+			args = []string{"del", args[2]} // no flags to end: del -k works as well
+		}
 		if len(args) != 2 {
 			return usageError{"del KEY"}
 		}
@@ -288,20 +300,41 @@ func (c *client) dispatch(ctx context.Context, args []string) error {
 	return nil
 }
 
-// parseInterspersed parses flags that may come after positional arguments.
+// parseInterspersed parses flags that may come after positional arguments;
+// "--" ends the flags: every argument after it is positional, even one that
+// starts with "-". A negative number ("-1", no flag is named so) is an
+// argument too.
 func parseInterspersed(fs *flag.FlagSet, args []string) error {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return err
+			if !strings.Contains(err.Error(), "not defined") {
+				return err
+			}
+			// Parse stops after the argument it refused.
+			if n := len(args) - len(fs.Args()); n > 0 && isNegativeNumber(args[n-1]) {
+				pos = append(pos, args[n-1])
+				args = fs.Args()
+				continue
+			}
+			return fmt.Errorf("%v (an argument that starts with \"-\" goes after \"--\", e.g. put KEY -- -x)", err)
 		}
-		if fs.NArg() == 0 {
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...) // Parse stopped at "--"
 			break
 		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	return fs.Parse(append(append([]string{}, "--"), pos...))
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+func isNegativeNumber(s string) bool {
+	return len(s) > 1 && s[0] == '-' && ('0' <= s[1] && s[1] <= '9' || s[1] == '.')
 }
 
 func isSet(fs *flag.FlagSet, name string) bool {

@@ -45,6 +45,7 @@ type progress struct {
 	ETA            string  `json:"eta"`
 	SnapshotSent   int64   `json:"snapshot_sent"`
 	SnapshotTotal  int64   `json:"snapshot_total"`
+	SnapshotRate   float64 `json:"snapshot_bytes_per_sec"`
 	StableFor      string  `json:"stable_for"`
 	Stabilization  string  `json:"stabilization"`
 }
@@ -106,13 +107,16 @@ func (c *client) member(ctx context.Context, args []string) error {
 		}
 		return c.printChange(raw, fmt.Sprintf("member %d added", id))
 	case "promote", "demote", "remove":
-		dry := len(args) == 3 && (args[2] == "--dry-run" || args[2] == "-dry-run")
-		if len(args) != 2 && !dry {
+		fs := flag.NewFlagSet("member "+args[0], flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		dryRun := fs.Bool("dry-run", false, "show the plan and every refusal; change nothing")
+		if err := parseInterspersed(fs, args[1:]); err != nil || fs.NArg() != 1 {
 			return usageError{fmt.Sprintf("member %s ID [--dry-run]", args[0])}
 		}
-		method, path := http.MethodPost, "/members/"+url.PathEscape(args[1])+"/"+args[0]
+		dry, id := *dryRun, fs.Arg(0)
+		method, path := http.MethodPost, "/members/"+url.PathEscape(id)+"/"+args[0]
 		if args[0] == "remove" {
-			method, path = http.MethodDelete, "/members/"+url.PathEscape(args[1])
+			method, path = http.MethodDelete, "/members/"+url.PathEscape(id)
 		}
 		if dry {
 			path += "?dry_run=true"
@@ -125,7 +129,7 @@ func (c *client) member(ctx context.Context, args []string) error {
 			return c.printDryRun(raw)
 		}
 		past := map[string]string{"promote": "promoted", "demote": "demoted", "remove": "removed"}[args[0]]
-		return c.printChange(raw, fmt.Sprintf("member %s %s", args[1], past))
+		return c.printChange(raw, fmt.Sprintf("member %s %s", id, past))
 	case "watch":
 		fs := flag.NewFlagSet("member watch", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -282,6 +286,11 @@ func drawWatch(w io.Writer, ms members) {
 		}
 		if p.SnapshotTotal > 0 {
 			line += fmt.Sprintf("  snapshot %.1f/%.1f MB", float64(p.SnapshotSent)/1e6, float64(p.SnapshotTotal)/1e6)
+			if p.SnapshotRate > 0 {
+				// The snapshot's bytes streamed per second (the leader's
+				// measure): entries/s above counts log entries only.
+				line += fmt.Sprintf(" at %.1f snapshot MB/s", p.SnapshotRate/1e6)
+			}
 		}
 		if p.ETA != "" {
 			line += "  ready in ~" + p.ETA
@@ -312,10 +321,7 @@ func (c *client) status(ctx context.Context) error {
 		AppliedIndex uint64 `json:"applied_index"`
 	}
 	var rows []map[string]any
-	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
-	if c.format == "table" {
-		fmt.Fprintln(tw, "ENDPOINT\tID\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED")
-	}
+	var table [][]string
 	failed := 0
 	for _, ep := range c.endpoints {
 		status, raw, _, err := c.do(ctx, ep, http.MethodGet, "/status", nil)
@@ -327,22 +333,30 @@ func (c *client) status(ctx context.Context) error {
 		}
 		if err != nil {
 			failed++
-			if c.format == "table" {
-				fmt.Fprintf(tw, "%s\t-\tunreachable: %v\t\t\t\t\n", ep, err)
-			} else {
-				rows = append(rows, map[string]any{"endpoint": ep, "error": err.Error()})
-			}
+			// The reason goes in a last column: the others keep their width.
+			table = append(table, []string{ep, "-", "-", "-", "-", "-", "-", "unreachable: " + err.Error()})
+			rows = append(rows, map[string]any{"endpoint": ep, "error": err.Error()})
 			continue
 		}
-		if c.format == "table" {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\n", ep, s.ID, s.Role, s.Term, s.Leader, s.CommitIndex, s.AppliedIndex)
-		} else {
-			rows = append(rows, map[string]any{"endpoint": ep, "status": s})
-		}
+		table = append(table, []string{ep, fmt.Sprint(s.ID), s.Role, fmt.Sprint(s.Term), fmt.Sprint(s.Leader),
+			fmt.Sprint(s.CommitIndex), fmt.Sprint(s.AppliedIndex)})
+		rows = append(rows, map[string]any{"endpoint": ep, "status": s})
 	}
 	if c.format == "json" {
 		_ = json.NewEncoder(c.out).Encode(rows)
 	} else {
+		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+		header := "ENDPOINT\tID\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED"
+		if failed > 0 {
+			header += "\tERROR"
+		}
+		fmt.Fprintln(tw, header)
+		for _, row := range table {
+			if failed > 0 && len(row) == 7 {
+				row = append(row, "") // in the ERROR column's block
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
 		_ = tw.Flush()
 	}
 	if failed == len(c.endpoints) {

@@ -160,9 +160,15 @@ func (s *server) kv(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		// A malformed ?prev_value must never turn a compare-and-swap into
+		// a plain write.
+		s.writeError(w, http.StatusBadRequest, "invalid_request", "the query is not percent-encoded correctly: "+err.Error())
+		return
+	}
 	ctx, cancel := s.reqCtx(r)
 	defer cancel()
-	q := r.URL.Query()
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		switch c := q.Get("consistency"); c {
@@ -233,13 +239,17 @@ type progressJSON struct {
 	Lag            uint64  `json:"lag"`
 	State          string  `json:"state"`
 	Ready          bool    `json:"ready"`
-	NotReadyReason string  `json:"not_ready_reason,omitempty"`
+	NotReadyReason string  `json:"not_ready_reason"` // a contract field: "" when ready
 	EntriesPerSec  float64 `json:"entries_per_sec"`
 	ETA            string  `json:"eta,omitempty"`
 	SnapshotSent   int64   `json:"snapshot_sent,omitempty"`
 	SnapshotTotal  int64   `json:"snapshot_total,omitempty"`
-	StableFor      string  `json:"stable_for,omitempty"`
-	Stabilization  string  `json:"stabilization,omitempty"`
+	// SnapshotBytesPerSec is how fast the snapshot in flight streams
+	// (bytes of its file per second; absent when none streams or not
+	// measured yet).
+	SnapshotBytesPerSec float64 `json:"snapshot_bytes_per_sec,omitempty"`
+	StableFor           string  `json:"stable_for,omitempty"`
+	Stabilization       string  `json:"stabilization,omitempty"`
 }
 
 type membersJSON struct {
@@ -275,6 +285,7 @@ func toMembersJSON(m raft.Membership) membersJSON {
 					p.ETA = cu.ETA.Round(time.Millisecond).String()
 				}
 				p.SnapshotSent, p.SnapshotTotal = cu.Snapshot.Sent, cu.Snapshot.Total
+				p.SnapshotBytesPerSec = cu.SnapshotBytesPerSec
 			}
 			mj.Progress = p
 		}
@@ -483,6 +494,14 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "invalid_setting", "the body is not cluster settings: "+err.Error())
 		return
 	}
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	// The fields not given keep their current values: read them once this
+	// member has applied everything committed, not from a stale copy.
+	if err := s.h.ReadBarrier(ctx); err != nil {
+		s.fail(w, err)
+		return
+	}
 	cs := s.h.Settings()
 	if req.TargetVoters != nil {
 		cs.TargetVoters = *req.TargetVoters
@@ -493,6 +512,7 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 	if req.AutoPromote != nil {
 		cs.AutoPromote = *req.AutoPromote
 	}
+	var bad []error // every invalid field at once
 	for _, d := range []struct {
 		name string
 		in   *string
@@ -503,30 +523,41 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 		}
 		v, err := time.ParseDuration(*d.in)
 		if err != nil {
-			s.writeError(w, http.StatusBadRequest, "invalid_setting", fmt.Sprintf("%s %q: a Go duration, e.g. \"30s\"", d.name, *d.in))
-			return
+			bad = append(bad, fmt.Errorf("%w: %s %q: a Go duration, e.g. \"30s\"", confchange.ErrInvalidSettings, d.name, *d.in))
+			continue
 		}
 		*d.out = v
 	}
 	if dryRun(r) {
+		// The plan says what the policy would do next under the new
+		// settings; refusals list every invalid field.
 		out := struct {
 			Plan     string        `json:"plan"`
 			Refusals []refusalJSON `json:"refusals"`
 		}{Plan: "set " + cs.String(), Refusals: []refusalJSON{}}
-		if err := cs.Validate(); err != nil {
-			for _, e := range unjoin(err) {
-				out.Refusals = append(out.Refusals, refusalJSON{Code: "invalid_setting", Error: e.Error()})
+		if len(bad) == 0 {
+			plan, err := s.h.CheckSettings(ctx, cs)
+			out.Plan = plan
+			if err != nil && !errors.Is(err, confchange.ErrInvalidSettings) {
+				s.fail(w, err)
+				return
 			}
+			if err != nil {
+				bad = unjoin(err)
+			}
+		} else if err := cs.Validate(); err != nil {
+			bad = append(bad, unjoin(err)...)
+		}
+		for _, e := range bad {
+			out.Refusals = append(out.Refusals, refusalJSON{Code: "invalid_setting", Error: e.Error()})
 		}
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	if err := cs.Validate(); err != nil {
+	if err := errors.Join(append(bad, cs.Validate())...); err != nil {
 		s.writeError(w, http.StatusBadRequest, "invalid_setting", err.Error())
 		return
 	}
-	ctx, cancel := s.reqCtx(r)
-	defer cancel()
 	if err := s.h.UpdateSettings(ctx, cs); err != nil {
 		s.fail(w, err)
 		return

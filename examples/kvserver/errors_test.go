@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +43,22 @@ func TestErrorCodes(t *testing.T) {
 	check("GET", "/kv/", "", 400, "invalid_key")
 	check("GET", "/kv/a%00b", "", 400, "invalid_key")
 	check("GET", "/kv/"+strings.Repeat("k", 4097), "", 400, "invalid_key")
+	// An invalid percent-escape in the path: Go's server answers 400
+	// itself, before any handler (plain text, not the API's JSON), and
+	// nothing reaches the log (Go's client refuses to send such a URL:
+	// written by hand).
+	for _, target := range []string{"/kv/%zz", "/kv/a%2", "/kv/%", "/members/%zz/x"} {
+		for _, method := range []string{"GET", "PUT", "DELETE"} {
+			if code, out := rawRequest(t, a.client, method+" "+target+" HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nv"); code != 400 {
+				t.Fatalf("%s %s: %d %q, want 400", method, target, code, out)
+			}
+		}
+	}
+	// A malformed ?prev_value never turns a compare-and-swap into a write.
+	check("PUT", "/kv/cas?prev_value=%zz", "v", 400, "invalid_request")
+	if code, _ := a.req("GET", "/kv/cas", ""); code != 404 {
+		t.Fatalf("the malformed compare-and-swap wrote: %d", code)
+	}
 	check("PUT", "/kv/big", strings.Repeat("x", 65), 413, "body_too_large")
 	if code, _ := a.req("PUT", "/kv/c", "1"); code != 204 {
 		t.Fatal("PUT")
@@ -66,8 +85,11 @@ func TestErrorCodes(t *testing.T) {
 	check("PATCH", "/cluster", `{"target_voters": 4}`, 400, "invalid_setting")
 	check("PATCH", "/cluster", `{"failover_after": "soon"}`, 400, "invalid_setting")
 	check("PATCH", "/cluster", `{"bogus": 1}`, 400, "invalid_setting")
-	if code, out := a.req("PATCH", "/cluster?dry_run=true", `{"target_voters": 4, "max_learners": 0}`); code != 200 || strings.Count(out, `"invalid_setting"`) != 2 {
-		t.Fatalf("PATCH /cluster?dry_run=true: %d %s", code, out)
+	if code, out := a.req("PATCH", "/cluster?dry_run=true", `{"target_voters":4,"max_learners":0,"failover_after":"x"}`); code != 200 || strings.Count(out, `"invalid_setting"`) != 3 {
+		t.Fatalf("PATCH /cluster?dry_run=true with three bad fields: %d %s", code, out)
+	}
+	if code, out := a.req("PATCH", "/cluster?dry_run=true", `{"target_voters": 3}`); code != 200 || !strings.Contains(out, `"refusals":[]`) || !strings.Contains(out, "the policy") {
+		t.Fatalf("PATCH /cluster?dry_run=true: %d %s, want the policy's next step in the plan", code, out)
 	}
 	if code, out := a.req("PATCH", "/cluster", `{"failover_after": "45s"}`); code != 200 || !strings.Contains(out, `"failover_after":"45s"`) || !strings.Contains(out, `"max_learners":1`) {
 		t.Fatalf("PATCH /cluster: %d %s", code, out)
@@ -153,6 +175,28 @@ func TestErrorCodes(t *testing.T) {
 	}
 }
 
+// rawRequest writes one raw HTTP/1.1 request to addr and returns the
+// answer's status and body.
+func rawRequest(t *testing.T, addr string, raw string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", raw, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // runExit runs the binary with args to completion and returns its exit
 // code and output.
 func runExit(t *testing.T, args ...string) (int, string) {
@@ -207,21 +251,72 @@ func TestStartRefusals(t *testing.T) {
 		})
 	}
 
-	// A data dir of member 1 started as member 2, and as another cluster.
+	// A data dir of member 1 started as member 2: refused.
 	p := newProc(t, root, 1)
 	p.start()
 	p.waitHealthy(t)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	p.wait(20 * time.Second)
+	if code, out := p.req("PUT", "/kv/kept", "yes"); code != 204 {
+		t.Fatalf("PUT: %d %s", code, out)
+	}
+	clusterID := func() string {
+		code, out := p.req("GET", "/status", "")
+		var st struct {
+			ClusterID string `json:"cluster_id"`
+		}
+		if code != 200 || json.Unmarshal([]byte(out), &st) != nil || st.ClusterID == "" {
+			t.Fatalf("GET /status: %d %s", code, out)
+		}
+		return st.ClusterID
+	}
+	cid := clusterID()
+	stop := func() {
+		t.Helper()
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(20 * time.Second); code != 0 {
+			t.Fatalf("SIGTERM: exit %d\n%s", code, p.out)
+		}
+	}
+	stop()
 	code, out := runExit(t, "--id", "2", "--data-dir", p.dir, "--listen-client", freePort(t), "--listen-peer", freePort(t))
 	if code == 0 || !strings.Contains(out, "another member or cluster") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		// (the check comes before anything is logged)
 		t.Fatalf("member 1's data dir as member 2: exit %d %q", code, out)
 	}
+
+	// Once the data dir holds a member, --initial-cluster (and its token)
+	// are ignored, as etcd does: an edited one, even one that no longer
+	// lists the member, resumes the same member of the same cluster.
+	for _, edited := range [][]string{
+		{"--initial-cluster", "1=" + p.peer + ",2=127.0.0.1:1", "--initial-cluster-token", "other"},
+		{"--initial-cluster", "2=127.0.0.1:1,3=127.0.0.1:2"},
+	} {
+		p.start(edited...)
+		p.waitHealthy(t)
+		if code, v := p.req("GET", "/kv/kept", ""); code != 200 || v != "yes" {
+			t.Fatalf("restarted with %v: GET %d %q", edited, code, v)
+		}
+		if got := clusterID(); got != cid {
+			t.Fatalf("restarted with %v: cluster %s, want %s", edited, got, cid)
+		}
+		stop()
+	}
+
+	// Restarted to join another cluster than its own: refused, naming the
+	// mismatch (the other cluster's member refuses this cluster ID).
+	q := newProc(t, filepath.Join(root, "other-cluster"), 1)
+	q.start()
+	q.waitHealthy(t)
 	code, out = runExit(t, "--id", "1", "--data-dir", p.dir, "--listen-client", freePort(t), "--listen-peer", p.peer,
-		"--initial-cluster", "1="+p.peer, "--initial-cluster-token", "other")
-	if code == 0 || !strings.Contains(out, "another member or cluster") {
-		t.Fatalf("member 1's data dir for another cluster: exit %d %q", code, out)
+		"--join", "--peers", q.peer, "--log-level", "error")
+	if code == 0 || !strings.Contains(out, "another member or cluster") || !strings.Contains(out, "holds cluster") ||
+		strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("member 1's data dir joining another cluster: exit %d %q", code, out)
+	}
+	// Its data dir is intact: the same flags as before resume it.
+	p.start()
+	p.waitHealthy(t)
+	if code, v := p.req("GET", "/kv/kept", ""); code != 200 || v != "yes" {
+		t.Fatalf("after the refused join: GET %d %q", code, v)
 	}
 }
 
@@ -271,8 +366,11 @@ func TestGarbageLeavesMembersServing(t *testing.T) {
 	}
 }
 
-// TestMetrics: /metrics has the names an etcd operator looks for and is
-// clean by promlint (what `promtool check metrics` runs).
+// TestMetrics: /metrics has the names an etcd operator looks for, on the
+// leader and on a follower (the member families are the leader's view,
+// exported by every member that knows a leader, the leader's own row
+// included, also in a one-member cluster), and is clean by promlint (what
+// `promtool check metrics` runs).
 func TestMetrics(t *testing.T) {
 	root := t.TempDir()
 	ps := startCluster(t, root, 3)
@@ -281,25 +379,68 @@ func TestMetrics(t *testing.T) {
 	}
 	m, _ := ps[0].members(t)
 	leader := ps[m.Leader-1]
-	var text string
-	eventually(t, 10*time.Second, func() string {
-		code, body := leader.req("GET", "/metrics", "")
-		if code != 200 {
-			return fmt.Sprintf("GET /metrics: %d", code)
+	var follower *proc
+	for _, p := range ps {
+		if p != leader {
+			follower = p
+			break
 		}
-		text = body
-		for _, name := range []string{
-			"understudy_server_has_leader 1", "understudy_server_is_leader 1", "understudy_server_is_learner 0",
+	}
+	for _, p := range []*proc{leader, follower} {
+		want := []string{
+			"understudy_server_has_leader 1", "understudy_server_is_learner 0",
 			"understudy_server_leader_changes_seen_total", "understudy_server_proposals_committed_total",
 			"understudy_server_proposals_applied_total", "understudy_server_proposals_pending",
-			"understudy_server_proposals_failed_total", "understudy_member_lag_entries{member=",
-			"understudy_member_ready{member=", "understudy_learner_promote_successes_total",
+			"understudy_server_proposals_failed_total", "understudy_learner_promote_successes_total",
 			"understudy_learner_promote_failures_total", "understudy_disk_backend_commit_duration_seconds_bucket",
+			"understudy_disk_wal_fsync_duration_seconds_bucket",
 			"understudy_disk_snapshot_save_duration_seconds", "understudy_network_peer_round_trip_time_seconds_bucket",
 			"understudy_network_peer_dropped_messages_total",
-		} {
+		}
+		if p == leader {
+			want = append(want, "understudy_server_is_leader 1")
+		} else {
+			want = append(want, "understudy_server_is_leader 0")
+		}
+		// Every member's row (ready once stable), the leader's own too.
+		for _, q := range ps {
+			want = append(want, fmt.Sprintf(`understudy_member_lag_entries{member="%d"}`, q.id),
+				fmt.Sprintf(`understudy_member_ready{member="%d",role="voter"} 1`, q.id))
+		}
+		text := scrapeMetrics(t, p, want...)
+		// Each commit's disk part (write and fdatasync) is timed: as many
+		// as the commits, and never longer in sum.
+		commits, commitSum := metricValue(t, text, "understudy_disk_backend_commit_duration_seconds_count"),
+			metricValue(t, text, "understudy_disk_backend_commit_duration_seconds_sum")
+		syncs, syncSum := metricValue(t, text, "understudy_disk_wal_fsync_duration_seconds_count"),
+			metricValue(t, text, "understudy_disk_wal_fsync_duration_seconds_sum")
+		if syncs == 0 || syncs > commits || syncSum <= 0 || syncSum > commitSum {
+			t.Errorf("member %d: fsync histogram count %v sum %v; commits %v sum %v", p.id, syncs, syncSum, commits, commitSum)
+		}
+	}
+
+	// A one-member cluster: its own row.
+	solo := newProc(t, filepath.Join(root, "solo"), 1)
+	solo.start()
+	solo.waitHealthy(t)
+	scrapeMetrics(t, solo, "understudy_server_is_leader 1", `understudy_member_lag_entries{member="1"} 0`,
+		`understudy_member_ready{member="1",role="voter"} 1`)
+}
+
+// scrapeMetrics scrapes p's /metrics until it holds every string of want,
+// checks it with promlint, and returns it.
+func scrapeMetrics(t *testing.T, p *proc, want ...string) string {
+	t.Helper()
+	var text string
+	eventually(t, 10*time.Second, func() string {
+		code, body := p.req("GET", "/metrics", "")
+		if code != 200 {
+			return fmt.Sprintf("member %d: GET /metrics: %d", p.id, code)
+		}
+		text = body
+		for _, name := range want {
 			if !strings.Contains(body, name) {
-				return "missing " + name
+				return fmt.Sprintf("member %d: missing %s in:\n%s", p.id, name, body)
 			}
 		}
 		return ""
@@ -308,9 +449,27 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	for _, pr := range problems {
+		t.Errorf("member %d: promlint: %s: %s", p.id, pr.Metric, pr.Text)
 	}
+	return text
+}
+
+// metricValue is the value of the sample named name (labels included) in
+// Prometheus text.
+func metricValue(t *testing.T, text, name string) float64 {
+	t.Helper()
+	for line := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s in:\n%s", name, text)
+	return 0
 }
 
 // TestChangeInProgressAndReadOnly provokes change_in_progress (a change

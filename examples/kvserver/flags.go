@@ -42,6 +42,7 @@ type options struct {
 	peerTLS        *tls.Config
 	clientTLS      *tls.Config
 	maxBody        int64
+	snapshotRate   int64
 	logger         *slog.Logger
 	logLevel       slog.Level
 
@@ -61,9 +62,9 @@ func parseFlags(args []string) (*options, error) {
 		dataDir        = fs.String("data-dir", "", "data directory (default kvserver-data/<id>)")
 		listenClient   = fs.String("listen-client", "", "HTTP host:port (default 127.0.0.1:(8000+id))")
 		listenPeer     = fs.String("listen-peer", "", "peer host:port (default 127.0.0.1:(7000+id))")
-		initialCluster = fs.String("initial-cluster", "", `a new cluster: "1=host:port,2=host:port,…" (peer addresses; all voters)`)
+		initialCluster = fs.String("initial-cluster", "", `a new cluster: "1=host:port,2=host:port,…" (peer addresses; all voters; ignored once the data dir holds a member)`)
 		clusterToken   = fs.String("initial-cluster-token", "", "distinguishes clusters started with the same --initial-cluster")
-		join           = fs.Bool("join", false, "join an existing cluster (the member must have been added first: POST /members)")
+		join           = fs.Bool("join", false, "join an existing cluster (the member must have been added first: POST /members); on a restart only checks that --peers is the data dir's cluster")
 		peers          = fs.String("peers", "", `where to find the cluster when joining: "host:port,…"`)
 		targetVoters   = fs.Int("target-voters", 3, "voters the policy fills seats up to (odd, 1-9)")
 		autoPromote    = fs.Bool("auto-promote", true, "promote ready learners and fail over on its own")
@@ -81,6 +82,7 @@ func parseFlags(args []string) (*options, error) {
 		clientKey      = fs.String("client-key", "", "HTTPS key of the client API (PEM)")
 		clientCA       = fs.String("client-ca", "", "require client certificates from this CA on the client API")
 		maxBody        = fs.Int64("max-body", 1<<20, "largest request body in bytes (larger: 413)")
+		snapshotRate   = fs.Int64("snapshot-bytes-per-sec", 0, "bound on the rate of the snapshots this member streams to others (0: none)")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		tick           = fs.Duration("tick", 0, "raft tick (testing; default 100ms)")
@@ -102,7 +104,7 @@ func parseFlags(args []string) (*options, error) {
 		targetVoters: *targetVoters, autoPromote: *autoPromote, maxLearners: *maxLearners,
 		removeDead: *removeDead, requestTimeout: *requestTimeout, failoverAfter: *failoverAfter,
 		stabilization: *stabilization, snapshotCount: *snapshotCount, forceNew: *forceNew,
-		maxBody: *maxBody, tick: *tick, cpuProfile: *cpuProfile,
+		maxBody: *maxBody, snapshotRate: *snapshotRate, tick: *tick, cpuProfile: *cpuProfile,
 	}
 	if o.id == 0 {
 		return nil, errors.New("--id must be a positive integer")
@@ -137,7 +139,11 @@ func parseFlags(args []string) (*options, error) {
 			found = found || m.ID == o.id
 		}
 		if !found {
-			return nil, fmt.Errorf("--initial-cluster does not list this member (--id %d)", o.id)
+			// Only a new cluster needs this member in the list: a data dir
+			// that holds a member ignores --initial-cluster.
+			if has, _ := understudy.HasMember(o.dataDir); !has {
+				return nil, fmt.Errorf("--initial-cluster does not list this member (--id %d)", o.id)
+			}
 		}
 		o.initialCluster, o.clusterSet = ms, true
 	} else if !o.join {
@@ -172,6 +178,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, errors.New("--snapshot-count must be positive")
 	case o.maxBody <= 0:
 		return nil, fmt.Errorf("--max-body %d: must be positive", o.maxBody)
+	case o.snapshotRate < 0:
+		return nil, fmt.Errorf("--snapshot-bytes-per-sec %d: must not be negative", o.snapshotRate)
 	case o.tick < 0:
 		return nil, fmt.Errorf("--tick %s: must not be negative", o.tick)
 	}

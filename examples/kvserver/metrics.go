@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,9 +97,10 @@ var (
 	descCommitted = prometheus.NewDesc("understudy_server_proposals_committed_total", "The commit index this member knows.", nil, nil)
 	descApplied   = prometheus.NewDesc("understudy_server_proposals_applied_total", "The index this member applied.", nil, nil)
 	descTerm      = prometheus.NewDesc("understudy_server_term", "The current term.", nil, nil)
-	descLag       = prometheus.NewDesc("understudy_member_lag_entries", "Entries a member is behind the leader's last index (on the leader).", []string{"member"}, nil)
-	descReady     = prometheus.NewDesc("understudy_member_ready", "1 if a member is ready (caught up and stable; on the leader).", []string{"member", "role"}, nil)
+	descLag       = prometheus.NewDesc("understudy_member_lag_entries", "Entries a member is behind the leader's last index, as the leader sees it (every member that knows a leader exports the leader's view; the leader's own row is 0).", []string{"member"}, nil)
+	descReady     = prometheus.NewDesc("understudy_member_ready", "1 if a member is ready (caught up and stable), as the leader sees it (every member that knows a leader exports the leader's view; the leader's own row is 1).", []string{"member", "role"}, nil)
 	descCommits   = prometheus.NewDesc("understudy_disk_backend_commit_duration_seconds", "Duration of storage commits (fsyncs included).", nil, nil)
+	descFsync     = prometheus.NewDesc("understudy_disk_wal_fsync_duration_seconds", "Duration of the disk part of each storage commit (the log lives in the bbolt file): bbolt writing the commit's pages and fdatasyncing, then its meta page and fdatasyncing again (bbolt's transaction write time; in-memory work excluded).", nil, nil)
 	descSnapDur   = prometheus.NewDesc("understudy_disk_snapshot_save_duration_seconds", "Duration of writing a local snapshot file.", nil, nil)
 	descSnapBytes = prometheus.NewDesc("understudy_disk_snapshot_bytes_total", "Bytes of snapshot files written or received.", nil, nil)
 	descSnaps     = prometheus.NewDesc("understudy_disk_snapshots_total", "Local snapshots created.", nil, nil)
@@ -110,11 +112,60 @@ var (
 )
 
 // nodeCollector reads the node, storage and transport at scrape time.
-type nodeCollector struct{ s *server }
+type nodeCollector struct {
+	s    *server
+	view memberView
+}
+
+// The member families (lag, ready) are the leader's view, which a follower
+// or learner asks of the leader: a scrape waits for it at most
+// memberViewWait, reuses a view younger than memberViewFresh, and falls back
+// on one younger than memberViewStale when the leader does not answer in
+// time. Without a view (no leader known, none recent) the families are
+// left out rather than stale.
+const (
+	memberViewFresh = time.Second
+	memberViewWait  = 500 * time.Millisecond
+	memberViewStale = 10 * time.Second
+)
+
+// memberView caches the leader's view of the members for scrapes.
+type memberView struct {
+	mu sync.Mutex
+	at time.Time
+	m  raft.Membership
+	ok bool
+}
+
+// membership returns the leader's view of the members, false without a
+// leader or a recent view.
+func (c *nodeCollector) membership() (raft.Membership, bool) {
+	leader := c.s.h.Leader()
+	if leader == 0 {
+		return raft.Membership{}, false
+	}
+	v := &c.view
+	v.mu.Lock() // one scrape asks at a time; the others then reuse its answer
+	defer v.mu.Unlock()
+	now := time.Now()
+	if v.ok && v.m.Leader == leader && now.Sub(v.at) < memberViewFresh {
+		return v.m, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), memberViewWait)
+	defer cancel()
+	if m, err := c.s.h.Membership(ctx); err == nil {
+		v.m, v.at, v.ok = m, time.Now(), true
+		return m, true
+	}
+	if v.ok && v.m.Leader == leader && now.Sub(v.at) < memberViewStale {
+		return v.m, true
+	}
+	return raft.Membership{}, false
+}
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descIsLearner, descCommitted, descApplied, descTerm,
-		descLag, descReady, descCommits, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent} {
+		descLag, descReady, descCommits, descFsync, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent} {
 		ch <- d
 	}
 }
@@ -138,24 +189,24 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(st.Applied))
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.Term))
 	}
-	if h.IsLeader() {
-		if ms, err := h.Membership(ctx); err == nil {
-			for _, m := range ms.Members {
-				if m.ID == ms.Leader {
-					continue
-				}
-				id := fmt.Sprint(m.ID)
-				role := "learner"
-				if m.Role == confchange.RoleVoter {
-					role = "voter"
-				}
-				ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(m.Lag), id)
-				ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(m.Readiness.Ready()), id, role)
+	if ms, ok := c.membership(); ok {
+		for _, m := range ms.Members {
+			id := fmt.Sprint(m.ID)
+			role := "learner"
+			if m.Role == confchange.RoleVoter {
+				role = "voter"
 			}
+			lag, ready := float64(m.Lag), b2f(m.Readiness.Ready())
+			if m.ID == ms.Leader {
+				lag, ready = 0, 1 // the leader is its own reference
+			}
+			ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, lag, id)
+			ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready, id, role)
 		}
 	}
 	sm := h.Storage().Metrics()
 	ch <- storageHistogram(descCommits, sm.CommitDuration)
+	ch <- storageHistogram(descFsync, sm.SyncDuration)
 	ch <- storageHistogram(descSnapDur, sm.SnapshotDuration)
 	ch <- prometheus.MustNewConstMetric(descSnapBytes, prometheus.CounterValue, float64(sm.SnapshotBytes))
 	ch <- prometheus.MustNewConstMetric(descSnaps, prometheus.CounterValue, float64(sm.Snapshots))

@@ -15,6 +15,7 @@ import (
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // server is one kvserver member: the host and its HTTP API.
@@ -73,15 +74,25 @@ func run(ctx context.Context, o *options) error {
 			ManualMembership: !o.autoPromote,
 			TickInterval:     o.tick,
 		},
+		Transport: transport.Config{SnapshotBytesPerSec: o.snapshotRate},
 	}
 	if o.join {
 		cfg.Join = o.peers
 	} else {
 		cfg.InitialMembers = o.initialCluster
 	}
-	if o.clusterSet {
-		// An explicit --initial-cluster names the cluster: a data dir of
-		// another one is refused, also on a restart.
+	// Once the data dir holds a member, --initial-cluster, --join and
+	// --peers are ignored (as etcd does): the member resumes as recorded,
+	// whatever the bootstrap flags say now. Only a new cluster's ID comes
+	// from --initial-cluster and its token. Start still refuses a data dir
+	// of another member ID, and on a restart with --join one whose cluster
+	// is not the one at --peers.
+	has, err := understudy.HasMember(o.dataDir)
+	if errors.Is(err, understudy.ErrRemoved) {
+		_ = pln.Close()
+		return startError(err, o)
+	}
+	if err == nil && !has && o.clusterSet {
 		cfg.ClusterID = understudy.ClusterIDFor(o.initialCluster, o.clusterToken)
 	}
 	startCtx, cancel := context.WithCancel(ctx)

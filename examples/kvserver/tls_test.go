@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -181,6 +182,38 @@ func TestKvctlOutput(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"members"`) || !strings.Contains(out, `"peer_addr"`) {
 		t.Fatalf("member list -w json: %v %s", err, out)
 	}
+	// Every field of the contract is there, "not_ready_reason" too when a
+	// member is ready (""); progress for every member but the leader.
+	eventually(t, 10*time.Second, func() string {
+		out, err := kvctl(t, "--endpoints", eps, "-w", "json", "member", "list")
+		var raw struct {
+			Leader  uint64           `json:"leader"`
+			Members []map[string]any `json:"members"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &raw) != nil || len(raw.Members) != 3 {
+			return fmt.Sprintf("member list -w json: %v %s", err, out)
+		}
+		for _, m := range raw.Members {
+			for _, f := range []string{"id", "peer_addr", "client_addr", "role", "read_only"} {
+				if _, ok := m[f]; !ok {
+					return fmt.Sprintf("no %q in %v", f, m)
+				}
+			}
+			if m["id"] == float64(raw.Leader) {
+				continue
+			}
+			p, _ := m["progress"].(map[string]any)
+			for _, f := range []string{"match", "lag", "state", "ready", "not_ready_reason"} {
+				if _, ok := p[f]; !ok {
+					return fmt.Sprintf("no progress %q in %v", f, m)
+				}
+			}
+			if p["ready"] != true || p["not_ready_reason"] != "" {
+				return fmt.Sprintf("member %v not ready yet: %v", m["id"], p)
+			}
+		}
+		return ""
+	})
 	// The first endpoint is down (a follower: a write during the election
 	// that losing the leader starts would answer 503): the next one answers.
 	m, _ := ps[0].members(t)

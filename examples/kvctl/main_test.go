@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeServer answers like a kvserver and records the requests it got.
+type fakeServer struct {
+	*httptest.Server
+	mu   sync.Mutex
+	reqs []string // "METHOD /path?query body"
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	f := &fakeServer{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.reqs = append(f.reqs, r.Method+" "+r.URL.RequestURI()+" "+string(b))
+		f.mu.Unlock()
+		switch {
+		case r.URL.Path == "/status":
+			_ = json.NewEncoder(w).Encode(map[string]any{"id": 1, "role": "leader", "term": 2, "leader": 1, "commit_index": 5, "applied_index": 5})
+		case r.URL.Query().Get("dry_run") == "true":
+			_, _ = io.WriteString(w, `{"plan": "the plan", "refusals": []}`)
+		case strings.HasPrefix(r.URL.Path, "/members"):
+			_, _ = io.WriteString(w, `{"index": 7, "plan": "the plan"}`)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeServer) addr() string { return strings.TrimPrefix(f.URL, "http://") }
+
+// last returns the last request and forgets them all.
+func (f *fakeServer) last() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) == 0 {
+		return ""
+	}
+	r := f.reqs[len(f.reqs)-1]
+	f.reqs = nil
+	return r
+}
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runMain(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+// TestArgumentsThatStartWithADash: a negative number is a value, "--" ends
+// the flags, and flags still work after the arguments.
+func TestArgumentsThatStartWithADash(t *testing.T) {
+	f := newFakeServer(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"put", "x", "-1"}, "PUT /kv/x -1"},
+		{[]string{"put", "x", "-1.5"}, "PUT /kv/x -1.5"},
+		{[]string{"put", "--", "-k", "-v"}, "PUT /kv/-k -v"},
+		{[]string{"put", "k", "--", "--v"}, "PUT /kv/k --v"},
+		{[]string{"put", "k", "v", "--prev-value", "-2"}, "PUT /kv/k?prev_value=-2 v"},
+		{[]string{"put", "--prev-value", "old", "k", "-3"}, "PUT /kv/k?prev_value=old -3"},
+		{[]string{"get", "-7"}, "GET /kv/-7 "},
+		{[]string{"get", "--", "-k"}, "GET /kv/-k "},
+		{[]string{"del", "-k"}, "DELETE /kv/-k "},
+		{[]string{"del", "--", "-k"}, "DELETE /kv/-k "},
+	} {
+		code, _, stderr := run(t, append([]string{"--endpoints", f.addr()}, c.args...)...)
+		if got := f.last(); code != 0 || got != c.want {
+			t.Errorf("kvctl %q: exit %d (%s), sent %q, want %q", c.args, code, stderr, got, c.want)
+		}
+	}
+	// A word that starts with "-" without "--" is an unknown flag: refused,
+	// with the way out.
+	code, _, stderr := run(t, "--endpoints", f.addr(), "put", "k", "-v")
+	if code != 2 || !strings.Contains(stderr, `"--"`) || f.last() != "" {
+		t.Fatalf("put k -v: exit %d, %q", code, stderr)
+	}
+}
+
+// TestDryRunAnywhere: --dry-run may come before or after the member ID of
+// promote, demote and remove.
+func TestDryRunAnywhere(t *testing.T) {
+	f := newFakeServer(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"member", "promote", "--dry-run", "4"}, "POST /members/4/promote?dry_run=true "},
+		{[]string{"member", "promote", "4", "--dry-run"}, "POST /members/4/promote?dry_run=true "},
+		{[]string{"member", "demote", "-dry-run", "4"}, "POST /members/4/demote?dry_run=true "},
+		{[]string{"member", "remove", "--dry-run", "4"}, "DELETE /members/4?dry_run=true "},
+		{[]string{"member", "remove", "4"}, "DELETE /members/4 "},
+	} {
+		code, out, stderr := run(t, append([]string{"--endpoints", f.addr()}, c.args...)...)
+		if got := f.last(); code != 0 || got != c.want {
+			t.Errorf("kvctl %q: exit %d (%s), sent %q, want %q", c.args, code, stderr, got, c.want)
+		}
+		if strings.Contains(c.want, "dry_run") != strings.Contains(out, "plan: the plan") {
+			t.Errorf("kvctl %q printed %q", c.args, out)
+		}
+	}
+	for _, bad := range [][]string{{"member", "promote"}, {"member", "promote", "4", "5"}, {"member", "remove", "--force", "4"}} {
+		if code, _, _ := run(t, append([]string{"--endpoints", f.addr()}, bad...)...); code != 2 || f.last() != "" {
+			t.Errorf("kvctl %q: exit %d, want 2 and no request", bad, code)
+		}
+	}
+}
+
+// TestStatusUnreachableColumn: an unreachable endpoint's reason is in a
+// last column, so the ROLE column keeps the width of the roles.
+func TestStatusUnreachableColumn(t *testing.T) {
+	f := newFakeServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	code, out, _ := run(t, "--endpoints", f.addr()+","+dead, "status")
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(strings.TrimSpace(lines[0]), "ERROR") {
+		t.Fatalf("status:\n%s", out)
+	}
+	// "ROLE" and "leader" (the widest role) set the column: two spaces of
+	// padding after "leader".
+	if role, term := strings.Index(lines[0], "ROLE"), strings.Index(lines[0], "TERM"); term-role != len("leader")+2 {
+		t.Fatalf("the ROLE column is %d wide:\n%s", term-role, out)
+	}
+	if !strings.Contains(lines[2], dead) || !strings.Contains(lines[2], "unreachable: ") ||
+		strings.Index(lines[2], "unreachable") < strings.Index(lines[0], "ERROR") {
+		t.Fatalf("the unreachable row:\n%s", out)
+	}
+	// All reachable: no ERROR column.
+	if code, out, _ := run(t, "--endpoints", f.addr(), "status"); code != 0 || strings.Contains(out, "ERROR") {
+		t.Fatalf("status of a reachable endpoint: exit %d\n%s", code, out)
+	}
+}
+
+// TestWatchSnapshotRate: member watch prints the snapshot's MB/s while one
+// streams, and none otherwise.
+func TestWatchSnapshotRate(t *testing.T) {
+	ms := members{Leader: 1, LastIndex: 100, Members: []member{
+		{ID: 1, Role: "voter", PeerAddr: "127.0.0.1:7001"},
+		{ID: 4, Role: "learner", PeerAddr: "127.0.0.1:7004", Progress: &progress{
+			Match: 10, Lag: 90, State: "snapshot", SnapshotSent: 3_000_000, SnapshotTotal: 8_000_000,
+			SnapshotRate:   2_500_000,
+			NotReadyReason: "receiving a snapshot"}},
+		{ID: 5, Role: "learner", PeerAddr: "127.0.0.1:7005", Progress: &progress{
+			Match: 100, State: "replicate", EntriesPerSec: 40, Ready: true}},
+	}}
+	var b strings.Builder
+	drawWatch(&b, ms)
+	out := b.String()
+	if !strings.Contains(out, "snapshot 3.0/8.0 MB at 2.5 snapshot MB/s") {
+		t.Fatalf("no snapshot rate:\n%s", out)
+	}
+	if strings.Count(out, "MB/s") != 1 || !strings.Contains(out, "40 entries/s") {
+		t.Fatalf("watch:\n%s", out)
+	}
+}
