@@ -493,6 +493,12 @@ func TestChangeInProgressAndReadOnly(t *testing.T) {
 			t.Fatalf("member 7: %+v", x)
 		}
 	}
+	if _, raw := a.req("GET", "/members", ""); !strings.Contains(raw, `"id":7,`) || !strings.Contains(raw, `"read_only":true`) {
+		t.Fatalf("GET /members does not show member 7 read-only: %s", raw)
+	}
+	if out, err := kvctl(t, "--endpoints", a.client, "member", "list"); err != nil || !strings.Contains(out, "learner (read-only)") {
+		t.Fatalf("kvctl member list does not show member 7 read-only: %v\n%s", err, out)
+	}
 
 	// Both followers down: a change cannot commit, and one made meanwhile
 	// is refused as in progress, while the leader still leads.
