@@ -168,6 +168,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("--max-learners %d: must not be negative", o.maxLearners)
 	case o.removeDead < 0:
 		return nil, fmt.Errorf("--remove-dead-after %s: must not be negative", o.removeDead)
+	case o.removeDead > 0 && o.removeDead < o.failoverAfter:
+		return nil, fmt.Errorf("--remove-dead-after %s: must be 0 (off) or at least --failover-after (%s): a lost voter is failed over before it is removed", o.removeDead, o.failoverAfter)
 	case o.requestTimeout <= 0:
 		return nil, fmt.Errorf("--request-timeout %s: must be positive", o.requestTimeout)
 	case o.failoverAfter <= 0:
