@@ -7,9 +7,13 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"google.golang.org/protobuf/proto"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/raft"
 )
 
 // The checks themselves can fail: a checker that cannot see a violation
@@ -165,5 +169,72 @@ func TestOddWatchSeesEvenConfiguration(t *testing.T) {
 	}
 	if even := w.stop(); len(even) == 0 {
 		t.Fatal("the watch saw no even configuration")
+	}
+}
+
+// TestLeaveHold: the filter that keeps a leader inside a joint
+// configuration drops exactly the appends that carry a leave-joint entry —
+// were raft to encode it differently, the scripted crashes would no longer
+// land inside joint configurations by construction (crashInJoint then
+// fails: no append was held back).
+func TestLeaveHold(t *testing.T) {
+	entry := func(cc *raftpb.ConfChangeV2) *raftpb.Entry {
+		b, err := proto.Marshal(cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &raftpb.Entry{Type: raftpb.EntryConfChangeV2.Enum(), Data: b}
+	}
+	leave := entry(confchange.LeaveJointChange(7))
+	enter := entry(&raftpb.ConfChangeV2{Transition: raftpb.ConfChangeTransitionJointExplicit.Enum(),
+		Changes: []*raftpb.ConfChangeSingle{
+			{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(4)},
+			{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(5)},
+		}})
+	normal := &raftpb.Entry{Type: raftpb.EntryNormal.Enum(), Data: []byte("put")}
+	msg := func(typ raftpb.MessageType, ents ...*raftpb.Entry) *raftpb.Message {
+		return &raftpb.Message{Type: typ.Enum(), Entries: ents}
+	}
+	var lh leaveHold
+	for _, tc := range []struct {
+		name string
+		m    *raftpb.Message
+		drop bool
+	}{
+		{"an append with the leave", msg(raftpb.MsgApp, normal, leave, normal), true},
+		{"an append with the enter", msg(raftpb.MsgApp, enter, normal), false},
+		{"an append of writes", msg(raftpb.MsgApp, normal), false},
+		{"a heartbeat", msg(raftpb.MsgHeartbeat), false},
+		{"a proposal with the leave (not an append)", msg(raftpb.MsgProp, leave), false},
+	} {
+		if got := lh.drop(3, tc.m); got != tc.drop {
+			t.Errorf("%s: dropped %v, want %v", tc.name, got, tc.drop)
+		}
+	}
+	if n := lh.held(3); n != 1 {
+		t.Errorf("held %d appends from 3, want 1", n)
+	}
+}
+
+// TestElectable: whether the members left can elect a leader in a joint
+// configuration without the one down.
+func TestElectable(t *testing.T) {
+	running := []uint64{1, 2, 3}
+	for _, tc := range []struct {
+		incoming, outgoing []uint64
+		down               uint64
+		want               bool
+	}{
+		{[]uint64{1, 2, 3}, []uint64{1}, 1, false},             // scale 1 → 3: the outgoing half is the one down
+		{[]uint64{3}, []uint64{1, 2, 3}, 3, false},             // scale 3 → 1: the incoming half is the one down
+		{[]uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3}, 1, false}, // 4 and 5 are not running
+		{[]uint64{1, 2, 3}, []uint64{1, 2, 3}, 1, true},
+		{[]uint64{1, 2, 3}, []uint64{1, 2, 3}, 4, true},
+		{[]uint64{1, 2}, []uint64{2, 3}, 2, false},
+	} {
+		st := raft.Status{Voters: tc.incoming, VotersOutgoing: tc.outgoing}
+		if got := electable(st, running, tc.down); got != tc.want {
+			t.Errorf("%s without %d: electable %v, want %v", configOf(st), tc.down, got, tc.want)
+		}
 	}
 }

@@ -107,23 +107,15 @@ func (n *nemesis) churn(kind string) string {
 		return outcome(fmt.Sprintf("transfer leadership %d → %d", l.ID, id), l.Node.TransferLeadership(ctx, id))
 	case Target:
 		cs := l.Node.Settings()
-		var target int
-		if len(n.walk) > 0 {
-			target = n.walk[0]
-		} else {
-			choices := slices.DeleteFunc([]int{1, 3, 5}, func(v int) bool {
-				return v == cs.TargetVoters || v > len(st.Voters)+len(st.Learners)
-			})
-			if len(choices) == 0 {
-				return ""
-			}
-			target = choices[n.rng.Intn(len(choices))]
+		choices := slices.DeleteFunc([]int{1, 3, 5}, func(v int) bool {
+			return v == cs.TargetVoters || v > len(st.Voters)+len(st.Learners)
+		})
+		if len(choices) == 0 {
+			return ""
 		}
+		target := choices[n.rng.Intn(len(choices))]
 		cs.TargetVoters = target
 		err := l.Node.UpdateSettings(ctx, cs)
-		if err == nil && len(n.walk) > 0 {
-			n.walk = n.walk[1:]
-		}
 		what := outcome(fmt.Sprintf("target voters %d", target), err)
 		if err == nil && n.down == 0 && n.rng.Intn(3) == 0 {
 			// The leader crashes in the middle of the step.

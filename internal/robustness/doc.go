@@ -17,6 +17,24 @@
 // the replicated target voter count scaled up and down — in one-, two- and
 // three-voter clusters.
 //
+// Two scenarios are scripted instead (Scenario.Script; script.go,
+// walks.go): their changes run in a fixed order while the clients run, each
+// asserted to take effect within a bound (refusals such as quorum_at_risk,
+// learner_not_ready and change_in_progress are retried), and the leader is
+// crashed inside joint configurations deterministically: appends carrying
+// the leave-joint entry are dropped until the next leader has inherited the
+// joint configuration, which it must then complete (its voters the incoming
+// ones). The membership walk, with the policy off and twice over: two
+// learners added, each catching up by snapshot; both promoted in one joint
+// change (leader crashed inside it); two voters demoted at once; a voter
+// swapped for a learner (leader crashed inside it); a voter replaced by a
+// learner, and so removed; a learner removed — the voter count odd outside
+// joint configurations throughout. The scale walk, with the policy on:
+// target voters 1 → 3 → 5 → 3 → 1 → 3, each step one joint change with the
+// leader crashed inside it, ending only once the leader reports exactly
+// that many voters; before each scale-down leadership moves to the
+// highest-ID voter, and the policy must not demote it.
+//
 // Each run checks: the history is linearizable (porcupine; a violation
 // writes porcupine's HTML visualization, with the fault timeline drawn on
 // it, to the temporary directory); every member holds every acknowledged

@@ -53,6 +53,8 @@ const (
 	Replace       = "replace"        // a voter swapped for a standby in one joint change (sometimes the leader crashes mid-change)
 	Transfer      = "transfer"       // leadership transferred to a random voter
 	Target        = "target"         // the replicated target voter count changed (the policy scales)
+	// Scripted scenarios only.
+	CrashInJoint = "crash-in-joint" // the leader crashed inside a joint configuration it cannot leave; the next leader completes it
 )
 
 // membershipKinds are the faults that change the membership.
@@ -70,7 +72,6 @@ type nemesis struct {
 	downAt  time.Time
 	removed map[uint64]bool
 	nextID  uint64
-	walk    []int // Scenario.ScaleWalk still to do
 	quiet   atomic.Bool
 	healing bool           // the faults have ended: restarts inject nothing more
 	timers  sync.WaitGroup // pauses and stalls still to release
@@ -84,9 +85,6 @@ func (n *nemesis) inject() {
 	kind := n.sc.Faults[n.rng.Intn(len(n.sc.Faults))]
 	if n.down != 0 && time.Since(n.downAt) > 1500*time.Millisecond {
 		kind = Restart // no member stays down for long: the cluster must make progress
-	}
-	if len(n.walk) > 0 && n.rng.Intn(3) == 0 {
-		kind = Target
 	}
 	what := n.do(kind)
 	if what == "" {

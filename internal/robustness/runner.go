@@ -30,7 +30,8 @@ type Scenario struct {
 	// Faults are the kinds the nemesis draws from (repeat one to draw it
 	// more often).
 	Faults []string
-	// Every is the mean pause between two faults (default 250ms).
+	// Every is the mean pause between two faults (default 250ms); in a
+	// script, between two steps.
 	Every time.Duration
 	// Duration of the faults (default 4s).
 	Duration time.Duration
@@ -40,9 +41,15 @@ type Scenario struct {
 	Policy bool
 	// MaxLearners for the cluster settings (default 2).
 	MaxLearners int
-	// ScaleWalk is a sequence of target voter counts the nemesis sets, in
-	// order, among its other faults.
-	ScaleWalk []int
+	// Script, if set, replaces the random nemesis: it makes the scenario's
+	// changes in order and asserts that each took effect (see script.go);
+	// Faults are then the faults it draws between two steps (ones that
+	// leave every member running), and Duration is unused.
+	Script func(*script)
+	// OddVoters: the changes keep the voter count odd outside joint
+	// configurations (a script that changes voters in pairs), so the
+	// odd-count watch runs with the policy off too.
+	OddVoters bool
 	// SlowRestarts: every restart is onto a slow disk.
 	SlowRestarts bool
 	// Seeds run by the fixed suite.
@@ -65,8 +72,10 @@ type Stats struct {
 // directory), every member holds every acknowledged write, stale reads
 // never went backwards on a member nor returned a value never written,
 // the configuration outside a joint state always had an odd number of
-// voters when the policy acted alone, and the cluster recovers: a write
-// and a membership change go through within 30 s of the faults' end.
+// voters when the policy acted alone (or the scenario says its changes keep
+// it odd), and the cluster recovers: a write and a membership change go
+// through within 30 s of the faults' end. A scripted scenario also fails
+// on a step that does not take effect (see script.go).
 func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	t.Helper()
 	if sc.Duration == 0 {
@@ -85,8 +94,7 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 		WrapStorage: d.wrap, Membership: settings, ManualMembership: !sc.Policy})
 	h := NewHistory()
 	nm := &nemesis{sc: sc, c: c, rng: rand.New(rand.NewSource(c.Seed)), h: h, disks: d,
-		removed: map[uint64]bool{}, nextID: uint64(sc.Voters + sc.Standbys + 1), walk: slices.Clone(sc.ScaleWalk),
-		kinds: map[string]int{}}
+		removed: map[uint64]bool{}, nextID: uint64(sc.Voters + sc.Standbys + 1), kinds: map[string]int{}}
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("%s seed %d: %s\nfault timeline:\n%s", sc.Name, c.Seed, fmt.Sprintf(format, args...), FormatTimeline(h.Timeline()))
@@ -126,10 +134,11 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 		})
 	}
 
-	// The odd-count watch: with the policy alone changing voters, every
-	// configuration a member applies outside a joint state is odd.
+	// The odd-count watch: with the policy alone changing voters (or a
+	// script that keeps the count odd), every configuration a member applies
+	// outside a joint state is odd.
 	var odd *oddWatch
-	if sc.Policy && !slices.ContainsFunc(sc.Faults, manualVoterChange) {
+	if sc.OddVoters || sc.Policy && !slices.ContainsFunc(sc.Faults, manualVoterChange) {
 		odd = startOddWatch(c, h)
 	}
 
@@ -146,12 +155,17 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 		defer close(done)
 		tstats, problems = traffic.Run(trafficCtx, c.Seed, h)
 	}()
+	defer func() { stopTraffic(); <-done }() // (a failure ends the run early)
 
-	// The nemesis.
-	deadline := time.Now().Add(sc.Duration)
-	for time.Now().Before(deadline) {
-		time.Sleep(sc.Every/2 + time.Duration(nm.rng.Int63n(int64(sc.Every)))) // the fault schedule, not a wait for a condition
-		nm.inject()
+	// The nemesis, or the script.
+	if sc.Script != nil {
+		sc.Script(&script{c: c, h: h, rng: nm.rng, nm: nm, fail: fail})
+	} else {
+		deadline := time.Now().Add(sc.Duration)
+		for time.Now().Before(deadline) {
+			time.Sleep(sc.Every/2 + time.Duration(nm.rng.Int63n(int64(sc.Every)))) // the fault schedule, not a wait for a condition
+			nm.inject()
+		}
 	}
 	// The faults stop: heal, release, restart.
 	nm.healing = true
