@@ -136,3 +136,32 @@ func TestHostRestartKnowsRemovedMembers(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.WaitReady(ctx))
 }
+
+// TestHostBootstrapInterruptedAfterItsIdentity: a member of a new cluster
+// that stopped after recording its identity but before its first write
+// bootstraps again with the same configuration (not "a member with no
+// peers"); started with another cluster's members, it is refused.
+func TestHostBootstrapInterruptedAfterItsIdentity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	ln := listen(t)
+	initial := []raft.Member{{ID: 1, PeerAddr: ln.Addr().String()}}
+	store, err := storage.Open(dir, storage.Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, store.SetIdentity(storage.Identity{ClusterID: understudy.ClusterIDFor(initial, ""), MemberID: 1}))
+	require.NoError(t, store.Close())
+
+	cfg := understudy.Config{ID: 1, DataDir: dir, Listener: ln, Raft: fastRaft(), Storage: storage.Options{NoSync: true}}
+	cfg.InitialMembers = append(initial, raft.Member{ID: 2, PeerAddr: "127.0.0.1:1"}) // another cluster's list
+	_, err = understudy.Start(ctx, cfg, kv.New())
+	require.ErrorIs(t, err, understudy.ErrIdentityMismatch)
+
+	cfg.Listener = listen(t)
+	cfg.InitialMembers = initial
+	h, err := understudy.Start(ctx, cfg, kv.New())
+	require.NoError(t, err)
+	defer h.Close(ctx)
+	_, err = h.Propose(ctx, kv.Put("k", "v"))
+	require.NoError(t, err)
+}
