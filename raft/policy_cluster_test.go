@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -90,5 +91,37 @@ func TestPolicyRestoresAnOddVoterCount(t *testing.T) {
 	}
 	if _, err := lead.Node.Propose(ctx, kv.Put("k", "v")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPolicyNeverPromotesReadOnly: one voter with a target of three, and
+// the only learners ready and in contact are read-only: the seats stay
+// empty — the policy, asked again and again, promotes neither, and says
+// what it waits for.
+func TestPolicyNeverPromotesReadOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	policy := &countingPolicy{inner: confchange.DefaultPolicy{Settings: fastMembership}}
+	c := cluster.New(t, cluster.Options{Members: 1, Membership: fastMembership, Policy: policy})
+	lead := c.WaitLeader()
+	for _, id := range []uint64{2, 3} {
+		m := c.Record(id)
+		m.ReadOnly = true
+		if err := lead.Node.AddLearner(ctx, m); err != nil {
+			t.Fatalf("adding read-only learner %d: %v", id, err)
+		}
+		c.Join(id)
+	}
+	waitMembership(ctx, t, lead.Node, "read-only learners 2 and 3 ready", func(m raft.Membership) bool { return ready(2)(m) && ready(3)(m) })
+	policy.waitRounds(ctx, t, 30)
+	m, err := lead.Node.Membership(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Config.Voters) != 1 || m.Config.Voters[0] != lead.ID || len(m.Config.Learners) != 2 {
+		t.Fatalf("a read-only learner was promoted: %v", m.Config)
+	}
+	if _, err := lead.Node.ChangeMembership(ctx, confchange.Promote(2, 3)); !errors.Is(err, confchange.ErrMemberReadOnly) {
+		t.Fatalf("promoting read-only learners by hand: %v, want ErrMemberReadOnly", err)
 	}
 }
