@@ -125,3 +125,28 @@ func TestPolicyNeverPromotesReadOnly(t *testing.T) {
 		t.Fatalf("promoting read-only learners by hand: %v, want ErrMemberReadOnly", err)
 	}
 }
+
+// TestPolicyKeepsDeadLearnerTheTargetNeeds: with a target of five and only
+// three voters, a dead learner is one of the seats the target needs: it is
+// not removed however long it stays silent (the policy waits for it, or an
+// operator removes it).
+func TestPolicyKeepsDeadLearnerTheTargetNeeds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := confchange.Settings{TargetVoters: 5, Stabilization: 100 * time.Millisecond, FailoverAfter: 200 * time.Millisecond, RemoveDeadAfter: 300 * time.Millisecond}
+	policy := &countingPolicy{inner: confchange.DefaultPolicy{Settings: s}}
+	c, lead := withReadyLearner(ctx, t, cluster.Options{Membership: s, Policy: policy})
+	c.Crash(4)
+	waitMembership(ctx, t, lead.Node, "learner 4 silent", func(m raft.Membership) bool {
+		st, ok := memberStatus(m, 4)
+		return ok && st.Progress != nil && !st.Progress.LastContact.IsZero() && time.Since(st.Progress.LastContact) > time.Second
+	})
+	policy.waitRounds(ctx, t, 30)
+	m, err := lead.Node.Membership(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Config.Contains(4) {
+		t.Fatalf("the dead learner the target needs was removed: %v", m.Config)
+	}
+}
