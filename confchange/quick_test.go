@@ -419,6 +419,24 @@ func checkPolicyPlan(t *testing.T, v View, s Settings, p Plan) {
 	if v.PendingChange {
 		t.Fatalf("policy acted while a change is pending")
 	}
+	if p.Request.Op == OpRemove {
+		// The policy removes only the dead, and never one of the seats the
+		// target needs: the voters and promotable learners left must fill
+		// TargetVoters seats (a read-only learner is never a seat).
+		seats := 0
+		for _, id := range p.After.IDs() {
+			if p.After.Role(id) == RoleVoter || !v.Members[id].ReadOnly {
+				seats++
+			}
+		}
+		gone := p.Request.IDs[0]
+		if !v.Members[gone].ReadOnly && seats < d.TargetVoters {
+			t.Fatalf("policy removed %d, leaving %d seats for a target of %d: %s\n%s", gone, seats, d.TargetVoters, p, v)
+		}
+		if d.RemoveDeadAfter == 0 {
+			t.Fatalf("policy removed %d with dead-member cleanup off: %s\n%s", gone, p, v)
+		}
+	}
 }
 
 // checkPolicyIdle: when the policy does nothing, there was no urgent reason:
