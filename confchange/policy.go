@@ -199,8 +199,11 @@ func (p DefaultPolicy) Waiting(v View) string {
 	if n := len(cfg.Voters); n < s.TargetVoters {
 		k := 1 + n%2
 		if len(standbys) < k || n+k > s.TargetVoters {
-			return fmt.Sprintf("target %d voters, %d now: waiting for %d ready standbys to promote at once (%d ready)",
-				s.TargetVoters, n, k, len(standbys))
+			if k == 1 {
+				return fmt.Sprintf("target %d voters, %d now: waiting for a ready standby to promote (none ready)", s.TargetVoters, n)
+			}
+			return fmt.Sprintf("target %d voters, %d now: waiting for 2 ready standbys to promote at once (%d ready)",
+				s.TargetVoters, n, len(standbys))
 		}
 	}
 	if lost := silent(v, cfg.Voters, s.FailoverAfter); len(lost) > 0 && len(standbys) == 0 {

@@ -98,6 +98,7 @@ func TestDefaultPolicyWaiting(t *testing.T) {
 		{"at target", "voters=(1 2 3)", Settings{}, ""},
 		{"one ready of two needed", "voters=(1 2 3) learners=(4 5)\n5 down", Settings{TargetVoters: 5}, "waiting for 2 ready standbys to promote at once (1 ready)"},
 		{"can act", "voters=(1 2 3) learners=(4 5)", Settings{TargetVoters: 5}, ""},
+		{"one seat, learner not stable yet", "voters=(1 2) learners=(3)\n3 ready=9s", Settings{}, "waiting for a ready standby to promote (none ready)"},
 		{"lost voter, no standby", "voters=(1 2 3)\n3 down contact=1m", Settings{}, "voter 3 lost"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
