@@ -89,7 +89,7 @@ func ExampleStart_join() {
 // The dry run refuses an even target and previews the policy's next step;
 // lowering the target from three to one demotes two voters at once (never
 // the leader), who stay as standbys.
-func ExampleHost_UpdateSettings() {
+func ExampleHost_scaling() {
 	dir, _ := os.MkdirTemp("", "understudy-example")
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
