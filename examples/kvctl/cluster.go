@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 )
 
 // settingNames maps kvctl's setting names to the API's JSON fields.
@@ -88,7 +87,7 @@ func (c *client) printSettings(raw []byte) error {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return fmt.Errorf("malformed answer: %v", err)
 	}
-	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+	tw := newTable(c.out)
 	for _, name := range []string{"target-voters", "max-learners", "auto-promote", "failover-after", "remove-dead-after"} {
 		fmt.Fprintf(tw, "%s\t%v\n", name, s[settingNames[name]])
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -177,5 +178,22 @@ func TestWatchSnapshotRate(t *testing.T) {
 	}
 	if strings.Count(out, "MB/s") != 1 || !strings.Contains(out, "40 entries/s") {
 		t.Fatalf("watch:\n%s", out)
+	}
+}
+
+// TestTableTrimsTrailingPadding: a row whose last cells are empty ends
+// where its text ends, with the columns still aligned.
+func TestTableTrimsTrailingPadding(t *testing.T) {
+	var b strings.Builder
+	tw := newTable(&b)
+	fmt.Fprintln(tw, "ID\tREADY\tREASON")
+	fmt.Fprintln(tw, "1\tyes\t")
+	fmt.Fprintln(tw, "22\tno\tno contact")
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := "ID  READY  REASON\n1   yes\n22  no     no contact\n"
+	if b.String() != want {
+		t.Fatalf("table:\n%q\nwant\n%q", b.String(), want)
 	}
 }

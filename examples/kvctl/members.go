@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -187,7 +186,7 @@ func (c *client) printChange(raw []byte, what string) error {
 
 // printMembers prints the aligned member table, the leader marked.
 func printMembers(w io.Writer, ms members) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tROLE\tPEER ADDR\tCLIENT ADDR\tMATCH\tLAG\tSTATE\tREADY\tREASON")
 	for _, m := range ms.Members {
 		id := strconv.FormatUint(m.ID, 10)
@@ -345,7 +344,7 @@ func (c *client) status(ctx context.Context) error {
 	if c.format == "json" {
 		_ = json.NewEncoder(c.out).Encode(rows)
 	} else {
-		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+		tw := newTable(c.out)
 		header := "ENDPOINT\tID\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED"
 		if failed > 0 {
 			header += "\tERROR"
