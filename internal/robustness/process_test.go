@@ -1,4 +1,4 @@
-package main
+package robustness_test
 
 import (
 	"context"
@@ -97,7 +97,8 @@ func (e *httpEndpoint) Do(ctx context.Context, _ [2]uint64, in robustness.Input)
 	}
 }
 
-// TestProcessFaults runs kvserver processes on 127.0.0.1 under HTTP clients
+// TestProcessFaults runs examples/kvserver processes (built with -race) on
+// 127.0.0.1 under HTTP clients
 // (put, get, compare-and-swap, delete, stale reads, on every member) while a
 // nemesis kills members with SIGKILL and restarts them from their data
 // dirs, freezes them with SIGSTOP (and SIGCONT), and adds and removes
@@ -108,6 +109,7 @@ func TestProcessFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes")
 	}
+	buildKVServer(t)
 	root := t.TempDir()
 	ps := startCluster(t, root, 3)
 	seed := time.Now().UnixNano()
