@@ -49,17 +49,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback address nobody listens on (for a moment).
 // freePort returns a loopback address nobody listens on, below the
 // kernel's ephemeral port range: a port the kernel picked (":0") and that
 // was released can be taken meanwhile as the source port of one of the
-// many connections the members open to each other.
+// many connections the members open to each other. Ports come from
+// [10000, 21000) — internal/robustness's process test, which may run at
+// the same time, takes its own from above — and none is handed out twice
+// (a port checked free is only bound once its process starts).
 func freePort(t *testing.T) string {
 	t.Helper()
 	lo, hi := ephemeralRange()
+	top := min(21000, lo)
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	for range 1000 {
-		port := 10000 + rand.IntN(max(lo-10000, 1000))
-		if port >= lo && port <= hi {
+		port := 10000 + rand.IntN(max(top-10000, 1000))
+		if (port >= lo && port <= hi) || portsGiven[port] {
 			continue
 		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -68,11 +73,17 @@ func freePort(t *testing.T) string {
 		}
 		addr := ln.Addr().String()
 		_ = ln.Close()
+		portsGiven[port] = true
 		return addr
 	}
 	t.Fatal("no free port below the ephemeral range")
 	return ""
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // ephemeralRange is the kernel's range of source ports (Linux), or a
 // conservative guess.

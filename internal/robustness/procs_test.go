@@ -51,29 +51,41 @@ func buildKVServer(t *testing.T) {
 // freePort returns a loopback address nobody listens on, below the
 // kernel's ephemeral port range: a released port the kernel picked (":0")
 // can be taken meanwhile as the source port of a member's connection.
+// Ports come from [21000, the ephemeral range) — examples/kvserver's
+// tests, which may run at the same time, take theirs from below — and none
+// is handed out twice (a port checked free is only bound once its process
+// starts).
 func freePort(t *testing.T) string {
 	t.Helper()
 	lo, hi := 32768, 65535
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		var a, z int
-		if n, _ := fmt.Sscan(string(b), &a, &z); n == 2 && a > 11000 {
+		if n, _ := fmt.Sscan(string(b), &a, &z); n == 2 && a > 22000 {
 			lo, hi = a, z
 		}
 	}
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	for range 1000 {
-		port := 10000 + mrand.IntN(max(lo-10000, 1000))
-		if port >= lo && port <= hi {
+		port := 21000 + mrand.IntN(max(lo-21000, 1000))
+		if (port >= lo && port <= hi) || portsGiven[port] {
 			continue
 		}
 		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			addr := ln.Addr().String()
 			_ = ln.Close()
+			portsGiven[port] = true
 			return addr
 		}
 	}
 	t.Fatal("no free port below the ephemeral range")
 	return ""
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // proc is one kvserver process.
 type proc struct {
