@@ -36,11 +36,11 @@ type Membership struct {
 // Joint reports whether the configuration is joint.
 func (m Membership) Joint() bool { return m.Config.Joint() }
 
-// View rebuilds, as of now, the confchange.View the leader planned from
-// when it answered m: what a policy needs to preview its next step outside
-// the leader (CheckSettings). Readiness is carried by each member's
+// view rebuilds, as of now, the confchange.View the leader planned from
+// when it answered m: what the policy needs to preview its next step
+// outside the leader (CheckSettings). Readiness is carried by each member's
 // stabilization time; removed IDs are not part of a Membership.
-func (m Membership) View(now time.Time) confchange.View {
+func (m Membership) view(now time.Time) confchange.View {
 	v := confchange.View{
 		Config: m.Config, Leader: m.Leader, LastIndex: m.LastIndex, Now: now, PendingChange: m.Pending,
 		Members: map[uint64]confchange.Member{}, Progress: map[uint64]confchange.Progress{},

@@ -56,8 +56,9 @@ func (n *Node) UpdateSettings(ctx context.Context, cs confchange.ClusterSettings
 // leader's current view of the membership, says what the default policy
 // would do next under cs (e.g. "promote 4 5", "demote 5 4", or what it
 // would wait for), proposing nothing. The preview is the policy's next
-// step only, on the membership as it is now: readiness moves, and the
-// policy re-plans every tick.
+// step only, on the membership as it is now, judged with this member's
+// Stabilization and MaxLag (the leader applies its own): readiness moves,
+// and the policy re-plans every tick.
 //
 // Errors: every way cs is invalid at once, joined (each wraps
 // confchange.ErrInvalidSettings; the plan then only says what was asked);
@@ -78,7 +79,7 @@ func (n *Node) CheckSettings(ctx context.Context, cs confchange.ClusterSettings)
 	if err != nil {
 		return plan, err
 	}
-	v := m.View(time.Now())
+	v := m.view(time.Now())
 	p := confchange.DefaultPolicy{Settings: cs.Apply(n.cfg.Membership)}
 	if r, ok := p.Next(v); ok {
 		return plan + "; the policy would then: " + r.String(), nil

@@ -494,68 +494,84 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "invalid_setting", "the body is not cluster settings: "+err.Error())
 		return
 	}
-	ctx, cancel := s.reqCtx(r)
-	defer cancel()
-	// The fields not given keep their current values: read them once this
-	// member has applied everything committed, not from a stale copy.
-	if err := s.h.ReadBarrier(ctx); err != nil {
-		s.fail(w, err)
-		return
-	}
-	cs := s.h.Settings()
-	if req.TargetVoters != nil {
-		cs.TargetVoters = *req.TargetVoters
-	}
-	if req.MaxLearners != nil {
-		cs.MaxLearners = *req.MaxLearners
-	}
-	if req.AutoPromote != nil {
-		cs.AutoPromote = *req.AutoPromote
-	}
-	var bad []error // every invalid field at once
-	for _, d := range []struct {
-		name string
-		in   *string
-		out  *time.Duration
-	}{{"failover_after", req.FailoverAfter, &cs.FailoverAfter}, {"remove_dead_after", req.RemoveDeadAfter, &cs.RemoveDeadAfter}} {
-		if d.in == nil {
-			continue
+	// merge puts the fields given on base, and returns every invalid field.
+	merge := func(base confchange.ClusterSettings) (confchange.ClusterSettings, []error) {
+		cs := base
+		if req.TargetVoters != nil {
+			cs.TargetVoters = *req.TargetVoters
 		}
-		v, err := time.ParseDuration(*d.in)
-		if err != nil {
-			bad = append(bad, fmt.Errorf("%w: %s %q: a Go duration, e.g. \"30s\"", confchange.ErrInvalidSettings, d.name, *d.in))
-			continue
+		if req.MaxLearners != nil {
+			cs.MaxLearners = *req.MaxLearners
 		}
-		*d.out = v
+		if req.AutoPromote != nil {
+			cs.AutoPromote = *req.AutoPromote
+		}
+		var bad []error
+		for _, d := range []struct {
+			name string
+			in   *string
+			out  *time.Duration
+		}{{"failover_after", req.FailoverAfter, &cs.FailoverAfter}, {"remove_dead_after", req.RemoveDeadAfter, &cs.RemoveDeadAfter}} {
+			if d.in == nil {
+				continue
+			}
+			v, err := time.ParseDuration(*d.in)
+			if err != nil {
+				bad = append(bad, fmt.Errorf("%w: %s %q: a Go duration, e.g. \"30s\"", confchange.ErrInvalidSettings, d.name, *d.in))
+				continue
+			}
+			*d.out = v
+		}
+		if err := cs.Validate(); err != nil {
+			bad = append(bad, unjoin(err)...)
+		}
+		return cs, bad
 	}
-	if dryRun(r) {
-		// The plan says what the policy would do next under the new
-		// settings; refusals list every invalid field.
+	answer := func(cs confchange.ClusterSettings, plan string, bad []error) {
+		if !dryRun(r) {
+			s.writeError(w, http.StatusBadRequest, "invalid_setting", errors.Join(bad...).Error())
+			return
+		}
 		out := struct {
 			Plan     string        `json:"plan"`
 			Refusals []refusalJSON `json:"refusals"`
-		}{Plan: "set " + cs.String(), Refusals: []refusalJSON{}}
-		if len(bad) == 0 {
-			plan, err := s.h.CheckSettings(ctx, cs)
-			out.Plan = plan
-			if err != nil && !errors.Is(err, confchange.ErrInvalidSettings) {
-				s.fail(w, err)
-				return
-			}
-			if err != nil {
-				bad = unjoin(err)
-			}
-		} else if err := cs.Validate(); err != nil {
-			bad = append(bad, unjoin(err)...)
-		}
+		}{Plan: plan, Refusals: []refusalJSON{}}
 		for _, e := range bad {
 			out.Refusals = append(out.Refusals, refusalJSON{Code: "invalid_setting", Error: e.Error()})
 		}
 		writeJSON(w, http.StatusOK, out)
+	}
+	// Invalid input is refused at once, leader or not, on this member's
+	// copy of the settings; …
+	if cs, bad := merge(s.h.Settings()); len(bad) > 0 {
+		answer(cs, "set "+cs.String(), bad)
 		return
 	}
-	if err := errors.Join(append(bad, cs.Validate())...); err != nil {
-		s.writeError(w, http.StatusBadRequest, "invalid_setting", err.Error())
+	// … otherwise the fields not given keep their current values, read
+	// once this member has applied everything committed.
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	if err := s.h.ReadBarrier(ctx); err != nil {
+		s.fail(w, err)
+		return
+	}
+	cs, bad := merge(s.h.Settings())
+	if len(bad) > 0 {
+		answer(cs, "set "+cs.String(), bad)
+		return
+	}
+	if dryRun(r) {
+		// The plan says what the policy would do next under the new
+		// settings.
+		plan, err := s.h.CheckSettings(ctx, cs)
+		if err != nil && !errors.Is(err, confchange.ErrInvalidSettings) {
+			s.fail(w, err)
+			return
+		}
+		if err != nil {
+			bad = unjoin(err)
+		}
+		answer(cs, plan, bad)
 		return
 	}
 	if err := s.h.UpdateSettings(ctx, cs); err != nil {

@@ -308,6 +308,17 @@ func TestNoLeader(t *testing.T) {
 			t.Fatalf("GET %s without a leader took %v (--request-timeout 1s)", path, took)
 		}
 	}
+	// Malformed input is refused as such, leader or not; a valid change
+	// waits for a leader like any other.
+	if code, out := p1.req("PATCH", "/cluster", `{"target_voters": 4}`); code != 400 || !strings.Contains(out, `"invalid_setting"`) {
+		t.Fatalf("PATCH /cluster with an even target, no leader: %d %s, want 400 invalid_setting", code, out)
+	}
+	if code, out := p1.req("PATCH", "/cluster?dry_run=true", `{"target_voters": 4}`); code != 200 || !strings.Contains(out, `"invalid_setting"`) {
+		t.Fatalf("PATCH /cluster?dry_run=true with an even target, no leader: %d %s, want 200 with the refusal", code, out)
+	}
+	if code, out := p1.req("PATCH", "/cluster", `{"target_voters": 5}`); code != 503 || !strings.Contains(out, `"unavailable"`) {
+		t.Fatalf("PATCH /cluster, no leader: %d %s, want 503 unavailable", code, out)
+	}
 	// A scrape never waits on a leader nobody knows (bounded far above
 	// the 500 ms a scrape may wait for the leader's view).
 	t0 := time.Now()
