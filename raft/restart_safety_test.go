@@ -99,6 +99,7 @@ func TestReadIndexAnswerDoesNotCrossRestart(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	lead := c.WaitLeader()
 	f := follower(t, c, lead)
+	fID, leadID := f.ID, lead.ID // the filter runs on other goroutines; f is replaced at the restart
 	propose(ctx, t, lead.Node, kv.Put("x", "1"))
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
@@ -114,11 +115,11 @@ func TestReadIndexAnswerDoesNotCrossRestart(t *testing.T) {
 			return false
 		}
 		switch {
-		case from == f.ID && m.GetType() == raftpb.MsgReadIndex:
+		case from == fID && m.GetType() == raftpb.MsgReadIndex:
 			readsFromF.Add(1)
 		case m.GetType() == raftpb.MsgHeartbeatResp && len(m.GetContext()) > 0:
 			return true
-		case from == lead.ID && m.GetTo() == f.ID && m.GetType() == raftpb.MsgApp:
+		case from == leadID && m.GetTo() == fID && m.GetType() == raftpb.MsgApp:
 			return true
 		}
 		return false
@@ -127,7 +128,7 @@ func TestReadIndexAnswerDoesNotCrossRestart(t *testing.T) {
 		t.Helper()
 		for readsFromF.Load() < n {
 			if err := pause(ctx, 2*time.Millisecond); err != nil {
-				t.Fatalf("member %d sent %d reads, want %d", f.ID, readsFromF.Load(), n)
+				t.Fatalf("member %d sent %d reads, want %d", fID, readsFromF.Load(), n)
 			}
 		}
 	}
