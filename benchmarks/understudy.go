@@ -154,6 +154,7 @@ func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raf
 		ID: id, ClusterID: understudyClusterID, Listener: ln,
 		Handler: node.PeerHandler(), Snapshots: store, Logger: logger,
 		SnapshotBytesPerSec: *snapshotRate,
+		LearnerBatchDelay:   *learnerDelay,
 	})
 	if err != nil {
 		ln.Close()
@@ -239,6 +240,12 @@ func (c *understudyCluster) Close() error {
 }
 
 func (m *usMember) stop(ctx context.Context) error {
+	if os.Getenv("BENCH_STORAGE") != "" {
+		// The member's storage counters over its whole run: commits (a
+		// bbolt transaction, two fdatasyncs each), entries per commit,
+		// snapshots.
+		fmt.Fprintf(os.Stderr, "understudy member %d storage: %v\n", m.id, m.store.Metrics())
+	}
 	var errs []error
 	if err := m.node.Stop(ctx); err != nil && !errors.Is(err, raft.ErrStopped) && !errors.Is(err, raft.ErrRemoved) {
 		errs = append(errs, fmt.Errorf("understudy member %d: stop: %w", m.id, err))
@@ -343,6 +350,10 @@ func (c *understudyCluster) RemoveLearner(ctx context.Context) error {
 // snapshotRate is transport.Config.SnapshotBytesPerSec for understudy's
 // members (0, the default: no limit).
 var snapshotRate = flag.Int64("understudy.snaprate", 0, "understudy members' transport.Config.SnapshotBytesPerSec (0: no limit)")
+
+// learnerDelay is transport.Config.LearnerBatchDelay for understudy's
+// members (0: the default; negative: no gathering).
+var learnerDelay = flag.Duration("understudy.learnerdelay", 0, "understudy members' transport.Config.LearnerBatchDelay (0: the default, negative: none)")
 
 // TakeSnapshot snapshots the leader (Node.Snapshot), which also compacts
 // its log.

@@ -122,8 +122,11 @@
 // election timeout, doubling). The leader measures each member's catch-up
 // (Membership's CatchUp: lag, rate, estimate, snapshot bytes in flight;
 // EventCatchUp); the transport can bound the rate of snapshot streams
-// (transport.Config.SnapshotBytesPerSec) and gives learners a smaller
-// queue (the node tells it who is a learner, Transport.SetLearner).
+// (transport.Config.SnapshotBytesPerSec), gives learners a smaller queue,
+// and gathers a learner's appends for a few milliseconds so that it syncs
+// once per gathering rather than once per batch of the leader's
+// (transport.Config.LearnerBatchDelay; the node tells the transport who is
+// a learner, Transport.SetLearner).
 //
 // # Failure
 //

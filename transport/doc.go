@@ -30,6 +30,13 @@
 // on the same connection, which gives the round-trip time and keeps an
 // idle stream within the listener's ReadTimeout.
 //
+// Messages to a learner (SetLearner) are gathered for LearnerBatchDelay
+// after each write, and the contiguous appends among them merged into one:
+// a learner is not in the quorum, so nothing waits on its acknowledgement,
+// and it then syncs its log once per delay instead of once per leader
+// batch — the cost a standby puts on the voters' disk and cores falls
+// accordingly. A read answer to a learner is written at once.
+//
 // Send never blocks: each peer's queue is bounded in messages and bytes
 // (a lower byte budget for learners), and a message that does not fit, or
 // whose peer's stream is down, is dropped, counted, and the peer reported

@@ -40,6 +40,7 @@ type peer struct {
 	mu         sync.Mutex
 	addr       string
 	learner    bool
+	urgent     bool // the queue holds a message a learner must get at once
 	down       bool // the stream is down: Send drops rather than queue
 	queue      []*raftpb.Message
 	spare      []*raftpb.Message // the previous batch's slice, for reuse
@@ -131,6 +132,9 @@ func (p *peer) enqueue(m *raftpb.Message) {
 	}
 	p.queue = append(p.queue, m)
 	p.queueBytes += size
+	if p.learner && urgentForLearner(m) {
+		p.urgent = true
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -143,7 +147,10 @@ func (p *peer) take() []*raftpb.Message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	q := p.queue
-	p.queue, p.spare, p.queueBytes = p.spare[:0], nil, 0
+	p.queue, p.spare, p.queueBytes, p.urgent = p.spare[:0], nil, 0, false
+	if p.learner && p.t.cfg.LearnerBatchDelay > 0 {
+		q = mergeAppends(q, min(maxMergedBytes, p.t.cfg.MaxFrameSize/2))
+	}
 	return q
 }
 
@@ -294,9 +301,39 @@ func (p *peer) stream(c *conn) error {
 	}()
 	ticker := time.NewTicker(p.t.cfg.PingInterval)
 	defer ticker.Stop()
-	var buf []byte
+	var (
+		buf       []byte
+		lastWrite time.Time
+		gather    *time.Timer
+	)
+	defer func() {
+		if gather != nil {
+			gather.Stop()
+		}
+	}()
 	ping := true // at once, for a first RTT
 	for {
+		if d := p.gatherFor(lastWrite); d > 0 {
+			// A learner's messages are gathered (see LearnerBatchDelay).
+			if gather == nil {
+				gather = time.NewTimer(d)
+			} else {
+				gather.Reset(d)
+			}
+			select {
+			case <-p.ctx.Done():
+				return nil
+			case err := <-readErr:
+				readErr <- err
+				return err
+			case <-p.wake:
+				// More queued: an urgent message or a full queue ends
+				// the wait early.
+				gather.Stop() // Go 1.23 timers: no stale tick after Stop
+				continue
+			case <-gather.C:
+			}
+		}
 		batch := p.take()
 		if len(batch) > 0 || ping {
 			var err error
@@ -304,6 +341,9 @@ func (p *peer) stream(c *conn) error {
 			p.recycle(batch)
 			if err != nil {
 				return err
+			}
+			if len(batch) > 0 {
+				lastWrite = time.Now()
 			}
 			ping = false
 			if cap(buf) > maxKeptBuffer {

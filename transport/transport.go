@@ -224,13 +224,18 @@ func (t *Transport) UpdatePeer(id uint64, addr string) {
 }
 
 // SetLearner marks member id as a learner (its queue gets
-// MaxLearnerQueueBytes) or as a voter (MaxQueueBytes, the default for a
-// new peer). Unknown members are ignored: call it after AddPeer.
+// MaxLearnerQueueBytes, and its messages are gathered for
+// LearnerBatchDelay) or as a voter (MaxQueueBytes, sent at once: the
+// default for a new peer). Unknown members are ignored: call it after AddPeer.
 func (t *Transport) SetLearner(id uint64, learner bool) {
 	if p := t.peer(id); p != nil {
 		p.mu.Lock()
 		p.learner = learner
 		p.mu.Unlock()
+		select { // a promoted learner's gathered messages leave at once
+		case p.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
