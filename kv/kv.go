@@ -270,7 +270,7 @@ func (*snapshot) Release() {}
 // Errors: an error starting "kv: restore" for a stream that is truncated,
 // malformed or fails to read; the state is then left as it was.
 func (s *Store) Restore(r io.Reader) error {
-	br := bufio.NewReader(r)
+	br := bufio.NewReaderSize(r, 64<<10)
 	n, err := binary.ReadUvarint(br)
 	if err == io.EOF {
 		n, err = 0, nil // an empty snapshot: an empty store
@@ -291,14 +291,23 @@ func (s *Store) Restore(r io.Reader) error {
 			return "", fmt.Errorf("string of %d bytes", l)
 		}
 		// Grow with the bytes that arrive, never by the length a
-		// (possibly corrupt) prefix claims.
+		// (possibly corrupt) prefix claims; copy straight from the
+		// reader's buffer (one allocation and one copy per string).
 		var sb strings.Builder
 		sb.Grow(int(min(l, 64<<10)))
-		n, err := io.CopyN(&sb, br, int64(l))
-		if err == io.EOF && uint64(n) < l {
-			err = io.ErrUnexpectedEOF
+		for rem := int(l); rem > 0; {
+			chunk, err := br.Peek(min(rem, br.Size()))
+			if len(chunk) == 0 {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return "", err
+			}
+			sb.Write(chunk)
+			_, _ = br.Discard(len(chunk))
+			rem -= len(chunk)
 		}
-		return sb.String(), err
+		return sb.String(), nil
 	}
 	for i := uint64(0); i < n; i++ {
 		k, err := readStr()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/understudy-raft/understudy/kv"
@@ -147,6 +148,36 @@ func BenchmarkSnapshotTake(b *testing.B) {
 			b.Fatal(err)
 		}
 		s.Apply(put, res)
+	}
+}
+
+// BenchmarkSnapshotRestore is a learner's restore of a ~100 MB state
+// (100,000 keys of 1 KiB, the catch-up benchmark's size): what it costs
+// the cores it shares.
+func BenchmarkSnapshotRestore(b *testing.B) {
+	s := kv.New()
+	val := strings.Repeat("v", 1024)
+	cmds := make([]raft.Command, 0, 1000)
+	for i := range 100_000 {
+		cmds = append(cmds, raft.Command{Data: kv.Put(fmt.Sprintf("c%08d", i), val)})
+		if len(cmds) == cap(cmds) {
+			s.Apply(cmds, make([]raft.Result, len(cmds)))
+			cmds = cmds[:0]
+		}
+	}
+	snap, _ := s.Snapshot()
+	var buf bytes.Buffer
+	if err := snap.Write(&buf); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(buf.Len()))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r := kv.New()
+		if err := r.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
