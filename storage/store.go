@@ -95,6 +95,12 @@ type Store struct {
 	tail      tail
 	identity  Identity
 
+	// garbage is, when not 0, the lowest index that may still have an
+	// entry in bbolt below the log's first index: compacted entries are
+	// deleted a few at a time by the Saves that follow (deleteGarbage).
+	// Guarded by wmu.
+	garbage uint64
+
 	m metrics
 }
 
@@ -342,7 +348,12 @@ func checkKeys(b *bolt.Bucket, known ...[]byte) error {
 // loadLog finds the last index and fills the tail from the end of the log.
 func (s *Store) loadLog(tx *bolt.Tx) error {
 	c := tx.Bucket(s.logBucket).Cursor()
-	k, _ := c.First()
+	// Entries at or below s.dummy are compacted entries not deleted yet
+	// (see Compact): ignored, and deleted by the next Saves.
+	if k, _ := c.First(); len(k) == 8 && binary.BigEndian.Uint64(k) <= s.dummy {
+		s.garbage = binary.BigEndian.Uint64(k)
+	}
+	k, _ := c.Seek(indexKey(nil, s.dummy+1))
 	if k == nil {
 		s.last = s.dummy
 		return nil

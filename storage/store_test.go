@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -390,4 +392,69 @@ func TestApplySnapshotAndMetrics(t *testing.T) {
 	require.Equal(t, uint64(4), m.Entries)
 	require.Contains(t, m.String(), "commits=")
 	require.Contains(t, (&IdentityError{Stored: Identity{1, 2}, Requested: Identity{3, 2}}).Error(), "cluster 1 member 2")
+}
+
+// logKeys returns the indexes of every entry in the log bucket of s,
+// closed.
+func logKeys(t *testing.T, s *Store) []uint64 {
+	t.Helper()
+	db := openRaw(t, s.dbPath)
+	defer db.Close()
+	var keys []uint64
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(s.logBucket).ForEach(func(k, _ []byte) error {
+			keys = append(keys, binary.BigEndian.Uint64(k))
+			return nil
+		})
+	}))
+	return keys
+}
+
+// Compaction's deletions ride along the Saves that follow it; what a crash
+// leaves undeleted is ignored at the next open and deleted by later Saves.
+// Nothing compacted is ever served, before or after a restart.
+func TestCompactedEntriesDeletedByLaterSaves(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, testOpts())
+	require.NoError(t, s.Save(nil, ents(1, 1001, 1), nil))
+	require.NoError(t, s.Compact(900))
+	require.NoError(t, s.Close())
+	// The crash case: the bounds are recorded, the entries still there.
+	keys := logKeys(t, s)
+	require.Equal(t, uint64(1), keys[0], "no Save ran: the compacted entries are still in bbolt")
+
+	s = open(t, dir, testOpts())
+	fi, _ := s.FirstIndex()
+	li, _ := s.LastIndex()
+	require.Equal(t, uint64(901), fi)
+	require.Equal(t, uint64(1000), li)
+	_, err := s.Entries(899, 901, raftNoLimit)
+	require.Equal(t, raft.ErrCompacted, err)
+	got, err := s.Entries(901, 1001, raftNoLimit)
+	require.NoError(t, err)
+	require.Len(t, got, 100)
+
+	// Each Save of one entry deletes 2+garbagePerSave of them.
+	next := uint64(1001)
+	for range 900/(2+garbagePerSave) + 1 {
+		require.NoError(t, s.Save(nil, ents(next, next+1, 1), nil))
+		next++
+	}
+	require.NoError(t, s.Close())
+	keys = logKeys(t, s)
+	require.Equal(t, uint64(901), keys[0], "the compacted entries were not deleted")
+	require.Len(t, keys, int(next-901))
+
+	// A snapshot received while entries wait to be deleted empties the log
+	// and the wait.
+	s = open(t, dir, testOpts())
+	require.NoError(t, s.Compact(next-10))
+	snap := receive(t, s, next+50, 1, confState(1), []byte("state"))
+	require.NoError(t, s.Save(nil, nil, snap))
+	require.NoError(t, s.Save(nil, ents(next+51, next+53, 1), nil))
+	require.NoError(t, s.Close())
+	require.Equal(t, []uint64{next + 51, next + 52}, logKeys(t, s))
+	s = open(t, dir, testOpts())
+	fi, _ = s.FirstIndex()
+	require.Equal(t, next+51, fi)
 }
