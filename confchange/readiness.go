@@ -148,20 +148,35 @@ func instantReadiness(v View, s Settings, id uint64) Reason {
 // UpdateReadySince returns the ReadySince map for the next view: every
 // configuration member other than the leader that is ready now (not counting
 // stabilization) keeps its time from v.ReadySince, or gets v.Now if it has
-// none; every other member is dropped. The caller calls it whenever it
-// refreshes the progress (e.g. every tick) and keeps the result.
+// none; a member that is probing but otherwise ready (in contact, no
+// snapshot, its last known match within MaxLag) keeps its time if it had
+// one and gets none if not; every other member is dropped. The caller calls
+// it whenever it refreshes the progress (e.g. every tick) and keeps the
+// result.
+//
+// Probing keeps the clock because a single rejected append sends the
+// leader back to probing for a round trip: a reordered or lost message
+// would otherwise restart a learner's stabilization, and under steady
+// reordering it would never become ready. A probing member is still not
+// ready (Readiness says "probing"), and one that stays in probe while the
+// log grows falls behind MaxLag, which does restart its clock.
 func UpdateReadySince(v View, s Settings) map[uint64]time.Time {
 	s = s.WithDefaults()
 	out := make(map[uint64]time.Time)
 	for _, id := range v.Config.IDs() {
-		if instantReadiness(v, s, id).Code != ReasonReady {
-			continue
-		}
 		since, ok := v.ReadySince[id]
-		if !ok || since.After(v.Now) {
+		if ok && since.After(v.Now) {
 			since = v.Now
 		}
-		out[id] = since
+		switch r := instantReadiness(v, s, id); {
+		case r.Code == ReasonReady:
+			if !ok {
+				since = v.Now
+			}
+			out[id] = since
+		case r.Code == ReasonProbing && r.Lag <= r.MaxLag && ok:
+			out[id] = since
+		}
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -515,4 +516,34 @@ func TestRemovedMemberStopsAndIsTombstoned(t *testing.T) {
 	if _, err := lead.Node.Propose(ctx, kv.Put("k", "v")); err != nil {
 		t.Fatalf("write with three voters left: %v", err)
 	}
+}
+
+// A network that reorders messages sends the leader's replication to a
+// learner back to probing again and again (a reordered append is rejected):
+// the learner must still become ready, since each episode lasts a round
+// trip. Before probing kept the stabilization clock, it never did while
+// writes flowed.
+func TestLearnerReadyDespiteReordering(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := cluster.New(t, cluster.Options{ManualMembership: true,
+		Membership: confchange.Settings{Stabilization: 2 * time.Second}})
+	lead := c.WaitLeader()
+	c.Net.SetDelay(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	writes, stop := context.WithCancel(ctx)
+	defer func() { stop(); wg.Wait() }()
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; writes.Err() == nil; i++ {
+				short, cancel := context.WithTimeout(writes, time.Second)
+				_, _ = lead.Node.Propose(short, kv.Put(fmt.Sprintf("w%d", w), fmt.Sprint(i)))
+				cancel()
+			}
+		}()
+	}
+	addLearner(ctx, t, c, lead.Node, 4)
+	waitMembership(ctx, t, lead.Node, "learner 4 ready while messages are reordered", ready(4))
 }
