@@ -78,8 +78,15 @@ type Config struct {
 	// overhead, or a single command could never be replicated.
 	MaxCommandSize int
 
-	// SnapshotCount is the number of applied entries after which the node
-	// snapshots the state machine and compacts the log. Default 10,000.
+	// SnapshotCount is the least number of entries applied between two of
+	// the node's own snapshots. A snapshot (and a log compaction) is taken
+	// once at least this many entries were applied since the last one AND
+	// their bytes reach the last snapshot's size. A small state is
+	// snapshotted about every SnapshotCount entries, as etcd does; a large
+	// one every "state's size" of writes, so the snapshot work stays
+	// proportional to the bytes written and the log kept is at most about
+	// the state's size. Lower it to keep the log short when the state is
+	// small; Node.Snapshot takes one on demand. Default 10,000.
 	SnapshotCount uint64
 	// SnapshotCatchUpEntries is the number of entries kept in the log behind
 	// a snapshot so that slow followers can catch up without one. Default
