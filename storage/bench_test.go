@@ -362,10 +362,7 @@ func BenchmarkSaveDuringSnapshot(b *testing.B) {
 			if err := <-done; err != nil {
 				b.Fatal(err)
 			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+			reportLatencies(b, lat)
 			if ns := snapNanos.Load(); ns > 0 {
 				b.ReportMetric(float64(snapBytes.Load())/1e6/(float64(ns)/1e9), "snap-MB/s")
 			}
@@ -447,12 +444,17 @@ func BenchmarkSaveDuringCompact(b *testing.B) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+	reportLatencies(b, lat)
 	b.ReportMetric(float64(compactions.Load()), "compactions")
 	if n := compactions.Load(); n > 0 {
 		b.ReportMetric(float64(compactNanos.Load())/float64(n)/1e6, "ms/compaction")
 	}
+}
+
+// reportLatencies sorts lat and reports its p50, p99 and max in µs.
+func reportLatencies(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
 }
