@@ -281,8 +281,9 @@ func (s *Store) Compact(index uint64) error {
 }
 
 // garbagePerSave is how many compacted entries a Save deletes besides
-// twice as many as it appends: compaction keeps pace with the log's growth
-// and a backlog drains within a few Saves per batch of the log's size.
+// twice as many as it appends: the deletions outpace the log's growth, and
+// a compaction's backlog is gone once about half as many entries as it
+// compacted were appended (sooner with small Saves).
 const garbagePerSave = 64
 
 // deleteGarbage deletes, in a Save's transaction, up to budget of the
@@ -292,13 +293,13 @@ func (s *Store) deleteGarbage(lb *bolt.Bucket, dummy uint64, budget int) (uint64
 	if s.garbage == 0 || s.garbage > dummy {
 		return 0, nil
 	}
-	k, _ := lb.Cursor().Seek(indexKey(nil, s.garbage))
+	var key [8]byte
+	k, _ := lb.Cursor().Seek(indexKey(key[:0], s.garbage))
 	if len(k) != 8 || binary.BigEndian.Uint64(k) > dummy {
 		return 0, nil // nothing left below the first index
 	}
 	first := binary.BigEndian.Uint64(k)
 	end := min(dummy, first+uint64(budget)-1)
-	var key [8]byte
 	for i := first; i <= end; i++ {
 		if err := lb.Delete(indexKey(key[:0], i)); err != nil {
 			return 0, err

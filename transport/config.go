@@ -122,8 +122,8 @@ type Config struct {
 	// learner on the same machine or disk as voters takes far less of
 	// their time. The cost is the learner's replication lag, by up to the
 	// delay. A read answer (MsgReadIndexResp) is written at once, and so is
-	// a queue holding more than learnerFlushBytes. Default 10ms; negative:
-	// no gathering.
+	// a queue holding more than 1 MiB (or a quarter of
+	// MaxLearnerQueueBytes). Default 10ms; negative: no gathering.
 	LearnerBatchDelay time.Duration
 	// MaxFrameSize is the largest frame payload, in bytes, this member
 	// sends or accepts; a message larger than this is dropped. It must

@@ -145,10 +145,11 @@ func (p *peer) enqueue(m *raftpb.Message) {
 // take empties the queue and returns what it held.
 func (p *peer) take() []*raftpb.Message {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	q := p.queue
 	p.queue, p.spare, p.queueBytes, p.urgent = p.spare[:0], nil, 0, false
-	if p.learner && p.t.cfg.LearnerBatchDelay > 0 {
+	merge := p.learner && p.t.cfg.LearnerBatchDelay > 0
+	p.mu.Unlock()
+	if merge { // outside the lock: Send must not wait for it
 		q = mergeAppends(q, min(maxMergedBytes, p.t.cfg.MaxFrameSize/2))
 	}
 	return q
