@@ -30,6 +30,7 @@ func (n *Node) runAppend() {
 		case m := <-n.appendc:
 			batch = append(batch[:0], m)
 		case <-n.stopc:
+			n.drainAppends(batch[:0], &ents, &out)
 			n.flushCommit()
 			return
 		}
@@ -132,6 +133,31 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 	clear(o)
 	*out = o[:0]
 	return true
+}
+
+// drainAppends, as the node stops, persists the appends the run loop handed
+// over and this goroutine had not taken yet (it waits for the loop to
+// return, so none come later). The loop hands over an append before the
+// entries it commits are applied, so once this returns every applied
+// entry's commit index is on disk or held for flushCommit: a restart
+// replays the log up to it before Start returns (TestHostRestartServesReplayedState).
+func (n *Node) drainAppends(batch []*raftpb.Message, ents *[]*raftpb.Entry, out *[]*raftpb.Message) {
+	<-n.loopDone
+	for {
+		select {
+		case m := <-n.appendc:
+			if m.GetSnapshot() != nil && len(batch) > 0 {
+				if !n.saveBatch(batch, ents, out) {
+					return
+				}
+				batch = batch[:0]
+			}
+			batch = append(batch, m)
+		default:
+			n.saveBatch(batch, ents, out)
+			return
+		}
+	}
 }
 
 // flushCommit writes a commit-only hard state still held back, as the node

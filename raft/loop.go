@@ -136,6 +136,7 @@ func (n *Node) restore() (err error) {
 
 func (n *Node) runLoop() {
 	defer n.wg.Done()
+	defer close(n.loopDone)
 	defer func() {
 		if r := recover(); r != nil {
 			n.fail("raft loop", panicError(r))

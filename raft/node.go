@@ -39,6 +39,9 @@ type Node struct {
 	actc    chan func()
 	local   *mailbox // responses from the append and apply goroutines
 	appendc chan *raftpb.Message
+	// loopDone is closed when the run loop has returned: nothing is sent
+	// on appendc after it.
+	loopDone chan struct{}
 	applyc  chan applyTask
 	// snapWake wakes the apply goroutine to look at the snapshot state.
 	snapWake chan struct{}
@@ -107,6 +110,7 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		actc:     make(chan func(), 1024),
 		local:    newMailbox(),
 		appendc:  make(chan *raftpb.Message, 1024),
+		loopDone: make(chan struct{}),
 		applyc:   make(chan applyTask, cfg.ApplyQueueSize),
 		snapWake: make(chan struct{}, 1),
 		stopc:    make(chan struct{}),
