@@ -42,7 +42,7 @@ type Node struct {
 	// loopDone is closed when the run loop has returned: nothing is sent
 	// on appendc after it.
 	loopDone chan struct{}
-	applyc  chan applyTask
+	applyc   chan applyTask
 	// snapWake wakes the apply goroutine to look at the snapshot state.
 	snapWake chan struct{}
 
