@@ -2,11 +2,14 @@ package raft_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +17,9 @@ import (
 	"github.com/understudy-raft/understudy/internal/faultstore"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Learner catch-up (issue 16): a member added after the last snapshot
@@ -350,4 +355,94 @@ func TestSnapshotsAmortizedAgainstStateSize(t *testing.T) {
 		t.Fatalf("%d snapshots for %d writes of 1 KiB over a ~1 MB state (a fixed count would take %d)", snapshots, entries, entries/50)
 	}
 	t.Logf("%d snapshots for %d writes of 1 KiB (a fixed count would take %d)", snapshots, entries, entries/50)
+}
+
+// gatedSnapshots wraps the leader's storage: the first snapshot written
+// after arm waits, at its first write, until the test lets it go on, then
+// writes slowly; its outcome is recorded.
+type gatedSnapshots struct {
+	raft.Storage
+	armed   atomic.Bool
+	started chan struct{} // closed when the gated snapshot starts writing
+	proceed chan struct{} // closed by the test
+	result  chan error    // the gated CreateSnapshot's error
+}
+
+func (g *gatedSnapshots) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io.Writer) error) (*raftpb.Snapshot, error) {
+	if !g.armed.CompareAndSwap(true, false) {
+		return g.Storage.CreateSnapshot(index, cs, write)
+	}
+	snap, err := g.Storage.CreateSnapshot(index, cs, func(w io.Writer) error {
+		first := true
+		return write(writerFunc(func(p []byte) (int, error) {
+			if first {
+				first = false
+				close(g.started)
+				<-g.proceed
+			}
+			time.Sleep(5 * time.Millisecond) // over a second for this state
+			return w.Write(p)
+		}))
+	})
+	g.result <- err
+	return snap, err
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A learner added while the leader writes a snapshot that predates it does
+// not wait for that snapshot: it is abandoned, and the fresh one the
+// learner needs is taken at once. A Node.Snapshot caller waiting on the
+// abandoned one gets the fresh one.
+func TestJoinAbandonsASnapshotThatPredatesIt(t *testing.T) {
+	gates := map[uint64]*gatedSnapshots{}
+	var mu sync.Mutex
+	// A short log: the learner needs a snapshot.
+	c := cluster.New(t, cluster.Options{ManualMembership: true, SnapshotCount: 100, SnapshotCatchUpEntries: 10, WrapStorage: func(id uint64, s *storage.Store) raft.Storage {
+		g := &gatedSnapshots{Storage: s, started: make(chan struct{}), proceed: make(chan struct{}), result: make(chan error, 1)}
+		mu.Lock()
+		gates[id] = g
+		mu.Unlock()
+		return g
+	}})
+	ctx := ctxT(t, 60*time.Second)
+	lead := c.WaitLeader()
+	writeN(ctx, t, lead.Node, "k", 1000, 8, strings.Repeat("v", 1024)) // ~1 MB: ~250 writes of 4 KiB
+	mu.Lock()
+	g := gates[lead.ID]
+	mu.Unlock()
+	g.armed.Store(true)
+	asked := make(chan error, 1)
+	var askedIndex atomic.Uint64
+	go func() {
+		index, err := lead.Node.Snapshot(ctx)
+		askedIndex.Store(index)
+		asked <- err
+	}()
+	<-g.started
+	if err := lead.Node.AddLearner(ctx, c.Record(4)); err != nil {
+		t.Fatal(err)
+	}
+	added := lead.Node.AppliedIndex()
+	start := time.Now()
+	c.Join(4)
+	close(g.proceed)
+	if err := <-g.result; !errors.Is(err, raft.ErrSnapshotSuperseded) {
+		t.Fatalf("the snapshot that predates the learner ended with %v, want it abandoned", err)
+	}
+	if err := <-asked; err != nil {
+		t.Fatalf("Node.Snapshot: %v", err)
+	}
+	if askedIndex.Load() < added {
+		t.Fatalf("Node.Snapshot answered with index %d, before the learner's addition at %d", askedIndex.Load(), added)
+	}
+	learner := c.Member(4)
+	for learner.Node.AppliedIndex() < added {
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			t.Fatalf("learner 4 applied %d, want %d: %v", learner.Node.AppliedIndex(), added, err)
+		}
+	}
+	t.Logf("learner 4 caught up %v after it started (the abandoned snapshot alone would have taken over a second more)", time.Since(start))
 }

@@ -118,7 +118,8 @@
 // fresh snapshot, at an applied index that includes the member, and sends
 // that one (as etcd server merges its backend with the current
 // configuration), so a learner added to an idle cluster catches up with
-// exactly one snapshot. A failed send is retried after a backoff (half an
+// exactly one snapshot; a snapshot still being written that predates the
+// member is abandoned rather than finished first. A failed send is retried after a backoff (half an
 // election timeout, doubling). The leader measures each member's catch-up
 // (Membership's CatchUp: lag, rate, estimate, snapshot bytes in flight;
 // EventCatchUp); the transport can bound the rate of snapshot streams

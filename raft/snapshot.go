@@ -123,6 +123,11 @@ func (n *Node) maybeSnapshot() {
 	asked := len(s.waiters) > 0
 	s.mu.Unlock()
 	want := s.want.Load()
+	if want > s.written.Load() && a.applied < want {
+		// A member added at want needs a snapshot that lists it: one taken
+		// now would be abandoned at once (errSnapshotSuperseded).
+		return
+	}
 	due := a.applied >= s.index+n.cfg.SnapshotCount && s.logBytes >= uint64(s.lastSize.Load())
 	// A wanted snapshot is retried until one is written (a failed write
 	// must not leave a joining member without one).
@@ -158,6 +163,13 @@ func (n *Node) maybeSnapshot() {
 		defer n.wg.Done()
 		defer snap.Release()
 		err := n.writeSnapshot(index, cs, h, snap)
+		if errors.Is(err, errSnapshotSuperseded) {
+			// The snapshot that replaces it answers these callers.
+			s.mu.Lock()
+			s.waiters = append(waiters, s.waiters...)
+			s.mu.Unlock()
+			waiters = nil
+		}
 		s.running.Store(false)
 		for _, w := range waiters {
 			w <- snapResult{index: index, err: err}
@@ -165,6 +177,11 @@ func (n *Node) maybeSnapshot() {
 		n.wakeSnapshots() // another may be wanted or asked for meanwhile
 	}()
 }
+
+// errSnapshotSuperseded ends the writing of a snapshot that a member added
+// meanwhile cannot use (its configuration predates the member): the fresh
+// snapshot the member needs is taken at once instead of after it.
+var errSnapshotSuperseded = errors.New("raft: snapshot superseded by one a new member needs")
 
 func (n *Node) resolveSnapshotWaiters(r snapResult) {
 	s := &n.apply.snap
@@ -179,8 +196,9 @@ func (n *Node) resolveSnapshotWaiters(r snapResult) {
 
 func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, s Snapshot) error {
 	var size int64
+	want := &n.apply.snap.want
 	_, err := n.store.CreateSnapshot(index, cs, func(w io.Writer) error {
-		cw := &countingWriter{w: w}
+		cw := &countingWriter{w: w, superseded: func() bool { return want.Load() > index }}
 		if err := h.writeTo(cw); err != nil {
 			return err
 		}
@@ -190,6 +208,10 @@ func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, 
 	})
 	if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
 		return nil // a newer snapshot arrived from the leader meanwhile
+	}
+	if errors.Is(err, errSnapshotSuperseded) {
+		n.log.Info("snapshot abandoned: a new member needs one that lists it", slog.Uint64("index", index))
+		return err
 	}
 	if err != nil {
 		n.log.Error("writing a snapshot failed; retrying after the next entries", slog.Uint64("index", index), slog.Any("err", err))
@@ -210,12 +232,19 @@ func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, 
 	return nil
 }
 
+// countingWriter counts the bytes written through it, and fails once
+// superseded reports true (a snapshot a new member cannot use is abandoned,
+// see errSnapshotSuperseded).
 type countingWriter struct {
-	w io.Writer
-	n int64
+	w          io.Writer
+	n          int64
+	superseded func() bool
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.superseded != nil && c.superseded() {
+		return 0, errSnapshotSuperseded
+	}
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err

@@ -1,0 +1,4 @@
+package raft
+
+// ErrSnapshotSuperseded is errSnapshotSuperseded, for the external tests.
+var ErrSnapshotSuperseded = errSnapshotSuperseded
