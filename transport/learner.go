@@ -22,11 +22,11 @@ const maxMergedBytes = 8 << 20
 // LearnerBatchDelay ago and whose queue holds nothing urgent and not much.
 func (p *peer) gatherFor(lastWrite time.Time) time.Duration {
 	delay := p.t.cfg.LearnerBatchDelay
-	if delay <= 0 {
-		return 0
+	if delay <= 0 || !p.learner.Load() {
+		return 0 // a voter's messages go at once, without taking the lock
 	}
 	p.mu.Lock()
-	gather := p.learner && !p.urgent && len(p.queue) > 0 &&
+	gather := !p.urgent && len(p.queue) > 0 &&
 		p.queueBytes < min(learnerFlushBytes, p.t.cfg.MaxLearnerQueueBytes/4)
 	p.mu.Unlock()
 	if !gather {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -32,14 +33,17 @@ type peer struct {
 	ctx    context.Context // canceled by stop
 	cancel context.CancelFunc
 	wake   chan struct{} // cap 1: the queue is not empty
-	redial chan struct{} // cap 1: the address changed, or the peer connected to us
-	c      *peerCounters
-	kicked bool // owned by run: woken through redial
+	// learner is set by SetLearner: a smaller queue budget, and messages
+	// gathered (LearnerBatchDelay). Atomic: the stream writer reads it on
+	// every round without the lock.
+	learner atomic.Bool
+	redial  chan struct{} // cap 1: the address changed, or the peer connected to us
+	c       *peerCounters
+	kicked  bool // owned by run: woken through redial
 
 	// mu guards the fields below; never held during I/O or Handler calls.
 	mu         sync.Mutex
 	addr       string
-	learner    bool
 	urgent     bool // the queue holds a message a learner must get at once
 	down       bool // the stream is down: Send drops rather than queue
 	queue      []*raftpb.Message
@@ -121,7 +125,7 @@ func (p *peer) enqueue(m *raftpb.Message) {
 		return
 	}
 	budget := p.t.cfg.MaxQueueBytes
-	if p.learner {
+	if p.learner.Load() {
 		budget = p.t.cfg.MaxLearnerQueueBytes
 	}
 	if len(p.queue) >= p.t.cfg.MaxQueueMessages || (len(p.queue) > 0 && p.queueBytes+size > budget) {
@@ -132,7 +136,7 @@ func (p *peer) enqueue(m *raftpb.Message) {
 	}
 	p.queue = append(p.queue, m)
 	p.queueBytes += size
-	if p.learner && urgentForLearner(m) {
+	if p.learner.Load() && urgentForLearner(m) {
 		p.urgent = true
 	}
 	p.mu.Unlock()
@@ -147,7 +151,7 @@ func (p *peer) take() []*raftpb.Message {
 	p.mu.Lock()
 	q := p.queue
 	p.queue, p.spare, p.queueBytes, p.urgent = p.spare[:0], nil, 0, false
-	merge := p.learner && p.t.cfg.LearnerBatchDelay > 0
+	merge := p.learner.Load() && p.t.cfg.LearnerBatchDelay > 0
 	p.mu.Unlock()
 	if merge { // outside the lock: Send must not wait for it
 		q = mergeAppends(q, min(maxMergedBytes, p.t.cfg.MaxFrameSize/2))
@@ -448,7 +452,7 @@ func (p *peer) stats() PeerStats {
 	s := PeerStats{
 		ID:             p.id,
 		Addr:           p.addr,
-		Learner:        p.learner,
+		Learner:        p.learner.Load(),
 		QueuedMessages: len(p.queue),
 		QueuedBytes:    p.queueBytes,
 	}

@@ -229,9 +229,7 @@ func (t *Transport) UpdatePeer(id uint64, addr string) {
 // default for a new peer). Unknown members are ignored: call it after AddPeer.
 func (t *Transport) SetLearner(id uint64, learner bool) {
 	if p := t.peer(id); p != nil {
-		p.mu.Lock()
-		p.learner = learner
-		p.mu.Unlock()
+		p.learner.Store(learner)
 		select { // a promoted learner's gathered messages leave at once
 		case p.wake <- struct{}{}:
 		default:
