@@ -14,33 +14,79 @@ import (
 )
 
 // TransferLeadership asks the leader to hand leadership to member to and
-// waits until to leads, within ctx. Only a voter of the incoming
-// configuration can lead (confchange.Config.CanLead): a learner, or a voter
+// waits until to leads, within ctx. It works on any member: a follower or
+// learner forwards the request to the leader over the member-to-member
+// channel (Transport.Call), as membership calls are, and waits until it
+// sees to lead. Only a voter of the incoming configuration can lead
+// (confchange.Config.CanLead, checked by the leader): a learner, or a voter
 // that a joint configuration is turning into a learner or removing, is
 // ErrLearnerCannotLead; an ID outside the configuration is
-// ErrUnknownMember. Raft abandons a transfer that does not complete within
-// an election timeout: the call then returns ErrTimeout.
+// ErrUnknownMember. A transfer to the member that leads already returns at
+// once. While no leader is known (or the known one cannot be reached) the
+// call waits for one, within ctx. Raft abandons a transfer that does not
+// complete within an election timeout: the call then returns ErrTimeout.
 func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
-	var err error
-	if derr := n.do(ctx, func() {
-		cfg := confchange.ConfigFromTracker(n.loop.rn.Status().Config)
-		if err = cfg.CanLead(to); err != nil {
-			return
+	for {
+		var err error
+		if derr := n.do(ctx, func() { err = n.transferOnLeader(to) }); derr != nil {
+			return derr // f may still run: err is not read
 		}
-		n.loop.rn.TransferLeader(to)
-	}); derr != nil {
-		return derr
-	}
-	if err != nil {
-		return err
+		var nl errNotLeader
+		if !errors.As(err, &nl) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if nl.leader != 0 && nl.leader != n.cfg.ID {
+			// Raft's own way — stepping MsgTransferLeader on a follower —
+			// forwards a message whose sender is the transferee, which the
+			// leader's transport refuses as spoofed (and drops this
+			// member's stream): the leader is asked over the request
+			// channel instead.
+			err = n.forwardTransfer(ctx, nl.leader, to)
+			if err == nil {
+				break
+			}
+			if !errors.As(err, &nl) && !retryForward(err, true) {
+				return err
+			}
+			// The member asked does not lead (any more) or could not be
+			// reached: ask again who leads, a tick later, within ctx.
+			if perr := n.pauseTick(ctx); perr != nil {
+				return lastAttempt(perr, err)
+			}
+		}
+		if werr := n.waitLeaderChange(ctx, nl.leader); werr != nil {
+			return werr
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*n.electionTimeout())
 	defer cancel()
-	err = waitFor(n, wctx, n.state, func(s nodeState) bool { return s.leader == to })
+	err := waitFor(n, wctx, n.state, func(s nodeState) bool { return s.leader == to })
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: leadership did not move to member %d within two election timeouts", ErrTimeout, to)
 	}
 	return err
+}
+
+// transferOnLeader, on the leader's loop, checks that member to can lead
+// and starts the transfer to it (raft ignores a transfer to itself, and
+// one to the member a transfer is already under way to). Elsewhere it is
+// errNotLeader: the caller forwards.
+func (n *Node) transferOnLeader(to uint64) error {
+	if n.loop.role != RoleLeader {
+		return errNotLeader{leader: n.loop.leader}
+	}
+	cfg := confchange.ConfigFromTracker(n.loop.rn.Status().Config)
+	if err := cfg.CanLead(to); err != nil {
+		return err
+	}
+	if to != n.cfg.ID {
+		n.log.Info("transferring leadership", slog.Uint64("to", to))
+	}
+	n.loop.rn.TransferLeader(to)
+	return nil
 }
 
 // handOffLeadership, on a leader with other voters, transfers leadership to

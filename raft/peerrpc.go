@@ -12,7 +12,8 @@ import (
 
 // The member-to-member requests the node serves (through
 // Transport.Call / PeerHandler.ServeRequest): a follower or learner forwards
-// a membership change, its dry run or a Membership query to the leader.
+// a membership change, its dry run, a leadership transfer or a Membership
+// query to the leader.
 // They are rare and small, so they travel as versioned JSON: easy to
 // evolve and to decode defensively.
 
@@ -24,6 +25,9 @@ const (
 	rpcCheck      = "check"
 	rpcMembership = "membership"
 	rpcDiscover   = "discover" // a joiner asks any member about the cluster
+	// rpcTransfer asks the leader to start a leadership transfer to
+	// Req.IDs[0] (Req is confchange.TransferLeader); the asker waits for it.
+	rpcTransfer = "transfer"
 )
 
 type rpcRequest struct {
@@ -200,6 +204,18 @@ func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte,
 			resp.Membership = &m
 		}
 		resp.Err = toRPCError(err)
+	case rpcTransfer:
+		if req.Req.Op != confchange.OpTransferLeader || len(req.Req.IDs) != 1 {
+			return nil, fmt.Errorf("raft: member %d: malformed transfer request from %d: %v", n.cfg.ID, from, req.Req)
+		}
+		var loopErr error
+		err := n.do(ctx, func() { loopErr = n.transferOnLeader(req.Req.IDs[0]) })
+		if err != nil {
+			err = notProposed(err) // (f may still run: loopErr is not read)
+		} else {
+			err = loopErr
+		}
+		resp.Err = toRPCError(err)
 	case rpcDiscover:
 		ci := n.clusterInfo()
 		resp.Cluster = &ci
@@ -296,4 +312,16 @@ func (n *Node) forwardMembership(ctx context.Context, leader uint64) (Membership
 		return Membership{}, fmt.Errorf("raft: leader %d answered without the membership", leader)
 	}
 	return *resp.Membership, nil
+}
+
+// forwardTransfer asks leader to start a leadership transfer to member to.
+func (n *Node) forwardTransfer(ctx context.Context, leader, to uint64) error {
+	resp, err := n.call(ctx, leader, rpcRequest{Op: rpcTransfer, Req: confchange.TransferLeader(to)})
+	if err != nil {
+		return err
+	}
+	if resp.Err != nil {
+		return resp.Err.toError(leader)
+	}
+	return nil
 }
