@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,16 +26,22 @@ func (c *client) cluster(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "get":
+		if _, err := noFlags(args[1:], 0, "cluster get takes no arguments"); err != nil {
+			return err
+		}
 		raw, err := c.call(ctx, http.MethodGet, "/cluster", nil)
 		if err != nil {
 			return err
 		}
 		return c.printSettings(raw)
 	case "set":
-		rest, dry := args[1:], false
-		if n := len(rest); n > 0 && (rest[n-1] == "--dry-run" || rest[n-1] == "-dry-run") {
-			rest, dry = rest[:n-1], true
+		fs := flag.NewFlagSet("cluster set", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		dryRun := fs.Bool("dry-run", false, "show the plan and every refusal; change nothing")
+		if err := parseInterspersed(fs, args[1:]); err != nil {
+			return usageError{err.Error()}
 		}
+		rest, dry := fs.Args(), *dryRun
 		if len(rest) == 0 || len(rest)%2 != 0 {
 			return usageError{"cluster set NAME VALUE [NAME VALUE…] [--dry-run]"}
 		}

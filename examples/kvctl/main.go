@@ -8,10 +8,13 @@
 //	kvctl member watch          # redraws the members every second while a learner catches up
 //
 // --endpoints lists client addresses (host:port, tried in order until one
-// answers); -w json prints the server's JSON. Errors print the server's code
-// and reason and exit 1. A command's flags may come before or after its
-// arguments. A negative number is an argument; "--" ends the flags, for any
-// key or value that starts with "-":
+// answers); -w json prints the server's JSON. Global flags go before the
+// command. Exit codes: 0 done; 1 an error (the server's code and reason, or
+// no endpoint answered); 2 a usage error (an unknown, misplaced or
+// malformed flag or argument), printed with the usage; 3 a dry run that
+// answered that the change would be refused. A command's flags may come
+// before or after its arguments. A negative number is an argument; "--"
+// ends the flags, for any key or value that starts with "-":
 //
 //	kvctl put temperature -1
 //	kvctl put -- -key -value
@@ -43,6 +46,8 @@ Commands:
   member list                         the members as the leader sees them
   member add ID PEER_ADDR [--client-addr A] [--voter] [--read-only] [--dry-run]
   member promote ID | demote ID | remove ID  [--dry-run]
+  member update ID [--peer-addr A] [--client-addr A] [--dry-run]
+                                      move a member: change its recorded addresses
   member watch [--interval 1s]        redraw the members while learners catch up
   leader transfer ID
   cluster get                         the replicated cluster settings
@@ -51,9 +56,12 @@ Commands:
                                       max-learners, auto-promote, failover-after, remove-dead-after)
   status                              every endpoint's status
 
-A command's flags may come before or after its arguments. A negative number is an argument
-(kvctl put t -1); "--" ends the flags, so that any key or value may start with "-"
-(kvctl put -- -k -v).
+Global flags (below) go before the command: kvctl -w json member list. A command's own flags
+may come before or after its arguments. A negative number is an argument (kvctl put t -1);
+"--" ends the flags, so that any key or value may start with "-" (kvctl put -- -k -v).
+
+Exit codes: 0 done; 1 an error (the server's code and reason, or no endpoint answered);
+2 a usage error; 3 a dry run (--dry-run) that answered that the change would be refused.
 
 Global flags:
 `
@@ -126,20 +134,37 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := c.dispatch(ctx, fs.Args()); err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "Error: %v\n", err)
-			return 2
-		}
 		fmt.Fprintf(stderr, "Error: %v\n", err)
+		var ue usageError
+		var refused errWouldBeRefused
+		switch {
+		case errors.As(err, &ue):
+			fmt.Fprintln(stderr)
+			fs.Usage()
+			return 2
+		case errors.As(err, &refused):
+			return 3
+		}
 		return 1
 	}
 	return 0
 }
 
+// usageError is a command line kvctl does not understand (exit code 2).
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
+
+// errWouldBeRefused is a dry run's answer that the change would be refused
+// (exit code 3): the refusals are printed, nothing was changed.
+type errWouldBeRefused struct{ n int }
+
+func (e errWouldBeRefused) Error() string {
+	if e.n == 1 {
+		return "the dry run says it would be refused (nothing was changed)"
+	}
+	return fmt.Sprintf("the dry run says it would be refused, for %d reasons (nothing was changed)", e.n)
+}
 
 func tlsConfig(ca, cert, key string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -274,7 +299,7 @@ func (c *client) dispatch(ctx context.Context, args []string) error {
 			args = []string{"del", args[2]} // no flags to end: del -k works as well
 		}
 		if len(args) != 2 {
-			return usageError{"del KEY"}
+			return usageError{"del KEY (del takes no flags; a key that starts with \"-\": del -- -k)"}
 		}
 		if _, err := c.call(ctx, http.MethodDelete, keyPath(args[1]), nil); err != nil {
 			return err
@@ -283,14 +308,22 @@ func (c *client) dispatch(ctx context.Context, args []string) error {
 	case "member":
 		return c.member(ctx, args[1:])
 	case "leader":
-		if len(args) != 3 || args[1] != "transfer" {
+		if len(args) < 2 || args[1] != "transfer" {
 			return usageError{"leader transfer ID"}
 		}
+		pos, err := noFlags(args[2:], 1, "leader transfer ID")
+		if err != nil {
+			return err
+		}
+		args = append(args[:2], pos...)
 		if _, err := c.call(ctx, http.MethodPost, "/leader/transfer?to="+url.QueryEscape(args[2]), nil); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.out, "leadership transferred to %s\n", args[2])
 	case "status":
+		if _, err := noFlags(args[1:], 0, "status takes no arguments"); err != nil {
+			return err
+		}
 		return c.status(ctx)
 	case "cluster":
 		return c.cluster(ctx, args[1:])
@@ -317,6 +350,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 				args = fs.Args()
 				continue
 			}
+			if name := undefinedFlag(err); globalFlags[name] {
+				return fmt.Errorf("-%s is a global flag: it goes before the command (kvctl -%s … %s)", name, name, fs.Name())
+			}
 			return fmt.Errorf("%v (an argument that starts with \"-\" goes after \"--\", e.g. put KEY -- -x)", err)
 		}
 		rest := fs.Args()
@@ -331,6 +367,40 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 		args = rest[1:]
 	}
 	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// globalFlags are kvctl's own flags, which go before the command.
+var globalFlags = map[string]bool{"endpoints": true, "w": true, "timeout": true, "cacert": true, "cert": true, "key": true}
+
+// undefinedFlag is the name in flag's "flag provided but not defined: -x".
+func undefinedFlag(err error) string {
+	_, name, ok := strings.Cut(err.Error(), "not defined: ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimLeft(name, "-")
+}
+
+// noFlags checks the arguments of a command that takes no flags: exactly n
+// arguments (a negative number counts as one), and no flag, which would
+// otherwise be silently ignored.
+func noFlags(args []string, n int, synopsis string) ([]string, error) {
+	fs := flag.NewFlagSet(strings.Fields(synopsis)[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := parseInterspersed(fs, args); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() != n {
+		return nil, usageError{fmt.Sprintf("%s: %s given", synopsis, plural(fs.NArg(), "argument"))}
+	}
+	return fs.Args(), nil
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func isNegativeNumber(s string) bool {

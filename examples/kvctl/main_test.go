@@ -30,6 +30,8 @@ func newFakeServer(t *testing.T) *fakeServer {
 		switch {
 		case r.URL.Path == "/status":
 			_ = json.NewEncoder(w).Encode(map[string]any{"id": 1, "role": "leader", "term": 2, "leader": 1, "commit_index": 5, "applied_index": 5})
+		case r.URL.Query().Get("dry_run") == "true" && strings.HasPrefix(r.URL.Path, "/members/9"):
+			_, _ = io.WriteString(w, `{"plan": "the plan", "refusals": [{"code": "learner_not_ready", "error": "member 9: lag 5 entries > 1"}]}`)
 		case r.URL.Query().Get("dry_run") == "true":
 			_, _ = io.WriteString(w, `{"plan": "the plan", "refusals": []}`)
 		case strings.HasPrefix(r.URL.Path, "/members"):
@@ -195,5 +197,78 @@ func TestTableTrimsTrailingPadding(t *testing.T) {
 	want := "ID  READY  REASON\n1   yes\n22  no     no contact\n"
 	if b.String() != want {
 		t.Fatalf("table:\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// TestMisplacedFlagsRefused: a flag kvctl does not take where it is given
+// (a global flag after the command, an unknown one, an argument too many)
+// is a usage error — exit 2, the usage printed, no request sent — never
+// silently ignored.
+func TestMisplacedFlagsRefused(t *testing.T) {
+	f := newFakeServer(t)
+	for _, bad := range [][]string{
+		{"status", "--endpoints", "127.0.0.1:1"},
+		{"status", "extra"},
+		{"member", "list", "-w", "json"},
+		{"member", "list", "--bogus"},
+		{"member", "list", "extra"},
+		{"member", "watch", "--count", "1", "extra"},
+		{"member", "watch", "--bogus"},
+		{"cluster", "get", "-w", "json"},
+		{"cluster", "set", "target-voters", "5", "--bogus"},
+		{"leader", "transfer", "2", "--dry-run"},
+		{"leader", "transfer", "2", "3"},
+		{"del", "k", "--prev-value", "x"},
+		{"get", "k", "-w", "json"},
+		{"member", "update", "4"},
+		{"member", "update", "4", "--peer"},
+	} {
+		code, _, stderr := run(t, append([]string{"--endpoints", f.addr()}, bad...)...)
+		if code != 2 || !strings.Contains(stderr, "Error: ") || !strings.Contains(stderr, "Commands:") || f.last() != "" {
+			t.Errorf("kvctl %q: exit %d, stderr %q; want 2 with the usage and no request", bad, code, stderr)
+		}
+	}
+	// A global flag after the command says where it goes.
+	if _, _, stderr := run(t, "--endpoints", f.addr(), "member", "list", "-w", "json"); !strings.Contains(stderr, "global flag") {
+		t.Errorf("member list -w json: %q", stderr)
+	}
+	// In its place it works.
+	if code, _, stderr := run(t, "--endpoints", f.addr(), "-w", "json", "member", "list"); code != 0 || f.last() != "GET /members " {
+		t.Errorf("-w json member list: exit %d %s", code, stderr)
+	}
+}
+
+// TestDryRunRefusedExitCode: a dry run that answers "it would be refused"
+// exits 3 (its refusals printed), one that would go through exits 0, in
+// both output formats.
+func TestDryRunRefusedExitCode(t *testing.T) {
+	f := newFakeServer(t)
+	for _, format := range []string{"table", "json"} {
+		code, out, _ := run(t, "--endpoints", f.addr(), "-w", format, "member", "promote", "9", "--dry-run")
+		if code != 3 || !strings.Contains(out, "learner_not_ready") {
+			t.Errorf("-w %s: a refused dry run: exit %d %q, want 3 with the refusal", format, code, out)
+		}
+		if code, out, _ := run(t, "--endpoints", f.addr(), "-w", format, "member", "promote", "4", "--dry-run"); code != 0 {
+			t.Errorf("-w %s: a dry run that would go through: exit %d %q", format, code, out)
+		}
+	}
+}
+
+// TestMemberUpdate: member update sends PUT /members/{id} with the
+// addresses given, and only those.
+func TestMemberUpdate(t *testing.T) {
+	f := newFakeServer(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"member", "update", "4", "--peer-addr", "10.0.0.9:7004"}, `PUT /members/4 {"peer_addr":"10.0.0.9:7004"}`},
+		{[]string{"member", "update", "--client-addr", "10.0.0.9:8004", "4"}, `PUT /members/4 {"client_addr":"10.0.0.9:8004"}`},
+		{[]string{"member", "update", "4", "--peer-addr", "a:1", "--client-addr", "a:2", "--dry-run"}, `PUT /members/4?dry_run=true {"client_addr":"a:2","peer_addr":"a:1"}`},
+	} {
+		code, out, stderr := run(t, append([]string{"--endpoints", f.addr()}, c.args...)...)
+		if got := f.last(); code != 0 || got != c.want {
+			t.Errorf("kvctl %q: exit %d (%s %s), sent %q, want %q", c.args, code, out, stderr, got, c.want)
+		}
 	}
 }

@@ -51,10 +51,13 @@ type progress struct {
 
 func (c *client) member(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usageError{"member list|add|promote|demote|remove|watch"}
+		return usageError{"member list|add|promote|demote|remove|update|watch"}
 	}
 	switch args[0] {
 	case "list":
+		if _, err := noFlags(args[1:], 0, "member list takes no arguments"); err != nil {
+			return err
+		}
 		raw, err := c.call(ctx, http.MethodGet, "/members", nil)
 		if err != nil {
 			return err
@@ -134,22 +137,27 @@ func (c *client) member(ctx context.Context, args []string) error {
 		fs.SetOutput(io.Discard)
 		interval := fs.Duration("interval", time.Second, "redraw interval")
 		count := fs.Int("count", 0, "stop after this many redraws (0: until interrupted)")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseInterspersed(fs, args[1:]); err != nil {
 			return usageError{err.Error()}
 		}
+		if fs.NArg() != 0 {
+			return usageError{"member watch [--interval D] [--count N]: no arguments"}
+		}
+		if *interval <= 0 || *count < 0 {
+			return usageError{"member watch: --interval must be positive and --count not negative"}
+		}
 		return c.watch(ctx, *interval, *count)
+	case "update":
+		return c.memberUpdate(ctx, args[1:])
 	default:
 		return usageError{fmt.Sprintf("unknown member command %q", args[0])}
 	}
 	return nil
 }
 
-// printDryRun prints a dry run's plan and every refusal, one per line.
+// printDryRun prints a dry run's plan and every refusal, one per line; an
+// errWouldBeRefused when there is any (exit code 3).
 func (c *client) printDryRun(raw []byte) error {
-	if c.format == "json" {
-		_, err := c.out.Write(raw)
-		return err
-	}
 	var d struct {
 		Plan     string `json:"plan"`
 		Refusals []struct {
@@ -160,14 +168,67 @@ func (c *client) printDryRun(raw []byte) error {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return fmt.Errorf("malformed answer: %v", err)
 	}
-	fmt.Fprintf(c.out, "plan: %s\n", d.Plan)
-	if len(d.Refusals) == 0 {
-		fmt.Fprintln(c.out, "it would go through (nothing was changed)")
+	if c.format == "json" {
+		if _, err := c.out.Write(raw); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.out, "plan: %s\n", d.Plan)
+		if len(d.Refusals) == 0 {
+			fmt.Fprintln(c.out, "it would go through (nothing was changed)")
+		}
+		for _, r := range d.Refusals {
+			fmt.Fprintf(c.out, "refused: %s: %s\n", r.Code, r.Error)
+		}
 	}
-	for _, r := range d.Refusals {
-		fmt.Fprintf(c.out, "refused: %s: %s\n", r.Code, r.Error)
+	if len(d.Refusals) > 0 {
+		return errWouldBeRefused{n: len(d.Refusals)}
 	}
 	return nil
+}
+
+// memberUpdate is "member update ID [--peer-addr A] [--client-addr A]
+// [--dry-run]": PUT /members/{id}, the member's recorded addresses.
+func (c *client) memberUpdate(ctx context.Context, args []string) error {
+	const synopsis = "member update ID [--peer-addr A] [--client-addr A] [--dry-run]"
+	fs := flag.NewFlagSet("member update", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	peerAddr := fs.String("peer-addr", "", "the member's new peer address (host:port)")
+	clientAddr := fs.String("client-addr", "", "the member's new client address (host:port)")
+	dry := fs.Bool("dry-run", false, "show the plan and every refusal; change nothing")
+	if err := parseInterspersed(fs, args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() != 1 {
+		return usageError{synopsis}
+	}
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+	if err != nil || id == 0 {
+		return usageError{fmt.Sprintf("member ID %q: a positive integer", fs.Arg(0))}
+	}
+	body := map[string]string{}
+	if isSet(fs, "peer-addr") {
+		body["peer_addr"] = *peerAddr
+	}
+	if isSet(fs, "client-addr") {
+		body["client_addr"] = *clientAddr
+	}
+	if len(body) == 0 {
+		return usageError{synopsis + ": give --peer-addr, --client-addr or both"}
+	}
+	b, _ := json.Marshal(body)
+	path := "/members/" + strconv.FormatUint(id, 10)
+	if *dry {
+		path += "?dry_run=true"
+	}
+	raw, err := c.call(ctx, http.MethodPut, path, strings.NewReader(string(b)))
+	if err != nil {
+		return err
+	}
+	if *dry {
+		return c.printDryRun(raw)
+	}
+	return c.printChange(raw, fmt.Sprintf("member %d updated", id))
 }
 
 func (c *client) printChange(raw []byte, what string) error {

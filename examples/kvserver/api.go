@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,17 +24,21 @@ const maxKey = 4096
 // routes is the HTTP API (DESIGN.md, "Example KV server").
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /members", s.listMembers)
-	mux.HandleFunc("POST /members", s.addMember)
-	mux.HandleFunc("POST /members/{id}/promote", s.memberOp("promote"))
-	mux.HandleFunc("POST /members/{id}/demote", s.memberOp("demote"))
-	mux.HandleFunc("DELETE /members/{id}", s.memberOp("remove"))
-	mux.HandleFunc("POST /leader/transfer", s.transferLeader)
-	mux.HandleFunc("GET /cluster", s.getCluster)
-	mux.HandleFunc("PATCH /cluster", s.patchCluster)
-	mux.HandleFunc("GET /status", s.status)
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /metrics", s.m.handler())
+	mux.HandleFunc("GET /members", s.strict(noParams, s.listMembers))
+	mux.HandleFunc("POST /members", s.strict([]string{"role", "dry_run"}, s.addMember))
+	mux.HandleFunc("PUT /members/{id}", s.strict(dryRunOnly, s.updateMember))
+	mux.HandleFunc("POST /members/{id}/promote", s.strict(dryRunOnly, s.memberOp("promote")))
+	mux.HandleFunc("POST /members/{id}/demote", s.strict(dryRunOnly, s.memberOp("demote")))
+	mux.HandleFunc("DELETE /members/{id}", s.strict(dryRunOnly, s.memberOp("remove")))
+	mux.HandleFunc("POST /leader/transfer", s.strict([]string{"to"}, s.transferLeader))
+	mux.HandleFunc("GET /cluster", s.strict(noParams, s.getCluster))
+	mux.HandleFunc("PATCH /cluster", s.strict(dryRunOnly, s.patchCluster))
+	mux.HandleFunc("GET /status", s.strict(noParams, s.status))
+	mux.HandleFunc("GET /healthz", s.strict(noParams, s.healthz))
+	metrics := s.m.handler()
+	mux.HandleFunc("GET /metrics", s.strict(noParams, func(w http.ResponseWriter, r *http.Request, _ url.Values) {
+		metrics.ServeHTTP(w, r)
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
@@ -46,6 +51,36 @@ func (s *server) routes() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// The query parameters each route knows; any other answers 400.
+var (
+	noParams   []string
+	dryRunOnly = []string{"dry_run"}
+)
+
+// bodyRoutes are the routes that take a body (a JSON object, checked by
+// their handlers); every other refuses one.
+var bodyRoutes = map[string]bool{"POST /members": true, "PUT /members/{id}": true, "PATCH /cluster": true}
+
+// strict refuses, before h runs, a query parameter the route does not know
+// (known), one given twice, a dry_run value that is not a boolean, and a
+// body on a route that takes none: 400 invalid_request, nothing changed.
+func (s *server) strict(known []string, h func(http.ResponseWriter, *http.Request, url.Values)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, err := query(r, known...)
+		if err == nil {
+			_, err = dryRunParam(q)
+		}
+		if err == nil && !bodyRoutes[r.Pattern] {
+			err = noBody(r)
+		}
+		if err != nil {
+			s.writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+			return
+		}
+		h(w, r, q)
+	}
 }
 
 // apiError is the body of every error answer.
@@ -160,11 +195,15 @@ func (s *server) kv(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	// Each method knows its own parameter: a ?prev_value on a DELETE is
+	// refused, never an unconditional delete.
+	known := map[string][]string{http.MethodGet: {"consistency"}, http.MethodHead: {"consistency"}, http.MethodPut: {"prev_value"}}[r.Method]
+	q, err := query(r, known...)
+	if err == nil && r.Method != http.MethodPut {
+		err = noBody(r)
+	}
 	if err != nil {
-		// A malformed ?prev_value must never turn a compare-and-swap into
-		// a plain write.
-		s.writeError(w, http.StatusBadRequest, "invalid_request", "the query is not percent-encoded correctly: "+err.Error())
+		s.writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
 	ctx, cancel := s.reqCtx(r)
@@ -294,7 +333,7 @@ func toMembersJSON(m raft.Membership) membersJSON {
 	return out
 }
 
-func (s *server) listMembers(w http.ResponseWriter, r *http.Request) {
+func (s *server) listMembers(w http.ResponseWriter, r *http.Request, _ url.Values) {
 	ctx, cancel := s.reqCtx(r)
 	defer cancel()
 	m, err := s.h.Membership(ctx)
@@ -312,7 +351,7 @@ type changeJSON struct {
 	Plan  string `json:"plan"`
 }
 
-func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
+func (s *server) addMember(w http.ResponseWriter, r *http.Request, q url.Values) {
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -323,9 +362,7 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 		ClientAddr string  `json:"client_addr"`
 		ReadOnly   bool    `json:"read_only"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeObject(body, &req, "id", "peer_addr", "client_addr", "read_only"); err != nil {
 		s.writeError(w, http.StatusBadRequest, "invalid_member", "the body is not a member: "+err.Error())
 		return
 	}
@@ -333,12 +370,12 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusBadRequest, "invalid_member", "id: a positive integer is required")
 		return
 	}
-	if err := checkHostPort(req.PeerAddr); err != nil {
+	if err := checkMemberAddr(req.PeerAddr); err != nil {
 		s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("peer_addr %q: %v", req.PeerAddr, err))
 		return
 	}
 	if req.ClientAddr != "" {
-		if err := checkHostPort(req.ClientAddr); err != nil {
+		if err := checkMemberAddr(req.ClientAddr); err != nil {
 			s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("client_addr %q: %v", req.ClientAddr, err))
 			return
 		}
@@ -348,7 +385,7 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 		m.Metadata = map[string]string{"client_addr": req.ClientAddr}
 	}
 	op := confchange.AddLearner(m)
-	switch role := r.URL.Query().Get("role"); role {
+	switch role := q.Get("role"); role {
 	case "", "learner":
 	case "voter":
 		op = confchange.AddVoter(m)
@@ -358,7 +395,7 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.reqCtx(r)
 	defer cancel()
-	if dryRun(r) {
+	if dry, _ := dryRunParam(q); dry {
 		s.dryRun(ctx, w, op)
 		return
 	}
@@ -370,7 +407,90 @@ func (s *server) addMember(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, changeJSON{ID: m.ID, Index: res.Index, Plan: res.Description})
 }
 
-func dryRun(r *http.Request) bool { return r.URL.Query().Get("dry_run") == "true" }
+// updateMember serves PUT /members/{id}: a member moved to another machine
+// or address. Either address may be omitted (it keeps its value); the
+// rest of the record (read-only flag, other metadata) is kept. The client
+// address is the record's "client_addr" metadata, which each member
+// publishes when it starts: a member restarted with another
+// --listen-client publishes its new one itself.
+func (s *server) updateMember(w http.ResponseWriter, r *http.Request, q url.Values) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("member ID %q: a positive integer is required", r.PathValue("id")))
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		PeerAddr   *string `json:"peer_addr"`
+		ClientAddr *string `json:"client_addr"`
+	}
+	if err := decodeObject(body, &req, "peer_addr", "client_addr"); err != nil {
+		s.writeError(w, http.StatusBadRequest, "invalid_member", "the body is not a member's addresses: "+err.Error())
+		return
+	}
+	if req.PeerAddr == nil && req.ClientAddr == nil {
+		s.writeError(w, http.StatusBadRequest, "invalid_member", "nothing to change: give peer_addr, client_addr or both")
+		return
+	}
+	for _, a := range []struct {
+		name string
+		v    *string
+	}{{"peer_addr", req.PeerAddr}, {"client_addr", req.ClientAddr}} {
+		if a.v == nil {
+			continue
+		}
+		if err := checkMemberAddr(*a.v); err != nil {
+			s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("%s %q: %v", a.name, *a.v, err))
+			return
+		}
+	}
+	ctx, cancel := s.reqCtx(r)
+	defer cancel()
+	// The record is replaced whole: start from the one the leader has.
+	mem, err := s.h.Membership(ctx)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var rec *raft.Member
+	for i := range mem.Members {
+		if mem.Members[i].ID == id {
+			rec = &mem.Members[i].Member
+		}
+	}
+	dry, _ := dryRunParam(q)
+	if rec == nil && !dry {
+		s.writeError(w, http.StatusNotFound, "unknown_member", fmt.Sprintf("member %d is not in the configuration %s", id, mem.Config))
+		return
+	}
+	m := raft.Member{ID: id}
+	if rec != nil { // (a dry run of an unknown member lists the refusal)
+		m = raft.Member{ID: id, PeerAddr: rec.PeerAddr, ReadOnly: rec.ReadOnly, Metadata: maps.Clone(rec.Metadata)}
+	}
+	if req.PeerAddr != nil {
+		m.PeerAddr = *req.PeerAddr
+	}
+	if req.ClientAddr != nil {
+		if m.Metadata == nil {
+			m.Metadata = map[string]string{}
+		}
+		m.Metadata["client_addr"] = *req.ClientAddr
+	}
+	op := confchange.UpdateMember(m)
+	if dry {
+		s.dryRun(ctx, w, op)
+		return
+	}
+	res, err := s.h.ChangeMembership(ctx, op)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, changeJSON{ID: id, Index: res.Index, Plan: res.Description})
+}
 
 // refusalJSON is one reason a dry run would be refused.
 type refusalJSON struct {
@@ -406,8 +526,8 @@ func (s *server) dryRun(ctx context.Context, w http.ResponseWriter, req confchan
 }
 
 // memberOp serves promote, demote and remove of /members/{id}.
-func (s *server) memberOp(op string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *server) memberOp(op string) func(http.ResponseWriter, *http.Request, url.Values) {
+	return func(w http.ResponseWriter, r *http.Request, q url.Values) {
 		id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 		if err != nil || id == 0 {
 			s.writeError(w, http.StatusBadRequest, "invalid_member", fmt.Sprintf("member ID %q: a positive integer is required", r.PathValue("id")))
@@ -424,7 +544,7 @@ func (s *server) memberOp(op string) http.HandlerFunc {
 		}
 		ctx, cancel := s.reqCtx(r)
 		defer cancel()
-		if dryRun(r) {
+		if dry, _ := dryRunParam(q); dry {
 			s.dryRun(ctx, w, req)
 			return
 		}
@@ -440,8 +560,8 @@ func (s *server) memberOp(op string) http.HandlerFunc {
 	}
 }
 
-func (s *server) transferLeader(w http.ResponseWriter, r *http.Request) {
-	to, err := strconv.ParseUint(r.URL.Query().Get("to"), 10, 64)
+func (s *server) transferLeader(w http.ResponseWriter, r *http.Request, q url.Values) {
+	to, err := strconv.ParseUint(q.Get("to"), 10, 64)
 	if err != nil || to == 0 {
 		s.writeError(w, http.StatusBadRequest, "invalid_request", "to: the member ID to hand leadership to is required (?to=ID)")
 		return
@@ -471,12 +591,13 @@ func toClusterJSON(cs confchange.ClusterSettings) clusterJSON {
 	}
 }
 
-func (s *server) getCluster(w http.ResponseWriter, r *http.Request) {
+func (s *server) getCluster(w http.ResponseWriter, r *http.Request, _ url.Values) {
 	writeJSON(w, http.StatusOK, toClusterJSON(s.h.Settings()))
 }
 
 // patchCluster changes any of the settings; the others keep their values.
-func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
+func (s *server) patchCluster(w http.ResponseWriter, r *http.Request, q url.Values) {
+	dry, _ := dryRunParam(q) // checked by strict
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
@@ -488,9 +609,7 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 		FailoverAfter   *string `json:"failover_after"`
 		RemoveDeadAfter *string `json:"remove_dead_after"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeObject(body, &req, "target_voters", "max_learners", "auto_promote", "failover_after", "remove_dead_after"); err != nil {
 		s.writeError(w, http.StatusBadRequest, "invalid_setting", "the body is not cluster settings: "+err.Error())
 		return
 	}
@@ -528,7 +647,7 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 		return cs, bad
 	}
 	answer := func(cs confchange.ClusterSettings, plan string, bad []error) {
-		if !dryRun(r) {
+		if !dry {
 			s.writeError(w, http.StatusBadRequest, "invalid_setting", errors.Join(bad...).Error())
 			return
 		}
@@ -560,7 +679,7 @@ func (s *server) patchCluster(w http.ResponseWriter, r *http.Request) {
 		answer(cs, "set "+cs.String(), bad)
 		return
 	}
-	if dryRun(r) {
+	if dry {
 		// The plan says what the policy would do next under the new
 		// settings.
 		plan, err := s.h.CheckSettings(ctx, cs)
@@ -600,7 +719,7 @@ type statusJSON struct {
 	ClusterID    string `json:"cluster_id"`
 }
 
-func (s *server) status(w http.ResponseWriter, r *http.Request) {
+func (s *server) status(w http.ResponseWriter, r *http.Request, _ url.Values) {
 	ctx, cancel := s.reqCtx(r)
 	defer cancel()
 	st, err := s.h.Status(ctx)
@@ -625,7 +744,7 @@ func roleName(r raft.Role) string {
 	return "voter" // a follower or a candidate
 }
 
-func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *server) healthz(w http.ResponseWriter, r *http.Request, _ url.Values) {
 	ctx, cancel := context.WithTimeout(r.Context(), min(s.o.requestTimeout, 2*time.Second))
 	defer cancel()
 	if s.h.Leader() == 0 {
