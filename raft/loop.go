@@ -114,7 +114,8 @@ func (n *Node) restore() (err error) {
 	// Members added after the snapshot are known from the log only once it
 	// is replayed: tell the transport now, so that it accepts them from the
 	// first moment (a restarted member would refuse its peers as unknown).
-	if err := n.preloadPeers(applied+1, last); err != nil {
+	// Only the committed part: the tail may never commit.
+	if err := n.preloadPeers(applied+1, min(hs.GetCommit(), last)); err != nil {
 		return err
 	}
 	n.loop = loopState{

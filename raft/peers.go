@@ -3,35 +3,76 @@ package raft
 import (
 	"bufio"
 	"fmt"
-	"slices"
 
 	etcdraft "go.etcd.io/raft/v3"
+	etcdconf "go.etcd.io/raft/v3/confchange"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // The peers a member's storage knows, read before the log is replayed.
+//
+// Only what is committed counts. A log's tail past the commit index may
+// never commit (a leader that appended a removal and crashed before
+// replicating it restarts holding the entry; the next leader overwrites it),
+// so reading it would refuse a live member as removed — and a refused member
+// tombstones its data dir — or let an address update that never happened
+// override the committed one. And a member is removed when the configuration
+// stops listing it, not when a change names it: the outgoing voters of a
+// joint change are still members until the joint configuration is left.
+// confReplay therefore follows the configuration through the committed conf
+// changes exactly as raft applies them, and the member table does the rest,
+// as the apply goroutine will when it replays the same entries.
 
-// preloadPeers reads the conf changes of the log in [lo, hi] and makes every
-// member they add reachable in the transport (and forgets those they remove)
-// before the log is replayed. The member table itself changes only as the
-// entries are applied.
-func (n *Node) preloadPeers(lo, hi uint64) error {
-	peers := map[uint64]string{}
-	if err := logPeers(n.store, lo, hi, peers, nil); err != nil {
-		return err
-	}
-	for id, addr := range peers {
-		if id != n.cfg.ID && !n.apply.members.removed[id] {
-			n.tr.AddPeer(id, addr)
-		}
-	}
-	return nil
+// confReplay follows a member table through committed conf changes.
+type confReplay struct {
+	tr    tracker.ProgressTracker
+	table *memberTable
 }
 
-// logPeers updates peers (ID → peer address) with the conf changes of the
-// log in [lo, hi]: members they add or update, minus those they remove,
-// which it adds to removed (if not nil).
-func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string, removed map[uint64]bool) error {
+// newConfReplay starts from table, whose configuration is table.confState.
+func newConfReplay(table *memberTable) (*confReplay, error) {
+	r := &confReplay{tr: tracker.MakeProgressTracker(1, 0), table: table}
+	cfg, prs, err := etcdconf.Restore(etcdconf.Changer{Tracker: r.tr, LastIndex: table.index}, table.confState)
+	if err != nil {
+		return nil, fmt.Errorf("raft: restoring the stored configuration %v: %w", table.confState, err)
+	}
+	r.tr.Config, r.tr.Progress = cfg, prs
+	return r, nil
+}
+
+// apply applies the conf change entry e (committed) as raft and the apply
+// goroutine would, and returns the members it removed. A change raft could
+// not apply is an error (applying it would stop the node the same way).
+func (r *confReplay) apply(e *raftpb.Entry) (removed []uint64, err error) {
+	cci, err := decodeConfChange(e)
+	if err != nil {
+		return nil, err
+	}
+	cc := cci.AsV2()
+	chg := etcdconf.Changer{Tracker: r.tr, LastIndex: e.GetIndex()}
+	var (
+		cfg tracker.Config
+		prs tracker.ProgressMap
+	)
+	if cc.LeaveJoint() {
+		cfg, prs, err = chg.LeaveJoint()
+	} else if autoLeave, ok := cc.EnterJoint(); ok {
+		cfg, prs, err = chg.EnterJoint(autoLeave, cc.GetChanges()...)
+	} else {
+		cfg, prs, err = chg.Simple(cc.GetChanges()...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: conf change at index %d: %v", ErrCorruptEntry, e.GetIndex(), err)
+	}
+	r.tr.Config, r.tr.Progress = cfg, prs
+	ctx, _ := changeContext(cci) // ignored alike by the apply goroutine
+	return r.table.apply(e.GetIndex(), ctx, r.tr.ConfState()), nil
+}
+
+// replayCommitted applies the conf changes of the log in [lo, hi] (all
+// committed) to r.
+func replayCommitted(store etcdraft.Storage, r *confReplay, lo, hi uint64) error {
 	for lo <= hi {
 		ents, err := store.Entries(lo, hi+1, 4<<20)
 		if err != nil {
@@ -41,23 +82,9 @@ func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string, re
 			break
 		}
 		for _, e := range ents {
-			if !isConfChange(e) {
-				continue
-			}
-			cc, err := decodeConfChange(e)
-			if err != nil {
-				continue // applying it will stop the node with the error
-			}
-			ctx, _ := changeContext(cc)
-			for _, m := range ctx.Members {
-				peers[m.ID] = m.PeerAddr
-			}
-			for _, c := range cc.AsV2().GetChanges() {
-				if c.GetType() == raftpb.ConfChangeRemoveNode {
-					delete(peers, c.GetNodeId())
-					if removed != nil {
-						removed[c.GetNodeId()] = true
-					}
+			if isConfChange(e) {
+				if _, err := r.apply(e); err != nil {
+					return err
 				}
 			}
 		}
@@ -66,19 +93,44 @@ func logPeers(store etcdraft.Storage, lo, hi uint64, peers map[uint64]string, re
 	return nil
 }
 
+// preloadPeers makes every member that the committed conf changes in
+// [lo, hi] add reachable in the transport, at its committed address, before
+// the log is replayed (a restarted member would otherwise refuse its peers
+// as unknown until it applied their entries). The member table itself
+// changes only as the entries are applied.
+func (n *Node) preloadPeers(lo, hi uint64) error {
+	r, err := newConfReplay(n.apply.members.clone())
+	if err != nil {
+		return err
+	}
+	if err := replayCommitted(n.store, r, lo, hi); err != nil {
+		return err
+	}
+	for id, m := range r.table.records {
+		if id != n.cfg.ID && !n.apply.members.removed[id] {
+			n.tr.AddPeer(id, m.PeerAddr)
+		}
+	}
+	return nil
+}
+
 // StoredPeers returns the peer addresses a stopped member's storage knows
-// (from its latest snapshot and its log), by member ID, and the IDs removed
-// from the cluster: what a host gives its transport before the node starts
-// (understudy.Start does), so that a restarted member accepts its peers from
-// the first moment instead of refusing them until its log is replayed.
+// (from its latest snapshot and the committed part of its log), by member
+// ID, and the IDs removed from the cluster: what a host gives its transport
+// before the node starts (understudy.Start does), so that a restarted member
+// accepts its peers from the first moment instead of refusing them until its
+// log is replayed. Entries past the stored commit index are not read: they
+// may never commit, and a member that this member refuses as removed stops
+// for good.
 func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err error) {
-	peers = map[uint64]string{}
-	gone := map[uint64]bool{}
+	table := newMemberTable()
 	snap, err := store.Snapshot()
 	if err != nil {
 		return nil, nil, fmt.Errorf("raft: reading the snapshot: %w", err)
 	}
 	if !etcdraft.IsEmptySnap(snap) {
+		table.index = snap.GetMetadata().GetIndex()
+		table.confState = snap.GetMetadata().GetConfState()
 		rc, size, err := store.OpenSnapshot(snap)
 		if err != nil {
 			return nil, nil, fmt.Errorf("raft: opening the snapshot: %w", err)
@@ -90,29 +142,34 @@ func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err 
 				return nil, nil, herr
 			}
 			for _, m := range h.members {
-				peers[m.ID] = m.PeerAddr
+				table.records[m.ID] = m
 			}
 			for _, id := range h.removed {
-				gone[id] = true
+				table.removed[id] = true
 			}
 		}
 		_ = rc.Close()
+	}
+	hs, _, err := store.InitialState()
+	if err != nil {
+		return nil, nil, fmt.Errorf("raft: reading the hard state: %w", err)
 	}
 	first, err := store.FirstIndex()
 	if err != nil {
 		return nil, nil, err
 	}
-	last, err := store.LastIndex()
+	r, err := newConfReplay(table)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := logPeers(store, first, last, peers, gone); err != nil {
+	if err := replayCommitted(store, r, first, hs.GetCommit()); err != nil {
 		return nil, nil, err
 	}
-	for id := range gone {
-		delete(peers, id)
-		removed = append(removed, id)
+	peers = make(map[uint64]string, len(table.records))
+	for id, m := range table.records {
+		if !table.removed[id] {
+			peers[id] = m.PeerAddr
+		}
 	}
-	slices.Sort(removed)
-	return peers, removed, nil
+	return peers, table.removedIDs(), nil
 }
