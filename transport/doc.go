@@ -60,8 +60,10 @@
 //
 // Every connection opens with a hello: protocol version range, connection
 // kind, group ID, cluster ID, sender and receiver member IDs. The listener
-// refuses, with a reason sent back, logged once per peer and reason and
-// counted in Stats.Refused:
+// refuses, with a reason sent back, counted in Stats.Refused and logged at
+// warning level once per member and reason — once a minute per reason for
+// a sender it does not know (a hello's sender ID is not authenticated, so
+// nothing is remembered per claimed ID):
 //
 //   - a version range with no version in common (ErrVersion);
 //   - another group (ErrGroupMismatch) or cluster (ErrClusterMismatch);

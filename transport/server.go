@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -125,7 +126,7 @@ func (t *Transport) accept(raw net.Conn) (*accepted, error) {
 	if code != wire.CodeAccepted {
 		reason := codeErrors[code].reason
 		t.refused.add(reason)
-		t.logOnce(h.From, "refused_"+reason, "refused inbound connection", "kind", h.Kind.String(), "remote", raw.RemoteAddr().String(), "detail", why)
+		t.logRefusal(h, reason, raw.RemoteAddr().String(), why)
 		t.reply(nc, wire.HelloReply{Code: code, Cluster: t.cluster.Load(), Member: t.cfg.ID, Reason: why})
 		return nil, nil
 	}
@@ -144,6 +145,56 @@ func (t *Transport) accept(raw net.Conn) (*accepted, error) {
 	}
 	_ = raw.SetDeadline(time.Time{})
 	return &accepted{nc: nc, dr: dr, r: wire.NewReader(br, uint32(t.cfg.MaxFrameSize)), hello: h, peer: p}, nil
+}
+
+// logRefusal logs a refused hello. The sender ID a hello claims is not
+// authenticated (anyone who reaches the port can claim any ID), so no
+// memory is keyed on it unless it names a member this transport knows — a
+// peer or a removed member, both few and set by the node: each of those is
+// logged once per reason (as logOnce does), any other claimed ID at most
+// once per refusalLogInterval per reason, and at debug level in between.
+// Stats.Refused counts them all.
+func (t *Transport) logRefusal(h wire.Hello, reason, remote, why string) {
+	const msg = "refused inbound connection"
+	args := []any{"kind", h.Kind.String(), "remote", remote, "detail", why}
+	t.mu.Lock()
+	known := t.removed[h.From]
+	t.mu.Unlock()
+	if known || t.peer(h.From) != nil {
+		t.logOnce(h.From, "refused_"+reason, msg, args...)
+		return
+	}
+	args = append(args, "claimed_sender", fmt.Sprintf("%x", h.From), "reason", "refused_"+reason)
+	if !t.refusalLog.allow(reason, time.Now()) {
+		t.log.Debug(msg, args...)
+		return
+	}
+	t.log.Warn(msg, args...)
+}
+
+// refusalLogInterval is how often a refusal of a sender that is not a known
+// member is logged at warning level, per reason.
+const refusalLogInterval = time.Minute
+
+// rateLog remembers when each reason (a small fixed set) was last logged.
+type rateLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// allow reports whether reason may be logged at warning level now, and
+// records it if so.
+func (r *rateLog) allow(reason string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if last, ok := r.last[reason]; ok && now.Sub(last) < refusalLogInterval {
+		return false
+	}
+	if r.last == nil {
+		r.last = make(map[string]time.Time)
+	}
+	r.last[reason] = now
+	return true
 }
 
 func (t *Transport) reply(nc net.Conn, r wire.HelloReply) error {

@@ -54,8 +54,13 @@ type Transport struct {
 	refused        reasonCounter
 	connErrors     reasonCounter
 
-	logged sync.Map // logKey: (peer, reason) already logged at warning level
-	start  time.Time
+	// logged holds the (peer, reason) pairs already logged at warning
+	// level; peer is 0 or a member the node told this transport of (a peer
+	// or a removed member), never an ID only claimed by a hello (see
+	// logRefusal): its size is bounded by the membership's history.
+	logged     sync.Map
+	refusalLog rateLog // refusals of senders that are not known members
+	start      time.Time
 }
 
 // New validates cfg, starts listening (on cfg.ListenAddr if cfg.Listener is
