@@ -120,7 +120,9 @@
 // configuration), so a learner added to an idle cluster catches up with
 // exactly one snapshot; a snapshot still being written that predates the
 // member is abandoned rather than finished first. A failed send is retried after a backoff (half an
-// election timeout, doubling). The leader measures each member's catch-up
+// election timeout, doubling), and so is a snapshot that could not be
+// written (a full disk, a failing state machine): one attempt and one
+// Error line per step. The leader measures each member's catch-up
 // (Membership's CatchUp: lag, rate, estimate, snapshot bytes in flight;
 // EventCatchUp); the transport can bound the rate of snapshot streams
 // (transport.Config.SnapshotBytesPerSec), gives learners a smaller queue,

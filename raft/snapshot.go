@@ -44,6 +44,13 @@ type snapState struct {
 
 	mu      sync.Mutex
 	waiters []chan snapResult // Node.Snapshot callers
+	// backoff is the delay after the last failed snapshot (0: the last one
+	// succeeded), and retryAt the time before which none is started unless
+	// a Node.Snapshot caller asks: a snapshot a joining member needs is
+	// retried until written, and a failing disk or state machine must not
+	// make that a loop of attempts (and of Error lines).
+	backoff time.Duration
+	retryAt time.Time
 }
 
 type snapResult struct {
@@ -56,6 +63,32 @@ func (s *snapState) restored(index uint64, size int64) {
 	s.written.Store(index)
 	s.logBytes = 0
 	s.lastSize.Store(size)
+}
+
+// snapshotFailed records a failed snapshot and returns the delay before the
+// next one may start: half an election timeout, doubling up to 32 times
+// that (as failed snapshot sends back off), reset by a success. The apply
+// goroutine is woken once the delay has passed.
+func (n *Node) snapshotFailed() time.Duration {
+	s := &n.apply.snap
+	base := n.electionTimeout() / 2
+	s.mu.Lock()
+	d := base
+	if s.backoff > 0 {
+		d = min(2*s.backoff, 32*base)
+	}
+	s.backoff = d
+	s.retryAt = time.Now().Add(d)
+	s.mu.Unlock()
+	time.AfterFunc(d, n.wakeSnapshots)
+	return d
+}
+
+// succeeded resets the backoff after a snapshot was written.
+func (s *snapState) succeeded() {
+	s.mu.Lock()
+	s.backoff, s.retryAt = 0, time.Time{}
+	s.mu.Unlock()
 }
 
 // Snapshot takes a snapshot of the state machine now, at the applied index,
@@ -121,7 +154,11 @@ func (n *Node) maybeSnapshot() {
 	}
 	s.mu.Lock()
 	asked := len(s.waiters) > 0
+	backingOff := time.Now().Before(s.retryAt)
 	s.mu.Unlock()
+	if backingOff && !asked {
+		return // the last one failed: snapshotFailed wakes us when it is time
+	}
 	want := s.want.Load()
 	if want > s.written.Load() && a.applied < want {
 		// A member added at want needs a snapshot that lists it: one taken
@@ -141,7 +178,8 @@ func (n *Node) maybeSnapshot() {
 	}
 	snap, err := n.sm.Snapshot()
 	if err != nil {
-		n.log.Error("state machine snapshot failed; retrying after the next entries", slog.Any("err", err))
+		d := n.snapshotFailed()
+		n.log.Error("state machine snapshot failed", slog.Duration("retry_in", d), slog.Any("err", err))
 		n.resolveSnapshotWaiters(snapResult{err: fmt.Errorf("raft: state machine snapshot: %w", err)})
 		return
 	}
@@ -207,6 +245,7 @@ func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, 
 		return err
 	})
 	if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
+		n.apply.snap.succeeded()
 		return nil // a newer snapshot arrived from the leader meanwhile
 	}
 	if errors.Is(err, errSnapshotSuperseded) {
@@ -214,9 +253,12 @@ func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, 
 		return err
 	}
 	if err != nil {
-		n.log.Error("writing a snapshot failed; retrying after the next entries", slog.Uint64("index", index), slog.Any("err", err))
+		// One attempt, and one line, per backoff step.
+		d := n.snapshotFailed()
+		n.log.Error("writing a snapshot failed", slog.Uint64("index", index), slog.Duration("retry_in", d), slog.Any("err", err))
 		return fmt.Errorf("raft: writing snapshot %d: %w", index, err)
 	}
+	n.apply.snap.succeeded()
 	n.apply.snap.lastSize.Store(size)
 	n.apply.snap.written.Store(index)
 	if index > n.cfg.SnapshotCatchUpEntries {
