@@ -40,6 +40,10 @@ var (
 	ErrInvalidSettings = errors.New("confchange: invalid settings")
 	// ErrBadContext: a ConfChangeV2.Context that does not decode.
 	ErrBadContext = errors.New("confchange: bad context")
+	// ErrPolicyWouldUndo: a manual promotion or demotion that the policy,
+	// acting on its own, would undo at its next step (PolicyWouldUndo): it
+	// owns the voter count then; change its target, or turn it off.
+	ErrPolicyWouldUndo = errors.New("confchange: the policy would undo the change")
 )
 
 var codes = []struct {
@@ -59,6 +63,7 @@ var codes = []struct {
 	{ErrInvalidRequest, "invalid_request"},
 	{ErrInvalidSettings, "invalid_setting"},
 	{ErrBadContext, "bad_context"},
+	{ErrPolicyWouldUndo, "policy_would_undo"},
 }
 
 // Code returns the stable snake_case code of err ("learner_not_ready",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -386,6 +387,15 @@ func (n *Node) changeOnLeader(req confchange.Request, dryRun bool, w *changeWait
 	req.ChangeID = ms.nextChangeID
 	v := n.view()
 	plan, err := confchange.PlanChange(v, n.membershipSettings(), req)
+	if n.autoPromote() {
+		// While the policy acts on its own it owns the voter count: a
+		// promotion or demotion that its next step would reverse is
+		// refused, with what to change instead (the target, or
+		// auto-promote). A host's own policy is asked the same question.
+		if undo := confchange.PolicyWouldUndo(n.policy(), v, req); undo != nil {
+			err = withRefusal(err, undo)
+		}
+	}
 	if err != nil || dryRun {
 		return plan, err
 	}
@@ -394,6 +404,22 @@ func (n *Node) changeOnLeader(req confchange.Request, dryRun bool, w *changeWait
 	}
 	n.log.Info("proposing a membership change", slog.String("plan", plan.Description))
 	return plan, n.proposeChange(plan.Change, req.ChangeID, w)
+}
+
+// withRefusal adds r to the refusals err holds (nil, a *Refusal or
+// Refusals), after them.
+func withRefusal(err error, r *confchange.Refusal) error {
+	var rs confchange.Refusals
+	var one *confchange.Refusal
+	switch {
+	case err == nil:
+		return r
+	case errors.As(err, &rs):
+		return append(slices.Clone(rs), r)
+	case errors.As(err, &one):
+		return confchange.Refusals{one, r}
+	}
+	return err
 }
 
 // errNotLeader says that the loop is not the leader (the caller forwards).

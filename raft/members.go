@@ -178,7 +178,11 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 // confchange.Refusals), before anything is proposed (errors.Is with
 // confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …; ErrChangeInProgress
 // only once another change in flight was not applied within an election
-// timeout: the call waits that long for it); ErrChangeDropped when
+// timeout: the call waits that long for it; ErrPolicyWouldUndo for a
+// promotion or demotion that the policy, acting on its own, would reverse
+// at its next step — confchange.PolicyWouldUndo asks the policy in use,
+// the default one or the host's own; with automatic changes off nothing is
+// asked and manual changes stick); ErrChangeDropped when
 // raft did not take the change (nothing changed); ErrLeaderChanged when the
 // leader changed before the change was applied (the outcome is unknown; the
 // next leader completes a joint change that was entered: read Membership);
@@ -315,6 +319,9 @@ func (n *Node) AddVoter(ctx context.Context, m Member) error {
 // Errors: ErrLearnerNotReady with the reason (lag, no contact, not stable
 // yet: wait, or watch Membership); ErrTooManyVoters (over 9);
 // ErrMemberReadOnly; ErrUnknownMember; ErrQuorumAtRisk; ErrChangeInProgress;
+// confchange.ErrPolicyWouldUndo while the policy acts on its own and its
+// next step would demote a voter again (the promotion takes the voters past
+// the target: raise the target instead, or turn automatic changes off);
 // and the errors of ChangeMembership.
 func (n *Node) Promote(ctx context.Context, ids ...uint64) error {
 	_, err := n.ChangeMembership(ctx, confchange.Promote(ids...))
@@ -325,8 +332,11 @@ func (n *Node) Promote(ctx context.Context, ids ...uint64) error {
 // configuration).
 //
 // Errors: ErrQuorumAtRisk when the remaining voters would lack an active
-// majority; ErrUnknownMember; ErrChangeInProgress; and the errors of
-// ChangeMembership.
+// majority; ErrUnknownMember; ErrChangeInProgress;
+// confchange.ErrPolicyWouldUndo while the policy acts on its own and its
+// next step would promote a learner again (below the target with a ready
+// learner: lower the target instead, or turn automatic changes off); and
+// the errors of ChangeMembership.
 func (n *Node) Demote(ctx context.Context, ids ...uint64) error {
 	_, err := n.ChangeMembership(ctx, confchange.Demote(ids...))
 	return err

@@ -115,6 +115,7 @@ var refusalStatus = map[string]int{
 	"too_many_voters":     http.StatusPreconditionFailed,
 	"member_read_only":    http.StatusPreconditionFailed,
 	"learner_cannot_lead": http.StatusPreconditionFailed,
+	"policy_would_undo":   http.StatusPreconditionFailed,
 	"unknown_member":      http.StatusNotFound,
 }
 

@@ -273,6 +273,40 @@ func TestScaleUpAndDown(t *testing.T) {
 	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "4"); err == nil || !strings.Contains(out, "invalid_setting") {
 		t.Fatalf("an even target: %v %s", err, out)
 	}
+
+	// The policy owns the voter count while auto-promote is on: a manual
+	// promotion past the target, or a demotion below it with standbys
+	// ready, is refused (412 policy_would_undo, saying what to change),
+	// and the dry run says so; with auto-promote off it goes through.
+	m, _ := ps[0].members(t)
+	var standby, voter uint64
+	for _, x := range m.Members {
+		switch {
+		case x.Role == "learner" && standby == 0:
+			standby = x.ID
+		case x.Role == "voter" && x.ID != m.Leader && voter == 0:
+			voter = x.ID
+		}
+	}
+	code, out := ps[0].req("POST", fmt.Sprintf("/members/%d/promote", standby), "")
+	if code != 412 || !strings.Contains(out, `"policy_would_undo"`) || !strings.Contains(out, "raise target-voters to 5") {
+		t.Fatalf("promoting standby %d past the target: %d %s", standby, code, out)
+	}
+	if code, out := ps[0].req("POST", fmt.Sprintf("/members/%d/demote", voter), ""); code != 412 || !strings.Contains(out, `"policy_would_undo"`) {
+		t.Fatalf("demoting voter %d below the target: %d %s", voter, code, out)
+	}
+	out, err := kvctl(t, "--endpoints", eps, "member", "promote", fmt.Sprint(standby), "--dry-run")
+	if exitCode(err) != 3 || !strings.Contains(out, "refused: policy_would_undo") {
+		t.Fatalf("member promote --dry-run: %v\n%s", err, out)
+	}
+	voters(3)
+	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "auto-promote", "false"); err != nil {
+		t.Fatalf("cluster set auto-promote false: %v\n%s", err, out)
+	}
+	if out, err := kvctl(t, "--endpoints", eps, "member", "promote", fmt.Sprint(standby)); err != nil {
+		t.Fatalf("promoting %d with auto-promote off: %v\n%s", standby, err, out)
+	}
+	voters(4)
 }
 
 // TestNoLeader: a member that knows no leader (one of a two-member initial
