@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
@@ -41,8 +43,16 @@ type Config struct {
 	// Listener, if set, is used instead of listening on ListenPeer (its
 	// address is then the default AdvertisePeer).
 	Listener net.Listener
-	// AdvertisePeer is the address the other members dial; default
-	// ListenPeer (or the Listener's address).
+	// AdvertisePeer is the address this member is recorded with and the
+	// other members dial, when it differs from where it listens (a proxy, a
+	// NAT, a DNS name, a container). Default: the address the cluster
+	// already knows this member by — its entry in InitialMembers, the
+	// address it was added with (Join), its stored record (a restart) —
+	// and only for a member with none the listen address. An unspecified
+	// address (0.0.0.0, [::]) is never advertised: with ListenPeer
+	// "0.0.0.0:7001" and no record, Start refuses and says to set this.
+	// A restarted member given another AdvertisePeer than its record
+	// updates its record through the log (moving a member).
 	AdvertisePeer string
 	// Metadata is this member's application metadata (e.g. its client
 	// address), published through the log once it runs, so that every
@@ -133,6 +143,11 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	if cfg.Listener == nil && cfg.ListenPeer == "" {
 		return nil, fmt.Errorf("%w: ListenPeer (or Listener) is required", raft.ErrInvalidConfig)
 	}
+	if cfg.AdvertisePeer != "" {
+		if err := confchange.CheckPeerAddr(cfg.AdvertisePeer); err != nil {
+			return nil, fmt.Errorf("%w: AdvertisePeer: %v", raft.ErrInvalidConfig, refusalDetail(err))
+		}
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -194,13 +209,6 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 		}
 		ownLn = true
 	}
-	advert := cfg.AdvertisePeer
-	if advert == "" {
-		advert = cfg.ListenPeer
-		if _, port, _ := net.SplitHostPort(advert); advert == "" || cfg.Listener != nil || port == "0" {
-			advert = ln.Addr().String() // the port the system picked
-		}
-	}
 
 	rcfg := cfg.Raft
 	rcfg.ID, rcfg.Logger, rcfg.ClusterID = cfg.ID, logger, cfg.ClusterID
@@ -221,6 +229,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 		}
 	case len(cfg.InitialMembers) > 0:
 		mode = "bootstrap"
+		cfg.InitialMembers = pickedPort(cfg.InitialMembers, cfg.ID, ln)
 		// Every initial member writes the same bootstrap entries: the list
 		// as given (this member's metadata is published once it runs).
 		// A data dir with only an identity is a bootstrap that stopped
@@ -293,6 +302,10 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 			tr.RemovePeer(id)
 		}
 	}
+	advert, err := advertisedPeer(cfg, ln, mode, peers, joinPeers)
+	if err != nil {
+		return nil, err
+	}
 	node, err := raft.NewNode(rcfg, sm, store)
 	if err != nil {
 		return nil, err
@@ -324,6 +337,80 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	h.stopPub = cancel
 	go h.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata)})
 	return h, nil
+}
+
+// advertisedPeer is the address this member is recorded with and the others
+// dial (Config.AdvertisePeer): the one given, else the one the cluster
+// already knows it by — its entry in InitialMembers, the record it was
+// added with (a joiner), or its stored record (a restart) — and only when
+// none exists the listen address, unless that is unspecified (0.0.0.0, ::):
+// a member that recorded one would be dialed by every other member at its
+// own address. Where a member listens and where it is reached differ behind
+// a proxy, a NAT or a DNS name, and in a container.
+func advertisedPeer(cfg Config, ln net.Listener, mode string, stored map[uint64]string, joined []raft.Member) (string, error) {
+	if cfg.AdvertisePeer != "" {
+		return cfg.AdvertisePeer, nil
+	}
+	switch mode {
+	case "bootstrap":
+		for _, m := range cfg.InitialMembers {
+			if m.ID == cfg.ID {
+				return m.PeerAddr, nil
+			}
+		}
+	case "join":
+		for _, m := range joined {
+			if m.ID == cfg.ID && m.PeerAddr != "" {
+				return m.PeerAddr, nil
+			}
+		}
+	}
+	if addr, ok := stored[cfg.ID]; ok && confchange.CheckPeerAddr(addr) == nil {
+		return addr, nil // (an unspecified one, recorded by older code, is replaced)
+	}
+	for _, m := range joined { // a restart that joined again
+		if m.ID == cfg.ID && m.PeerAddr != "" {
+			return m.PeerAddr, nil
+		}
+	}
+	addr := cfg.ListenPeer
+	if _, port, _ := net.SplitHostPort(addr); addr == "" || cfg.Listener != nil || port == "0" {
+		addr = ln.Addr().String() // the port the system picked
+	}
+	if err := confchange.CheckPeerAddr(addr); err != nil {
+		return "", fmt.Errorf("%w: no peer address to advertise: the listen address %s is unspecified: set AdvertisePeer to the address the other members reach this one at",
+			raft.ErrInvalidConfig, addr)
+	}
+	return addr, nil
+}
+
+// pickedPort returns members with this member's port 0 ("any port", for a
+// one-member cluster started on a free port) replaced by the port ln was
+// given, so that the member is recorded with an address it is reached at.
+func pickedPort(members []raft.Member, id uint64, ln net.Listener) []raft.Member {
+	for i, m := range members {
+		host, port, err := net.SplitHostPort(m.PeerAddr)
+		if m.ID != id || err != nil || port != "0" {
+			continue
+		}
+		_, lport, err := net.SplitHostPort(ln.Addr().String())
+		if err != nil {
+			return members
+		}
+		out := slices.Clone(members)
+		out[i].PeerAddr = net.JoinHostPort(host, lport)
+		return out
+	}
+	return members
+}
+
+// refusalDetail is a confchange refusal's detail without the sentinel's text.
+func refusalDetail(err error) string {
+	var r *confchange.Refusal
+	if errors.As(err, &r) {
+		return r.Detail
+	}
+	return err.Error()
 }
 
 // replayed waits, within ctx, until node has applied its log up to commit,

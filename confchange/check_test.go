@@ -256,6 +256,17 @@ func TestPeerAddr(t *testing.T) {
 	for _, a := range bad {
 		assert.NotEmpty(t, checkPeerAddr(a), a)
 	}
+	// A listen-everywhere address is never a member's record: every other
+	// member would dial it as itself.
+	for _, a := range []string{"0.0.0.0:7001", "0:7001", "[::]:7001", "[0:0::0]:7001", "[::%eth0]:7001"} {
+		err := CheckPeerAddr(a)
+		require.ErrorIs(t, err, ErrInvalidMember, a)
+		assert.Contains(t, err.Error(), "unspecified", a)
+	}
+	assert.NoError(t, CheckPeerAddr("10.0.0.1:7001"))
+	refs := Check(mustView(t, "voters=(1 2 3)"), DefaultSettings(), AddLearner(Member{ID: 4, PeerAddr: "0.0.0.0:7004"}))
+	require.Len(t, refs, 1)
+	require.ErrorIs(t, refs[0], ErrInvalidMember)
 }
 
 func TestPlanShapes(t *testing.T) {

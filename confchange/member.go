@@ -77,6 +77,9 @@ func checkPeerAddr(addr string) string {
 			(hasZone && (zone == "" || !onlyChars(zone, hostChars))) {
 			return "peer address " + q + " has an invalid IPv6 host"
 		}
+		if onlyChars(ip, "0:") {
+			return "peer address " + q + unspecified
+		}
 		return ""
 	}
 	if strings.Contains(host, ":") {
@@ -85,7 +88,26 @@ func checkPeerAddr(addr string) string {
 	if !onlyChars(host, hostChars) {
 		return "peer address " + q + " has an invalid host"
 	}
+	if onlyChars(host, "0.") {
+		return "peer address " + q + unspecified
+	}
 	return ""
+}
+
+// unspecified ends the reason an unspecified address is refused: a member
+// that records one is dialed by every other member at its own address.
+const unspecified = " is unspecified (0.0.0.0 or ::): record the address the other members reach this one at, never a listen-everywhere address"
+
+// CheckPeerAddr returns an error matching ErrInvalidMember that says why
+// addr is not a peer address a member may be recorded with, or nil: a
+// host name, an IPv4 address or a bracketed IPv6 address — never an
+// unspecified one (0.0.0.0, [::]), which every other member would dial as
+// itself — and a decimal port 1–65535. It does no lookup.
+func CheckPeerAddr(addr string) error {
+	if p := checkPeerAddr(addr); p != "" {
+		return &Refusal{Err: ErrInvalidMember, Detail: p}
+	}
+	return nil
 }
 
 const hostChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._"

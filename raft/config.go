@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
@@ -101,6 +102,23 @@ type Config struct {
 	// timeouts (etcd's request timeout).
 	RequestTimeout time.Duration
 
+	// MaxClientSessions bounds the client sessions (RegisterClient) every
+	// member keeps: a registration that finds this many expires the least
+	// recently used — the one whose latest request is earliest in the log —
+	// whose client then gets ErrSessionExpired. Registrations carry the value
+	// of the member they were made through, so members configured
+	// differently still keep the same sessions. Memory: at most 16 results
+	// of at most MaxSessionResultSize bytes per session, for requests the
+	// client has not acknowledged (RequestID.Acked). Default 4096, at most
+	// 2^20.
+	MaxClientSessions int
+	// MaxSessionResultSize bounds the bytes of one request's result (value
+	// and error message) a session keeps to answer a retry with; a retry of
+	// a request with a larger result gets ErrDuplicateRequest (still applied
+	// once). Carried by registrations like MaxClientSessions. Default 1 KiB,
+	// at most 1 MiB.
+	MaxSessionResultSize int
+
 	// MaxPendingProposals bounds the proposals waiting for the run loop
 	// (Propose blocks, within its context, beyond it). Default 8192.
 	MaxPendingProposals int
@@ -165,6 +183,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxPendingProposals == 0 {
 		c.MaxPendingProposals = DefaultMaxPendingProposals
 	}
+	if c.MaxClientSessions == 0 {
+		c.MaxClientSessions = DefaultMaxClientSessions
+	}
+	if c.MaxSessionResultSize == 0 {
+		c.MaxSessionResultSize = DefaultMaxSessionResultSize
+	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 5*time.Second + 2*time.Duration(c.ElectionTicks)*c.TickInterval
 	}
@@ -224,6 +248,12 @@ func (c Config) Validate() error {
 	if c.MaxPendingProposals < 0 {
 		bad("MaxPendingProposals (%d) must be positive", c.MaxPendingProposals)
 	}
+	if c.MaxClientSessions < 0 || c.MaxClientSessions > maxClientSessionsLimit {
+		bad("MaxClientSessions (%d) must be between 1 and %d", c.MaxClientSessions, maxClientSessionsLimit)
+	}
+	if c.MaxSessionResultSize < 0 || c.MaxSessionResultSize > maxSessionResultSizeLimit {
+		bad("MaxSessionResultSize (%d) must be between 1 and %d", c.MaxSessionResultSize, maxSessionResultSizeLimit)
+	}
 	if c.ApplyQueueSize < 0 {
 		bad("ApplyQueueSize (%d) must be positive", c.ApplyQueueSize)
 	}
@@ -245,6 +275,8 @@ func (c Config) Validate() error {
 		}
 		if m.PeerAddr == "" {
 			bad("InitialMembers: member %d has no PeerAddr", m.ID)
+		} else if err := confchange.CheckPeerAddr(m.PeerAddr); err != nil {
+			bad("InitialMembers: member %d: %v", m.ID, strings.TrimPrefix(err.Error(), confchange.ErrInvalidMember.Error()+": "))
 		}
 	}
 	if len(c.InitialMembers) > 0 && !self {
