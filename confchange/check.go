@@ -169,10 +169,10 @@ func (c *checker) promotable(id uint64) bool {
 		return false
 	}
 	if c.v.Members[id].ReadOnly {
-		c.refuse(ErrMemberReadOnly, id, memberDetail(id, "is read-only: it is never promoted"))
+		c.refuse(ErrMemberReadOnly, id, memberDetail(id, "is never promoted (update it without read-only first)"))
 	}
 	if rs := Readiness(c.v, c.s, id); !rs.Ready() {
-		c.refuse(ErrLearnerNotReady, id, memberDetail(id, "is not ready: "+rs.String())).Readiness = rs
+		c.refuse(ErrLearnerNotReady, id, "member "+strconv.FormatUint(id, 10)+": "+rs.String()).Readiness = rs
 	}
 	return true
 }
@@ -199,7 +199,7 @@ func (c *checker) add(r Request) next {
 		return n
 	}
 	if m.ReadOnly {
-		c.refuse(ErrMemberReadOnly, m.ID, memberDetail(m.ID, "is read-only: it cannot be a voter"))
+		c.refuse(ErrMemberReadOnly, m.ID, memberDetail(m.ID, "cannot be a voter"))
 	}
 	n.voters = append(slices.Clone(cfg.Voters), m.ID)
 	n.down = m.ID
@@ -289,7 +289,7 @@ func (c *checker) transfer(id uint64) {
 
 func (c *checker) inProgress(op Op) {
 	if c.v.PendingChange {
-		c.refuse(ErrChangeInProgress, 0, "a proposed membership change is not applied yet")
+		c.refuse(ErrChangeInProgress, 0, "the last one proposed is not applied yet")
 	}
 	if op != OpLeaveJoint && c.v.Config.Joint() {
 		c.refuse(ErrChangeInProgress, 0, "the configuration "+c.v.Config.String()+

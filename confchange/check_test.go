@@ -202,7 +202,7 @@ func TestRefusalErrors(t *testing.T) {
 	assert.Equal(t, ReasonLagging, r.Readiness.Code)
 	assert.Equal(t, uint64(4210), r.Readiness.Lag)
 	assert.Equal(t, uint64(1000), r.Readiness.MaxLag)
-	assert.Equal(t, "confchange: learner not ready: member 4 is not ready: lag 4,210 entries > 1,000", r.Error())
+	assert.Equal(t, "confchange: learner not ready: member 4: lag 4,210 entries > 1,000", r.Error())
 	assert.Equal(t, r.Error()+"; "+rs[1].Error(), err.Error())
 	assert.Len(t, rs.Unwrap(), 2)
 

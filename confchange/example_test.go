@@ -42,7 +42,7 @@ func ExamplePlanChange_refused() {
 	}
 	// Output:
 	// true learner_not_ready 4210
-	// confchange: learner not ready: member 4 is not ready: lag 4,210 entries > 1,000
+	// confchange: learner not ready: member 4: lag 4,210 entries > 1,000
 }
 
 // Once the learner has caught up and stayed so for the stabilization period,
@@ -90,7 +90,7 @@ func ExampleCheck() {
 	// member_exists: member 4 is already a learner
 	// member_exists: peer address "10.0.0.2:7001" is already used by member 2
 	// too_many_learners: the cluster has 1 learner, at most 1
-	// change_in_progress: a proposed membership change is not applied yet
+	// change_in_progress: the last one proposed is not applied yet
 }
 
 // The default policy swaps a voter that has been unreachable for
