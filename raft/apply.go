@@ -15,8 +15,12 @@ import (
 )
 
 // dedupWindowSize is how many recently applied request IDs every member
-// remembers. It must be the same on every member (it decides which
-// duplicates are skipped), so it is a constant, not a setting.
+// remembers: the proposers' own IDs (a proposal duplicated on the way), and
+// the client request IDs of older versions' entries (entryClientCommand).
+// It must be the same on every member (it decides which duplicates are
+// skipped), so it is a constant, not a setting. Client retries are matched
+// by their session instead (sessions.go), which no count of other commands
+// pushes out.
 const dedupWindowSize = 8192
 
 // applyTask is one unit of work for the apply goroutine: committed entries
@@ -63,11 +67,15 @@ type applyState struct {
 	applied uint64
 	members *memberTable
 	dedup   *dedupWindow
-	clients *dedupWindow // client request IDs (ProposeWithID)
-	snap    snapState
-	cmds    []Command
-	ids     []requestID
-	results []Result
+	clients *dedupWindow // client request IDs of older versions' entries (entryClientCommand)
+	// sessions are the client sessions (ProposeWithID), and pend the
+	// session commands collected in cmds, whose results they keep.
+	sessions sessionTable
+	pend     []pendingResult
+	snap     snapState
+	cmds     []Command
+	ids      []requestID
+	results  []Result
 }
 
 func (a *applyState) init(n *Node) {
@@ -155,6 +163,12 @@ func (n *Node) applyEntries(t applyTask) error {
 			}
 			continue
 		}
+		if data[0] == entryRegisterClient {
+			if err := n.applyRegister(idx, data); err != nil {
+				return err
+			}
+			continue
+		}
 		id, rid, cmd, err := decodeCommand(data)
 		if err != nil {
 			return fmt.Errorf("entry %d: %w", idx, err)
@@ -162,13 +176,19 @@ func (n *Node) applyEntries(t applyTask) error {
 		if !a.dedup.add(id) {
 			continue // a duplicate of a command applied recently
 		}
-		if rid.Client != 0 && !a.clients.add(requestID{proposer: rid.Client, seq: rid.Seq}) {
-			// A retry of a client request applied before: not applied again.
-			if err := n.flushCommands(); err != nil {
+		if rid.Client != 0 && data[0] == entrySessionCommand {
+			answered, err := n.sessionCommand(idx, id, rid)
+			if err != nil {
 				return err
 			}
-			if id.proposer == n.cfg.ID {
-				n.waiters.resolve(id.seq, Result{Err: ErrDuplicateRequest})
+			if answered {
+				continue // a retry, or a request its session cannot tell about: not applied
+			}
+		} else if rid.Client != 0 && !a.clients.add(requestID{proposer: rid.Client, seq: rid.Seq}) {
+			// An older version's retry of a client request applied before:
+			// not applied again.
+			if err := n.answerNow(id, Result{Err: ErrDuplicateRequest}); err != nil {
+				return err
 			}
 			continue
 		}
@@ -247,6 +267,7 @@ func (n *Node) flushCommands() (err error) {
 	if err != nil {
 		return err
 	}
+	a.keepResults(results)
 	last := a.cmds[len(a.cmds)-1].Index
 	for i, id := range a.ids {
 		if id.proposer == n.cfg.ID {
@@ -336,8 +357,8 @@ func (n *Node) closeQueuedSnapshots() {
 	}
 }
 
-// restoreSnapshot replaces the state machine, the member table and the dedup
-// window with the snapshot's, read from files (opened here if nil). The
+// restoreSnapshot replaces the state machine, the member table, the dedup
+// windows and the client sessions with the snapshot's, read from files (opened here if nil). The
 // snapshot's data is verified whole (the storage checks its checksum)
 // before the state machine sees any of it.
 func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
@@ -387,6 +408,10 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	n.setMembers(t)
 	a.dedup.reset(h.dedup)
 	a.clients.reset(h.clients)
+	a.sessions = sessionTable{}
+	if h.table != nil {
+		a.sessions = *h.table
+	}
 	// Readiness records are not in snapshots: the ones applied before may
 	// have been undone by records the snapshot covers.
 	n.ready.reset()

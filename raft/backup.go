@@ -22,7 +22,7 @@ import (
 //	metadata               raftpb.SnapshotMetadata (index, term, configuration), protobuf
 //	uint64                 length of the snapshot's data
 //	data                   the snapshot's data: the node's header (member records,
-//	                       removed IDs, dedup windows), then the state machine's bytes
+//	                       removed IDs, dedup windows, client sessions), then the state machine's bytes
 //	uint32                 CRC-32C of everything before it
 const (
 	backupMagic   = "USBK"
@@ -36,7 +36,8 @@ var ErrCorruptBackup = errors.New("raft: corrupt backup")
 
 // Backup writes a consistent copy of this member's state to w: a snapshot
 // taken now, at the applied index (Node.Snapshot), with the membership and
-// the request dedup windows. The state machine keeps applying meanwhile.
+// the request dedup windows and client sessions. The state machine keeps
+// applying meanwhile.
 // RestoreBackup turns it into the data dir of a new one-member cluster.
 // It returns the index the backup is at.
 //

@@ -26,10 +26,31 @@
 // proposal is applied its caller gets ErrLeaderChanged, and ErrTimeout when
 // it has no outcome within Config.RequestTimeout (raft drops some forwarded
 // messages silently): in both, the outcome is unknown (see hashicorp/raft's
-// ErrLeadershipLost for the same contract). ProposeWithID lets the caller
-// retry such a command with its own RequestID, through any member and
-// across restarts: a retry of a command applied before is not applied again
-// (ErrDuplicateRequest).
+// ErrLeadershipLost for the same contract).
+//
+// # Retries: client sessions
+//
+// ProposeWithID lets a client retry such a command, through any member,
+// across leader changes, snapshots and restarts, and have it applied once
+// (the Raft dissertation's client sessions, §6.3). The client registers
+// once (RegisterClient: its ID is the index of the registration entry, so
+// never reused) and numbers its requests 1, 2, 3, … (RequestID.Seq,
+// increasing; a retry reuses its own). Every member keeps per session the
+// results of the client's latest 16 requests above the one it acknowledged
+// (RequestID.Acked, optional): a retry of one of them is answered with its
+// first answer — the value, and the error as a message that errors.Is
+// matches against a sentinel of the same message — and not applied again,
+// however many other commands were applied in between. A request the
+// session cannot tell about is never applied: at or below what it forgot
+// (acknowledged, or more than 16 newer requests applied), or of a session
+// that expired, it gets ErrSessionExpired (outcome of earlier attempts
+// unknown: register anew); a retry whose result was larger than
+// Config.MaxSessionResultSize (1 KiB) gets ErrDuplicateRequest. Sessions
+// expire only when a registration finds Config.MaxClientSessions (4096) of
+// them: the least recently used goes, by log position — never by a clock,
+// so every member holds the same sessions (snapshots carry them). Memory is
+// bounded by MaxClientSessions × 16 results of at most MaxSessionResultSize
+// bytes, far less for clients that acknowledge.
 //
 // Read is linearizable: concurrent reads share one ReadIndex round (asked of
 // the leader by followers and learners), then wait until this member has
@@ -110,7 +131,8 @@
 // on demand (before a backup, after a bulk load).
 //
 // A snapshot's data starts with the node's header (member records, removed
-// IDs and the dedup windows), then the state machine's bytes. A member too
+// IDs, the dedup windows, the settings and the client sessions), then the
+// state machine's bytes. A member too
 // far behind receives the leader's snapshot through the Transport as a
 // stream; its data is verified whole before the state machine is restored
 // from it. A member added after the latest snapshot is not in that

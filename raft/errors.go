@@ -28,9 +28,21 @@ var (
 	ErrTimeout = errors.New("raft: no outcome in time, outcome unknown")
 
 	// ErrDuplicateRequest is returned by ProposeWithID when a command with the
-	// same request ID was applied before (by an earlier attempt): it was not
-	// applied again. The earlier attempt's result is not kept.
+	// same request ID was applied before (by an earlier attempt) and its
+	// result was too large for the session to keep
+	// (Config.MaxSessionResultSize): it was not applied again. (A retry
+	// whose result was kept is answered with that result.)
 	ErrDuplicateRequest = errors.New("raft: request already applied")
+
+	// ErrSessionExpired is returned by ProposeWithID for a request whose
+	// client session cannot tell whether it was applied: the session expired
+	// (Config.MaxClientSessions more recently used ones were registered), was
+	// never registered (RegisterClient), or forgot that request (its Seq is
+	// at or below one the client acknowledged, or more than 16 newer requests
+	// of the session were applied). The request was not applied by this
+	// attempt; an earlier attempt's outcome is unknown. Register a new
+	// session for new requests.
+	ErrSessionExpired = errors.New("raft: client session expired, outcome unknown")
 
 	// ErrInvalidRequest is returned for a malformed argument (e.g. a zero
 	// RequestID.Client, a transfer request without exactly one ID). It is

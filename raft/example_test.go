@@ -100,7 +100,8 @@ func ExampleNode_AddLearner() {
 
 // Retrying a write whose outcome is unknown (a leader change, a timeout)
 // with the same RequestID applies it at most once: the retry of a command
-// already applied returns ErrDuplicateRequest instead of applying it again.
+// already applied is answered with the first answer instead of applying it
+// again.
 func ExampleNode_ProposeWithID() {
 	dir, _ := os.MkdirTemp("", "understudy-example")
 	defer os.RemoveAll(dir)
@@ -129,14 +130,23 @@ func ExampleNode_ProposeWithID() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	id := raft.RequestID{Client: 42, Seq: 1} // a client's own ID and request number
+	client, err := node.RegisterClient(ctx) // once per client
+	if err != nil {
+		panic(err)
+	}
+	id := raft.RequestID{Client: client, Seq: 1} // the session and the client's request number
 	cmd := kv.CAS("lock", "", "client-42")
 	_, err = node.ProposeWithID(ctx, id, cmd)
 	fmt.Println("first attempt:", err)
-	// Say the caller never saw that answer, and retries.
+	// Say the caller never saw that answer, and retries: applied again, the
+	// CAS would fail (the lock is taken); the retry gets the first answer.
 	_, err = node.ProposeWithID(ctx, id, cmd)
-	fmt.Println("retry:", errors.Is(err, raft.ErrDuplicateRequest))
+	fmt.Println("retry:", err)
+	// The next request of this client.
+	_, err = node.ProposeWithID(ctx, raft.RequestID{Client: client, Seq: 2, Acked: 1}, kv.CAS("lock", "", "client-42"))
+	fmt.Println("second request:", errors.Is(err, kv.ErrCompareFailed))
 	// Output:
 	// first attempt: <nil>
-	// retry: true
+	// retry: <nil>
+	// second request: true
 }

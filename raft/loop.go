@@ -286,8 +286,8 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		p.term, p.tick = l.term, l.ticks
 		n.waiters.m[p.seq] = p
 		start := len(arena)
-		if p.settings {
-			arena = appendSettings(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.cmd)
+		if p.kind != 0 {
+			arena = appendSettingsKind(arena, p.kind, requestID{proposer: n.cfg.ID, seq: p.seq}, p.cmd)
 		} else {
 			arena = appendCommand(arena, requestID{proposer: n.cfg.ID, seq: p.seq}, p.rid, p.cmd)
 		}

@@ -205,27 +205,47 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	return n.propose(ctx, RequestID{}, cmd)
 }
 
-// ProposeWithID is Propose with a request ID chosen by the caller, so that
+// ProposeWithID is Propose for a request of a client session, so that
 // retries are applied once: a caller whose attempt ended with an unknown
-// outcome (ErrLeaderChanged, ErrTimeout, a deadline) retries with the same
-// id, through any member. If an earlier attempt was applied, the retry is
-// not applied and returns ErrDuplicateRequest (the earlier result is not
-// kept: read to learn it). IDs are remembered for the last 8192 client
-// commands, in the snapshot too. id.Client must be non-zero.
+// outcome (ErrLeaderChanged, ErrTimeout, a context's end) retries with the
+// same id, through any member, also after restarts, leader changes and
+// snapshots. id.Client is a session from RegisterClient; id.Seq numbers
+// the client's requests from 1 upwards (see RequestID).
+//
+// The answer to a retry of a request applied before is that request's
+// first answer — its Result.Value, and its Result.Err as a message (an
+// error that matches, with errors.Is, an error of the same message: a
+// sentinel the state machine returned as it is) — and the command is not
+// applied again. Other answers, without applying the command: a retry whose
+// first answer was larger than Config.MaxSessionResultSize gets
+// ErrDuplicateRequest (applied once; read to learn the outcome); a request
+// of an unknown session (expired: Config.MaxClientSessions more recently
+// used sessions were registered; or never registered), or at or below the
+// part of its session that was forgotten (acknowledged with Acked, or more
+// than 16 newer requests applied), gets ErrSessionExpired: it may have been
+// applied before, and will not be now — register a new session for new
+// requests. ErrInvalidRequest: Client or Seq zero, or Acked not below Seq.
+// Every other error is Propose's.
 func (n *Node) ProposeWithID(ctx context.Context, id RequestID, cmd []byte) ([]byte, error) {
-	if id.Client == 0 {
-		return nil, fmt.Errorf("%w: RequestID.Client must be non-zero", ErrInvalidRequest)
+	switch {
+	case id.Client == 0:
+		return nil, fmt.Errorf("%w: RequestID.Client must be non-zero (a session from RegisterClient)", ErrInvalidRequest)
+	case id.Seq == 0:
+		return nil, fmt.Errorf("%w: RequestID.Seq must be non-zero", ErrInvalidRequest)
+	case id.Acked >= id.Seq:
+		return nil, fmt.Errorf("%w: RequestID.Acked (%d) must be below Seq (%d)", ErrInvalidRequest, id.Acked, id.Seq)
 	}
 	return n.propose(ctx, id, cmd)
 }
 
 func (n *Node) propose(ctx context.Context, rid RequestID, cmd []byte) ([]byte, error) {
-	return n.proposeEntry(ctx, rid, cmd, false)
+	return n.proposeEntry(ctx, rid, cmd, 0)
 }
 
-// proposeEntry proposes cmd — a command, or encoded cluster settings — and
+// proposeEntry proposes cmd — a command (kind 0), or the payload of an
+// entry of the node's own kind (entrySettings, entryRegisterClient) — and
 // waits for its result.
-func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, settings bool) ([]byte, error) {
+func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, kind byte) ([]byte, error) {
 	if len(cmd) > n.cfg.MaxCommandSize {
 		return nil, fmt.Errorf("%w: %d bytes > MaxCommandSize %d", ErrTooLarge, len(cmd), n.cfg.MaxCommandSize)
 	}
@@ -234,7 +254,7 @@ func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, sett
 	}
 	seq := n.seq.Add(1)
 	p := proposalPool.Get().(*proposal)
-	p.seq, p.rid, p.cmd, p.settings = seq, rid, cmd, settings
+	p.seq, p.rid, p.cmd, p.kind = seq, rid, cmd, kind
 	select {
 	case n.propc <- p:
 	case <-ctx.Done():
@@ -490,7 +510,7 @@ func (n *Node) do(ctx context.Context, f func()) error {
 type proposal struct {
 	seq      uint64
 	rid      RequestID // the caller's request ID (ProposeWithID), or zero
-	settings bool      // cmd is encoded cluster settings (UpdateSettings)
+	kind     byte      // 0: cmd is a command; else the entry kind of its payload (settings, a registration)
 	cmd      []byte    // the caller's command: read by the loop, not kept after Propose returns
 	term     uint64    // the term it was handed to raft in; written by the loop under waiters.mu
 	tick     uint64    // the loop's tick when it was handed to raft; likewise
@@ -503,7 +523,7 @@ var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan 
 // release returns p to the pool. Only the Propose call that owns p calls it,
 // when no other goroutine can refer to p any more.
 func (p *proposal) release() {
-	p.seq, p.rid, p.cmd, p.term, p.tick, p.settings = 0, RequestID{}, nil, 0, 0, false
+	p.seq, p.rid, p.cmd, p.term, p.tick, p.kind = 0, RequestID{}, nil, 0, 0, 0
 	p.canceled.Store(false)
 	proposalPool.Put(p)
 }

@@ -48,7 +48,7 @@ func (n *Node) UpdateSettings(ctx context.Context, cs confchange.ClusterSettings
 	if err := cs.Validate(); err != nil {
 		return err
 	}
-	_, err := n.proposeEntry(ctx, RequestID{}, cs.Encode(), true)
+	_, err := n.proposeEntry(ctx, RequestID{}, cs.Encode(), entrySettings)
 	return err
 }
 

@@ -12,7 +12,7 @@ import (
 
 // A snapshot's data, as the Node writes it through Storage.CreateSnapshot:
 //
-//	"USN4"                      magic and version ("USN3": no settings; "USN2": no client IDs either)
+//	"USN5"                      magic and version ("USN4": no sessions; "USN3": no settings either; "USN2": no client IDs either)
 //	uint32 (big endian)          length of the header
 //	header                       see below
 //	uint32 (big endian)          CRC-32C of the header
@@ -23,14 +23,16 @@ import (
 //	uvarint length, bytes        member records: a confchange.Context encoding (change ID 0)
 //	uvarint n, then n IDs:       removed member IDs, ascending
 //	uvarint n, then n IDs:       uvarint proposer, uvarint sequence (dedup window, oldest first)
-//	uvarint n, then n IDs:       uvarint client, uvarint sequence (client request IDs, oldest first; USN3)
+//	uvarint n, then n IDs:       uvarint client, uvarint sequence (older versions' client request IDs, oldest first; USN3)
 //	uvarint length, bytes        the replicated cluster settings (confchange.ClusterSettings.Encode; empty: none yet; USN4)
+//	sessions                     the client sessions (sessionTable.appendTo, sessions.go; USN5)
 //
 // The header carries what the node derives from the log besides the state
 // machine, so that a member restored from a snapshot is identical to one that
 // applied the log.
 const (
-	snapMagic         = "USN4"
+	snapMagic         = "USN5"
+	snapMagicV4       = "USN4"
 	snapMagicV3       = "USN3"
 	snapMagicV2       = "USN2"
 	maxSnapHeaderSize = 64 << 20
@@ -43,9 +45,13 @@ type snapHeader struct {
 	members []Member // sorted by ID
 	removed []uint64 // sorted
 	dedup   []requestID
-	clients []requestID // client request IDs (proposer is the client ID)
+	clients []requestID // older versions' client request IDs (proposer is the client ID)
 	// settings are the replicated cluster settings, encoded (nil: none yet).
 	settings []byte
+	// sessions are the client sessions, encoded (sessionTable.appendTo; nil:
+	// none); table is them decoded, when the header was read.
+	sessions []byte
+	table    *sessionTable
 }
 
 func (h *snapHeader) encode() ([]byte, error) {
@@ -70,7 +76,11 @@ func (h *snapHeader) encode() ([]byte, error) {
 		b = binary.AppendUvarint(b, id.seq)
 	}
 	b = binary.AppendUvarint(b, uint64(len(h.settings)))
-	return append(b, h.settings...), nil
+	b = append(b, h.settings...)
+	if len(h.sessions) == 0 {
+		return binary.AppendUvarint(b, 0), nil
+	}
+	return append(b, h.sessions...), nil
 }
 
 // writeTo writes the framed header.
@@ -95,9 +105,11 @@ func readSnapHeader(r io.Reader) (*snapHeader, error) {
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return nil, fmt.Errorf("%w: reading header: %v", ErrCorruptSnapshot, err)
 	}
-	version := 4
+	version := 5
 	switch string(pre[:4]) {
 	case snapMagic:
+	case snapMagicV4:
+		version = 4
 	case snapMagicV3:
 		version = 3
 	case snapMagicV2:
@@ -154,6 +166,14 @@ func decodeSnapHeader(b []byte, version int) (*snapHeader, error) {
 			h.settings = b
 		}
 	}
+	if version >= 5 && d.err == nil {
+		t, err := decodeSessions(&d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: header: sessions: %v", ErrCorruptSnapshot, err)
+		}
+		h.table = t
+		h.sessions = t.appendTo(nil)
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
 	}
@@ -192,6 +212,19 @@ func (d *decoder) count() uint64 {
 		return 0
 	}
 	return n
+}
+
+func (d *decoder) u8() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.err = errShort
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
 }
 
 func (d *decoder) bytes() []byte {

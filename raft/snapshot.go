@@ -189,7 +189,7 @@ func (n *Node) maybeSnapshot() {
 	s.mu.Unlock()
 	index := a.applied
 	cs := proto.Clone(a.members.confState).(*raftpb.ConfState)
-	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids(), clients: a.clients.ids()}
+	h := &snapHeader{members: a.members.sorted(), removed: a.members.removedIDs(), dedup: a.dedup.ids(), clients: a.clients.ids(), sessions: a.sessions.appendTo(nil)}
 	if cs := n.settings.Load(); cs != nil {
 		h.settings = cs.Encode()
 	}

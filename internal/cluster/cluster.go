@@ -47,6 +47,8 @@ type Options struct {
 	Logger *slog.Logger
 	// RequestTimeout as in raft.Config (default raft's).
 	RequestTimeout time.Duration
+	// MaxClientSessions as in raft.Config (default raft's).
+	MaxClientSessions int
 	// Membership, Policy and ManualMembership as in raft.Config.
 	Membership       confchange.Settings
 	Policy           confchange.Policy
@@ -135,6 +137,7 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		SnapshotCount:          c.opts.SnapshotCount,
 		SnapshotCatchUpEntries: c.opts.SnapshotCatchUpEntries,
 		RequestTimeout:         c.opts.RequestTimeout,
+		MaxClientSessions:      c.opts.MaxClientSessions,
 		Logger:                 c.opts.Logger,
 		Membership:             c.opts.Membership,
 		Policy:                 c.opts.Policy,
