@@ -143,6 +143,10 @@ func setMember(v *View, line string) error {
 			pr.RecentActive, pr.LastContact = false, time.Time{}
 		case "up":
 			pr.RecentActive, pr.LastContact = true, v.Now
+		case "unheard":
+			pr.RecentActive, pr.Unheard = false, true
+		case "refused":
+			pr.RecentActive, pr.Refused = false, val
 		case "lag":
 			n := num()
 			pr.Match = v.LastIndex - min(n, v.LastIndex)

@@ -148,6 +148,8 @@ func TestReasonStrings(t *testing.T) {
 		"no contact for 12s":                         {Code: ReasonNoContact, For: 12*time.Second + 400*time.Millisecond, LastContact: t0},
 		"no contact for 2m5s":                        {Code: ReasonNoContact, For: 125 * time.Second, LastContact: t0},
 		"not recently active":                        {Code: ReasonNoContact, LastContact: t0},
+		"refused: cluster mismatch":                  {Code: ReasonNoContact, For: time.Second, LastContact: t0, Refused: "cluster_mismatch"},
+		"refused: unknown sender":                    {Code: ReasonNoContact, Refused: "unknown_sender"},
 		"snapshot in flight":                         {Code: ReasonSnapshot},
 		"snapshot in flight (index 12,345)":          {Code: ReasonSnapshot, Snapshot: 12345},
 		"probing, not replicating":                   {Code: ReasonProbing},

@@ -2,6 +2,7 @@ package confchange
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -48,13 +49,17 @@ type Reason struct {
 	// LastContact is when the leader last heard from the member
 	// (ReasonNoContact; zero when never).
 	LastContact time.Time
+	// Refused is why the member refuses the leader's connections
+	// (ReasonNoContact; Progress.Refused), "" when it does not.
+	Refused string
 }
 
 // Ready reports whether the member may be promoted (or is the leader).
 func (r Reason) Ready() bool { return r.Code == ReasonReady || r.Code == ReasonLeader }
 
 // String returns the human sentence: "ready", "leader", "not a member",
-// "no progress known", "no contact for 12s", "never contacted", "not recently active",
+// "no progress known", "no contact for 12s", "never contacted",
+// "refused: cluster mismatch", "not recently active",
 // "snapshot in flight", "probing, not replicating",
 // "lag 4,210 entries > 1,000", "stable for 3s of 10s".
 func (r Reason) String() string {
@@ -69,6 +74,8 @@ func (r Reason) String() string {
 		return "no progress known"
 	case ReasonNoContact:
 		switch {
+		case r.Refused != "":
+			return "refused: " + strings.ReplaceAll(r.Refused, "_", " ")
 		case r.LastContact.IsZero():
 			return "never contacted"
 		case r.For <= 0:
@@ -127,8 +134,11 @@ func instantReadiness(v View, s Settings, id uint64) Reason {
 		return Reason{Code: ReasonNoProgress}
 	}
 	if !pr.RecentActive {
-		r := Reason{Code: ReasonNoContact, LastContact: pr.LastContact}
-		if !pr.LastContact.IsZero() {
+		r := Reason{Code: ReasonNoContact, LastContact: pr.LastContact, Refused: pr.Refused}
+		if pr.Unheard {
+			r.LastContact = time.Time{}
+		}
+		if !r.LastContact.IsZero() {
 			r.For = v.Now.Sub(pr.LastContact)
 		}
 		return r

@@ -56,6 +56,15 @@ type Progress struct {
 	// yet, so the zero time means "no information": it never triggers a
 	// failover or a removal.
 	LastContact time.Time
+	// Unheard is true when the node has not heard from the member at all
+	// (LastContact is then only when the leader started counting):
+	// Readiness says "never contacted" rather than a time without contact.
+	Unheard bool
+	// Refused is why the member refuses the leader's connections, as its
+	// handshake said (a transport reason such as "cluster_mismatch": it was
+	// started for another cluster), while it cannot be reached; "" otherwise.
+	// Readiness says "refused: cluster mismatch".
+	Refused string
 }
 
 // ProgressFromTracker converts one entry of raft's Status().Progress. Raft

@@ -240,6 +240,14 @@ func (n *Node) view() confchange.View {
 		// timeout (CheckQuorum) and set again by the next message, so it
 		// flaps; readiness needs "heard from within an election timeout".
 		p.RecentActive = n.recentlyActive(heard, v.Now)
+		// What readiness says of a member out of contact: never heard
+		// from, or refusing the leader's connections and why.
+		p.Unheard = heard.IsZero()
+		if !p.RecentActive {
+			if r, ok := n.tr.(interface{ Refusal(uint64) string }); ok {
+				p.Refused = r.Refusal(id)
+			}
+		}
 		v.Progress[id] = p
 	}
 	return v

@@ -268,7 +268,7 @@ func printMembers(w io.Writer, ms members) {
 			}
 			reason = p.NotReadyReason
 		}
-		if m.Refused != "" {
+		if m.Refused != "" && !strings.HasPrefix(reason, "refused") {
 			reason = strings.TrimSpace(reason + " refuses the leader: " + m.Refused)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, role, m.PeerAddr, m.ClientAddr, match, lag, state, ready, reason)
@@ -363,7 +363,7 @@ func drawWatch(w io.Writer, ms members) {
 		case p.NotReadyReason != "":
 			line += "  (" + p.NotReadyReason + ")"
 		}
-		if m.Refused != "" {
+		if m.Refused != "" && !strings.HasPrefix(p.NotReadyReason, "refused") {
 			line += "  refuses the leader: " + m.Refused
 		}
 		fmt.Fprintln(w, line)

@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMoveMember: PUT /members/{id} changes a member's recorded peer and
@@ -91,4 +93,38 @@ func TestMoveMember(t *testing.T) {
 		t.Fatalf("kvctl member update to 0.0.0.0: %v %s", err, out)
 	}
 	want("127.0.0.1:6", "127.0.0.1:7")
+}
+
+// TestNotReadyReasons: a learner the leader never heard from says "never
+// contacted" (not "no contact for 1ms"), and one that refuses the leader
+// as another cluster's says "refused: cluster mismatch" (not "no contact
+// for 1.9s"), in GET /members and kvctl member list.
+func TestNotReadyReasons(t *testing.T) {
+	root := t.TempDir()
+	a := startCluster(t, root, 1, "--auto-promote=false")[0]
+	other := newProc(t, filepath.Join(root, "other"), 1) // a cluster of its own
+	other.start()
+	other.waitHealthy(t)
+	for _, body := range []string{`{"id": 8, "peer_addr": "127.0.0.1:1"}`, fmt.Sprintf(`{"id": 9, "peer_addr": %q}`, other.peer)} {
+		if code, out := a.req("POST", "/members", body); code != 201 {
+			t.Fatalf("POST /members %s: %d %s", body, code, out)
+		}
+	}
+	eventually(t, 10*time.Second, func() string {
+		m, ok := a.members(t)
+		if !ok {
+			return "no members"
+		}
+		want := map[uint64]string{8: "never contacted", 9: "refused: cluster mismatch"}
+		for _, x := range m.Members {
+			if w, ok := want[x.ID]; ok && (x.Progress == nil || x.Progress.NotReadyReason != w) {
+				return fmt.Sprintf("member %d: %+v, want not_ready_reason %q", x.ID, x.Progress, w)
+			}
+		}
+		return ""
+	})
+	out, err := kvctl(t, "--endpoints", a.client, "member", "list")
+	if err != nil || !strings.Contains(out, "never contacted") || strings.Count(out, "cluster mismatch")+strings.Count(out, "cluster_mismatch") != 1 {
+		t.Fatalf("kvctl member list: %v\n%s", err, out)
+	}
 }
