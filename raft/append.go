@@ -17,6 +17,7 @@ const maxAppendBatch = 256
 // many Readys, which is where group commit comes from.
 func (n *Node) runAppend() {
 	defer n.wg.Done()
+	defer close(n.appendDone)
 	var (
 		batch []*raftpb.Message
 		ents  []*raftpb.Entry
@@ -110,11 +111,12 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 			n.fail("opening a received snapshot", err)
 			return false
 		}
-		select {
-		case n.applyc <- applyTask{snap: snap, files: files}:
-		case <-n.stopc:
+		if !n.queueRestore(applyTask{snap: snap, files: files}) {
+			// The node stops: the snapshot is saved, and the next start
+			// restores from it. Persisting goes on — the appends the loop
+			// handed over are drained and the held-back commit index
+			// written (drainAppends, flushCommit) — so this is no failure.
 			files.close()
-			return false
 		}
 	}
 	o := (*out)[:0]
@@ -133,6 +135,25 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 	clear(o)
 	*out = o[:0]
 	return true
+}
+
+// queueRestore hands a received snapshot's restore to the apply goroutine,
+// unless the node stops (it reports false then; the caller closes the
+// files). A restore queued as the node stops is not lost either: the apply
+// goroutine closes the files of queued restores after this goroutine has
+// returned (closeQueuedSnapshots waits for appendDone).
+func (n *Node) queueRestore(t applyTask) bool {
+	select {
+	case <-n.stopc:
+		return false
+	default:
+	}
+	select {
+	case n.applyc <- t:
+		return true
+	case <-n.stopc:
+		return false
+	}
 }
 
 // drainAppends, as the node stops, persists the appends the run loop handed

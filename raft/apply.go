@@ -343,8 +343,11 @@ func (n *Node) syncPeers(removed []uint64) {
 }
 
 // closeQueuedSnapshots closes the files of snapshots queued for a restore
-// that will not happen (the node stops).
+// that will not happen (the node stops). It waits for the append goroutine
+// to return first: that goroutine persists what the loop handed over after
+// the stop, and may queue a restore until it returns.
 func (n *Node) closeQueuedSnapshots() {
+	<-n.appendDone
 	for {
 		select {
 		case t := <-n.applyc:

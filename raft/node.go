@@ -42,7 +42,10 @@ type Node struct {
 	// loopDone is closed when the run loop has returned: nothing is sent
 	// on appendc after it.
 	loopDone chan struct{}
-	applyc   chan applyTask
+	// appendDone is closed when the append goroutine has returned: no
+	// snapshot restore is queued on applyc after it.
+	appendDone chan struct{}
+	applyc     chan applyTask
 	// snapWake wakes the apply goroutine to look at the snapshot state.
 	snapWake chan struct{}
 
@@ -100,22 +103,23 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.Uint64("member", cfg.ID)),
-		sm:       sm,
-		store:    store,
-		propc:    make(chan *proposal, cfg.MaxPendingProposals),
-		readc:    make(chan *readRequest, 4096),
-		recvc:    make(chan *raftpb.Message, 4096),
-		actc:     make(chan func(), 1024),
-		local:    newMailbox(),
-		appendc:  make(chan *raftpb.Message, 1024),
-		loopDone: make(chan struct{}),
-		applyc:   make(chan applyTask, cfg.ApplyQueueSize),
-		snapWake: make(chan struct{}, 1),
-		stopc:    make(chan struct{}),
-		donec:    make(chan struct{}),
-		state:    newWatched(nodeState{}),
+		cfg:        cfg,
+		log:        cfg.Logger.With(slog.Uint64("member", cfg.ID)),
+		sm:         sm,
+		store:      store,
+		propc:      make(chan *proposal, cfg.MaxPendingProposals),
+		readc:      make(chan *readRequest, 4096),
+		recvc:      make(chan *raftpb.Message, 4096),
+		actc:       make(chan func(), 1024),
+		local:      newMailbox(),
+		appendc:    make(chan *raftpb.Message, 1024),
+		loopDone:   make(chan struct{}),
+		appendDone: make(chan struct{}),
+		applyc:     make(chan applyTask, cfg.ApplyQueueSize),
+		snapWake:   make(chan struct{}, 1),
+		stopc:      make(chan struct{}),
+		donec:      make(chan struct{}),
+		state:      newWatched(nodeState{}),
 	}
 	n.ownPolicy = ownPolicy
 	n.waiters.m = make(map[uint64]*proposal)
