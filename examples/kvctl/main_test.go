@@ -2,15 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeServer answers like a kvserver and records the requests it got.
@@ -29,7 +32,9 @@ func newFakeServer(t *testing.T) *fakeServer {
 		f.mu.Unlock()
 		switch {
 		case r.URL.Path == "/status":
-			_ = json.NewEncoder(w).Encode(map[string]any{"id": 1, "role": "leader", "term": 2, "leader": 1, "commit_index": 5, "applied_index": 5})
+			_ = json.NewEncoder(w).Encode(map[string]any{"id": 1, "role": "leader", "term": 2, "leader": 1, "commit_index": 5, "applied_index": 5, "cluster_id": "c0ffee"})
+		case r.Method == http.MethodGet && r.URL.Path == "/members":
+			_, _ = io.WriteString(w, `{"leader": 1, "members": [{"id": 1, "peer_addr": "127.0.0.1:7001"}, {"id": 2, "peer_addr": "127.0.0.1:7002"}, {"id": 4, "peer_addr": "127.0.0.1:7004"}]}`)
 		case r.URL.Query().Get("dry_run") == "true" && strings.HasPrefix(r.URL.Path, "/members/9"):
 			_, _ = io.WriteString(w, `{"plan": "the plan", "refusals": [{"code": "learner_not_ready", "error": "member 9: lag 5 entries > 1"}]}`)
 		case r.URL.Query().Get("dry_run") == "true":
@@ -178,6 +183,11 @@ func TestWatchSnapshotRate(t *testing.T) {
 	if !strings.Contains(out, "snapshot 3.0/8.0 MB at 2.5 snapshot MB/s") {
 		t.Fatalf("no snapshot rate:\n%s", out)
 	}
+	// While the snapshot streams the bar shows its bytes (the match does
+	// not move until it is installed).
+	if !strings.Contains(out, "]  37.5% of the snapshot  lag 90") {
+		t.Fatalf("the bar does not follow the snapshot's bytes:\n%s", out)
+	}
 	if strings.Count(out, "MB/s") != 1 || !strings.Contains(out, "40 entries/s") {
 		t.Fatalf("watch:\n%s", out)
 	}
@@ -270,5 +280,55 @@ func TestMemberUpdate(t *testing.T) {
 		if got := f.last(); code != 0 || got != c.want {
 			t.Errorf("kvctl %q: exit %d (%s %s), sent %q, want %q", c.args, code, out, stderr, got, c.want)
 		}
+	}
+}
+
+// TestWatchWritesNoEscapesIntoAFile: member watch clears the screen only
+// on a terminal, never into a pipe or a file.
+func TestWatchWritesNoEscapesIntoAFile(t *testing.T) {
+	f := newFakeServer(t)
+	var out bytes.Buffer
+	c := &client{endpoints: []string{f.addr()}, scheme: "http", http: &http.Client{}, out: &out, format: "table"}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one round, then stop
+	if err := c.watch(ctx, time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() == 0 || strings.Contains(out.String(), "\x1b[") {
+		t.Fatalf("watch into a buffer: %q", out.String())
+	}
+	file, err := os.CreateTemp(t.TempDir(), "watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	if isTerminal(file) || isTerminal(&out) {
+		t.Fatal("a file or a buffer taken for a terminal")
+	}
+}
+
+// TestMemberAddPrintsTheStartCommand: member add prints the command that
+// starts the new member, with the other members' peer addresses, as
+// etcdctl does; -w json prints the server's answer only.
+func TestMemberAddPrintsTheStartCommand(t *testing.T) {
+	f := newFakeServer(t)
+	code, out, stderr := run(t, "--endpoints", f.addr(), "member", "add", "4", "127.0.0.1:7004", "--client-addr", "127.0.0.1:8004")
+	want := "kvserver --id 4 --join --peers 127.0.0.1:7001,127.0.0.1:7002 --listen-peer 127.0.0.1:7004 --listen-client 127.0.0.1:8004"
+	if code != 0 || !strings.Contains(out, "member 4 added at index 7") || !strings.Contains(out, want) {
+		t.Fatalf("member add: exit %d %s\n%s", code, stderr, out)
+	}
+	if code, out, _ := run(t, "--endpoints", f.addr(), "-w", "json", "member", "add", "4", "127.0.0.1:7004"); code != 0 || strings.Contains(out, "kvserver --id") {
+		t.Fatalf("member add -w json: exit %d\n%s", code, out)
+	}
+}
+
+// TestStatusShowsTheClusterID: kvctl status has the cluster ID of each
+// endpoint (two clusters behind one --endpoints list show as such).
+func TestStatusShowsTheClusterID(t *testing.T) {
+	f := newFakeServer(t)
+	code, out, _ := run(t, "--endpoints", f.addr(), "status")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !strings.Contains(lines[0], "CLUSTER") || !strings.Contains(lines[1], "c0ffee") {
+		t.Fatalf("status: exit %d\n%s", code, out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -107,7 +108,11 @@ func (c *client) member(ctx context.Context, args []string) error {
 		if *dry {
 			return c.printDryRun(raw)
 		}
-		return c.printChange(raw, fmt.Sprintf("member %d added", id))
+		if err := c.printChange(raw, fmt.Sprintf("member %d added", id)); err != nil || c.format == "json" {
+			return err
+		}
+		c.printStartCommand(ctx, id, fs.Arg(1), *clientAddr)
+		return nil
 	case "promote", "demote", "remove":
 		fs := flag.NewFlagSet("member "+args[0], flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -245,6 +250,33 @@ func (c *client) printChange(raw []byte, what string) error {
 	return nil
 }
 
+// printStartCommand prints the command that starts a member just added, as
+// etcdctl's member add prints the new member's settings: its ID, --join
+// with the other members' peer addresses, and the addresses it was added
+// with. It adds no flag the cluster's members may run with (timers, TLS).
+func (c *client) printStartCommand(ctx context.Context, id uint64, peerAddr, clientAddr string) {
+	peers := "PEER_ADDR_OF_ANY_MEMBER"
+	if raw, err := c.call(ctx, http.MethodGet, "/members", nil); err == nil {
+		var ms members
+		if json.Unmarshal(raw, &ms) == nil {
+			var addrs []string
+			for _, m := range ms.Members {
+				if m.ID != id && m.PeerAddr != "" {
+					addrs = append(addrs, m.PeerAddr)
+				}
+			}
+			if len(addrs) > 0 {
+				peers = strings.Join(addrs, ",")
+			}
+		}
+	}
+	cmd := fmt.Sprintf("kvserver --id %d --join --peers %s --listen-peer %s", id, peers, peerAddr)
+	if clientAddr != "" {
+		cmd += " --listen-client " + clientAddr
+	}
+	fmt.Fprintf(c.out, "start it with an empty data dir:\n  %s\n", cmd)
+}
+
 // printMembers prints the aligned member table, the leader marked.
 func printMembers(w io.Writer, ms members) {
 	tw := newTable(w)
@@ -292,8 +324,8 @@ func (c *client) watch(ctx context.Context, interval time.Duration, count int) e
 		raw, err := c.call(rctx, http.MethodGet, "/members", nil)
 		cancel()
 		var b strings.Builder
-		if count == 0 {
-			b.WriteString("\x1b[H\x1b[2J") // home, clear
+		if count == 0 && isTerminal(c.out) {
+			b.WriteString("\x1b[H\x1b[2J") // home, clear: on a terminal only, never into a file or pipe
 		}
 		fmt.Fprintf(&b, "members at %s (every %s; Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), interval)
 		if err != nil {
@@ -315,6 +347,16 @@ func (c *client) watch(ctx context.Context, interval time.Duration, count int) e
 	return nil
 }
 
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 // drawWatch draws each member with a lag bar, its catch-up rate, the time
 // to ready and the stabilization countdown.
 func drawWatch(w io.Writer, ms members) {
@@ -333,14 +375,21 @@ func drawWatch(w io.Writer, ms members) {
 			fmt.Fprintf(w, "  %3d %-8s %s\n", m.ID, m.Role, m.PeerAddr)
 			continue
 		}
-		done := 1.0
-		if ms.LastIndex > 0 {
+		// The bar is the log's progress (match of the last index), or
+		// while a snapshot streams the snapshot's (bytes sent of its
+		// size): the match does not move until it is installed.
+		done, of := 1.0, ""
+		switch {
+		case p.SnapshotTotal > 0:
+			done, of = float64(p.SnapshotSent)/float64(p.SnapshotTotal), " of the snapshot"
+		case ms.LastIndex > 0:
 			done = float64(p.Match) / float64(ms.LastIndex)
 		}
+		done = min(max(done, 0), 1)
 		const width = 30
 		filled := int(done * width)
 		bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
-		line := fmt.Sprintf("  %3d %-8s [%s] %5.1f%%  lag %d", m.ID, m.Role, bar, 100*done, p.Lag)
+		line := fmt.Sprintf("  %3d %-8s [%s] %5.1f%%%s  lag %d", m.ID, m.Role, bar, 100*done, of, p.Lag)
 		if p.EntriesPerSec > 0 {
 			line += fmt.Sprintf("  %.0f entries/s", p.EntriesPerSec)
 		}
@@ -379,6 +428,7 @@ func (c *client) status(ctx context.Context) error {
 		Leader       uint64 `json:"leader"`
 		CommitIndex  uint64 `json:"commit_index"`
 		AppliedIndex uint64 `json:"applied_index"`
+		ClusterID    string `json:"cluster_id"`
 	}
 	var rows []map[string]any
 	var table [][]string
@@ -394,11 +444,15 @@ func (c *client) status(ctx context.Context) error {
 		if err != nil {
 			failed++
 			// The reason goes in a last column: the others keep their width.
-			table = append(table, []string{ep, "-", "-", "-", "-", "-", "-", "unreachable: " + err.Error()})
+			table = append(table, []string{ep, "-", "-", "-", "-", "-", "-", "-", "unreachable: " + err.Error()})
 			rows = append(rows, map[string]any{"endpoint": ep, "error": err.Error()})
 			continue
 		}
-		table = append(table, []string{ep, fmt.Sprint(s.ID), s.Role, fmt.Sprint(s.Term), fmt.Sprint(s.Leader),
+		cluster := s.ClusterID
+		if cluster == "" {
+			cluster = "-"
+		}
+		table = append(table, []string{ep, fmt.Sprint(s.ID), cluster, s.Role, fmt.Sprint(s.Term), fmt.Sprint(s.Leader),
 			fmt.Sprint(s.CommitIndex), fmt.Sprint(s.AppliedIndex)})
 		rows = append(rows, map[string]any{"endpoint": ep, "status": s})
 	}
@@ -406,13 +460,13 @@ func (c *client) status(ctx context.Context) error {
 		_ = json.NewEncoder(c.out).Encode(rows)
 	} else {
 		tw := newTable(c.out)
-		header := "ENDPOINT\tID\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED"
+		header := "ENDPOINT\tID\tCLUSTER\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED"
 		if failed > 0 {
 			header += "\tERROR"
 		}
 		fmt.Fprintln(tw, header)
 		for _, row := range table {
-			if failed > 0 && len(row) == 7 {
+			if failed > 0 && len(row) == 8 {
 				row = append(row, "") // in the ERROR column's block
 			}
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
