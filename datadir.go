@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 )
@@ -124,8 +124,8 @@ func ParseMembers(s string) ([]raft.Member, error) {
 		}
 		seen[id] = true
 		addr = strings.TrimSpace(addr)
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("%w: member %d: %q is not host:port: %v", raft.ErrInvalidConfig, id, addr, err)
+		if err := confchange.CheckPeerAddr(addr); err != nil {
+			return nil, fmt.Errorf("%w: member %d: %s", raft.ErrInvalidConfig, id, refusalDetail(err))
 		}
 		out = append(out, raft.Member{ID: id, PeerAddr: addr})
 	}

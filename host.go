@@ -68,6 +68,16 @@ type Config struct {
 	// follower or learner); the member learns the cluster ID and every
 	// member's address from the first that answers.
 	Join []string
+	// JoinTimeout bounds how long a joiner waits for the cluster at Join to
+	// answer (0: as long as Start's context allows); while it waits it logs
+	// every few seconds what it waits for and through which addresses.
+	JoinTimeout time.Duration
+	// NotListedGrace is how long a joiner keeps asking while the members
+	// that answer do not list it yet (its add may still be on its way)
+	// before Start gives up with raft.ErrNotMember. Default 5s; negative:
+	// until JoinTimeout or the context ends (for an orchestrator that starts
+	// members before adding them).
+	NotListedGrace time.Duration
 	// ClusterID, if set, is the only cluster this member accepts: a data
 	// dir or a peer of another cluster is refused (ErrIdentityMismatch,
 	// raft.ErrClusterMismatch).
@@ -285,7 +295,15 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (h *Host, err 
 	}
 	var joinPeers []raft.Member
 	if mode == "join" || rejoin {
-		info, err := raft.Discover(ctx, tr, cfg.Join, cfg.ID, rcfg.ClusterID)
+		jctx, cancel := ctx, context.CancelFunc(func() {})
+		if cfg.JoinTimeout > 0 {
+			jctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
+		}
+		info, err := raft.DiscoverWith(jctx, tr, raft.DiscoverOptions{
+			Addrs: cfg.Join, ID: cfg.ID, ClusterID: rcfg.ClusterID,
+			NotListedGrace: cfg.NotListedGrace, Logger: logger,
+		})
+		cancel()
 		if err != nil {
 			if errors.Is(err, raft.ErrClusterMismatch) && stored.ClusterID != 0 {
 				return nil, fmt.Errorf("%w: data dir %s holds cluster %x, but the cluster at %v is another one: %w",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -108,37 +109,98 @@ type AddrCaller interface {
 
 // Discover asks the members at addrs (any member: leader, follower or
 // learner) about their cluster, for member id that is about to join it
-// with empty storage: the cluster ID and every member's record, so that the
-// joiner can record its identity, reach its peers and start. It tries each
-// address in turn, again and again within ctx, until one answers.
-//
-// clusterID is the cluster the joiner expects (0: any); the caller's
-// transport must have the same cluster ID (or 0). The joiner must have been
-// added first (Node.AddLearner): a member that does not list it refuses it.
-//
-// Errors: ErrNotMember when the cluster does not list id (it was not added,
-// or not yet applied where asked, until ctx ends); ErrRemoved when id was
-// removed; an error matching ErrClusterMismatch when the cluster is another
-// one; ctx's error, with the last failure, when no address answered.
+// with empty storage: DiscoverWith with the default options.
 func Discover(ctx context.Context, tr AddrCaller, addrs []string, id, clusterID uint64) (ClusterInfo, error) {
-	if len(addrs) == 0 {
+	return DiscoverWith(ctx, tr, DiscoverOptions{Addrs: addrs, ID: id, ClusterID: clusterID})
+}
+
+// DiscoverOptions says whom DiscoverWith asks, for whom, and how long it
+// waits out a cluster that does not list the joiner yet.
+type DiscoverOptions struct {
+	// Addrs are peer addresses of the cluster (any member).
+	Addrs []string
+	// ID is the joining member's ID.
+	ID uint64
+	// ClusterID is the cluster the joiner expects (0: any); the caller's
+	// transport must have the same cluster ID (or 0).
+	ClusterID uint64
+	// NotListedGrace is how long members may answer that the cluster does
+	// not list ID before DiscoverWith gives up with ErrNotMember: the add
+	// may still be on its way to the member asked. Default 5s; negative:
+	// until ctx ends (an orchestrator that starts members before adding
+	// them).
+	NotListedGrace time.Duration
+	// Logger, if set, hears every LogEvery (default 5s) what the joiner
+	// still waits for and through which addresses.
+	Logger   *slog.Logger
+	LogEvery time.Duration
+}
+
+// DefaultNotListedGrace is DiscoverOptions.NotListedGrace's default.
+const DefaultNotListedGrace = 5 * time.Second
+
+// DiscoverWith asks the members at o.Addrs about their cluster, for member
+// o.ID that is about to join it with empty storage: the cluster ID and
+// every member's record, so that the joiner can record its identity, reach
+// its peers and start. It tries each address in turn, again and again
+// within ctx, until one answers with a cluster that lists o.ID. The joiner
+// must have been added first (Node.AddLearner): a cluster that does not
+// list it is waited out for o.NotListedGrace, then refused.
+//
+// Errors: ErrNotMember when the cluster does not list o.ID (it was not
+// added; answered for NotListedGrace, or until ctx ended); ErrRemoved when
+// it was removed; an error matching ErrClusterMismatch when the cluster is
+// another one; ctx's error, with the last failure, when no address
+// answered.
+func DiscoverWith(ctx context.Context, tr AddrCaller, o DiscoverOptions) (ClusterInfo, error) {
+	if len(o.Addrs) == 0 {
 		return ClusterInfo{}, fmt.Errorf("%w: no peer address to join through", ErrInvalidRequest)
+	}
+	if o.NotListedGrace == 0 {
+		o.NotListedGrace = DefaultNotListedGrace
+	}
+	if o.LogEvery <= 0 {
+		o.LogEvery = 5 * time.Second
 	}
 	req, err := json.Marshal(rpcRequest{V: peerRPCVersion, Op: rpcDiscover})
 	if err != nil {
 		return ClusterInfo{}, err
 	}
-	var last error
+	var (
+		last        error
+		notListed   time.Time // when an answer first said the cluster does not list o.ID
+		start       = time.Now()
+		nextLog     = start.Add(o.LogEvery)
+		attemptsNow int
+	)
 	for attempt := 0; ; attempt++ {
-		for _, addr := range addrs {
-			info, err := discoverAt(ctx, tr, addr, req, id, clusterID)
+		for _, addr := range o.Addrs {
+			info, err := discoverAt(ctx, tr, addr, req, o.ID, o.ClusterID)
 			if err == nil {
 				return info, nil
 			}
 			if errors.Is(err, ErrRemoved) || errors.Is(err, ErrClusterMismatch) {
 				return ClusterInfo{}, err
 			}
+			if errors.Is(err, ErrNotMember) && notListed.IsZero() {
+				notListed = time.Now()
+			}
 			last = err
+			attemptsNow++
+		}
+		now := time.Now()
+		if errors.Is(last, ErrNotMember) && o.NotListedGrace > 0 && now.Sub(notListed) >= o.NotListedGrace {
+			return ClusterInfo{}, fmt.Errorf("%w (still not listed after %s)", last, o.NotListedGrace.Round(time.Millisecond))
+		}
+		if o.Logger != nil && !now.Before(nextLog) {
+			what := "no member answered yet"
+			if errors.Is(last, ErrNotMember) {
+				what = "the cluster does not list this member yet (add it first, on any member)"
+			}
+			o.Logger.Warn("still waiting to join", slog.Uint64("id", o.ID), slog.String("waiting_for", what),
+				slog.Any("through", o.Addrs), slog.Duration("for", now.Sub(start).Round(time.Second)),
+				slog.Int("attempts", attemptsNow), slog.String("last", fmt.Sprint(last)))
+			nextLog = now.Add(o.LogEvery)
 		}
 		t := time.NewTimer(min(100*time.Millisecond<<min(attempt, 4), time.Second))
 		select {
@@ -147,7 +209,7 @@ func Discover(ctx context.Context, tr AddrCaller, addrs []string, id, clusterID 
 			if errors.Is(last, ErrNotMember) {
 				return ClusterInfo{}, fmt.Errorf("%w (still not listed when %w)", last, ctx.Err())
 			}
-			return ClusterInfo{}, fmt.Errorf("raft: joining through %v: %w (last: %v)", addrs, ctx.Err(), last)
+			return ClusterInfo{}, fmt.Errorf("raft: joining through %v: %w (last: %v)", o.Addrs, ctx.Err(), last)
 		case <-t.C:
 		}
 	}
@@ -161,7 +223,7 @@ func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id,
 	case errors.Is(err, transport.ErrRemoved):
 		return ClusterInfo{}, fmt.Errorf("%w: the member at %s knows member %d as removed", ErrRemoved, addr, id)
 	case errors.Is(err, transport.ErrUnknownSender):
-		return ClusterInfo{}, fmt.Errorf("%w: the member at %s does not know member %d (add it first, e.g. Node.AddLearner)", ErrNotMember, addr, id)
+		return ClusterInfo{}, fmt.Errorf("%w: the member at %s does not know member %d", ErrNotMember, addr, id)
 	case err != nil:
 		return ClusterInfo{}, fmt.Errorf("raft: asking %s: %w", addr, err)
 	}

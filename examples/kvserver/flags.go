@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/transport"
 )
@@ -25,11 +26,14 @@ type options struct {
 	dataDir        string
 	listenClient   string
 	listenPeer     string
+	advClient      string // what the member records as its client address
+	advPeer        string // --advertise-peer as given ("": the cluster's record)
 	initialCluster []raft.Member
 	clusterSet     bool // --initial-cluster was given
 	clusterToken   string
 	join           bool
 	peers          []string
+	joinTimeout    time.Duration
 	targetVoters   int
 	autoPromote    bool
 	maxLearners    int
@@ -62,10 +66,13 @@ func parseFlags(args []string) (*options, error) {
 		dataDir        = fs.String("data-dir", "", "data directory (default kvserver-data/<id>)")
 		listenClient   = fs.String("listen-client", "", "HTTP host:port (default 127.0.0.1:(8000+id))")
 		listenPeer     = fs.String("listen-peer", "", "peer host:port (default 127.0.0.1:(7000+id))")
+		advClient      = fs.String("advertise-client", "", "the client host:port other members and clients are told (default --listen-client; never 0.0.0.0 or ::)")
+		advPeer        = fs.String("advertise-peer", "", "the peer host:port the others dial (default: this member's entry in --initial-cluster, the address it was added with, or its recorded one; never 0.0.0.0 or ::)")
 		initialCluster = fs.String("initial-cluster", "", `a new cluster: "1=host:port,2=host:port,…" (peer addresses; all voters; ignored once the data dir holds a member)`)
 		clusterToken   = fs.String("initial-cluster-token", "", "distinguishes clusters started with the same --initial-cluster")
 		join           = fs.Bool("join", false, "join an existing cluster (the member must have been added first: POST /members); on a restart only checks that --peers is the data dir's cluster")
 		peers          = fs.String("peers", "", `where to find the cluster when joining: "host:port,…"`)
+		joinTimeout    = fs.Duration("join-timeout", 60*time.Second, "give up joining when no member answers that long (0s: wait for ever, also for a member not added yet)")
 		targetVoters   = fs.Int("target-voters", 3, "voters the policy fills seats up to (odd, 1-9)")
 		autoPromote    = fs.Bool("auto-promote", true, "promote ready learners and fail over on its own")
 		maxLearners    = fs.Int("max-learners", 2, "most learners that may be added")
@@ -105,6 +112,7 @@ func parseFlags(args []string) (*options, error) {
 		removeDead: *removeDead, requestTimeout: *requestTimeout, failoverAfter: *failoverAfter,
 		stabilization: *stabilization, snapshotCount: *snapshotCount, forceNew: *forceNew,
 		maxBody: *maxBody, snapshotRate: *snapshotRate, tick: *tick, cpuProfile: *cpuProfile,
+		joinTimeout: *joinTimeout,
 	}
 	if o.id == 0 {
 		return nil, errors.New("--id must be a positive integer")
@@ -125,6 +133,24 @@ func parseFlags(args []string) (*options, error) {
 		if err := checkHostPort(addr); err != nil {
 			return nil, fmt.Errorf("%s %q: %v", name, addr, err)
 		}
+	}
+	// What the member advertises is never a listen-everywhere address: the
+	// others would dial it as themselves.
+	o.advPeer = *advPeer
+	if o.advPeer != "" {
+		if err := confchange.CheckPeerAddr(o.advPeer); err != nil {
+			return nil, fmt.Errorf("--advertise-peer %q: %v", o.advPeer, addrProblem(err))
+		}
+	}
+	o.advClient = *advClient
+	if o.advClient == "" {
+		o.advClient = o.listenClient
+		if err := confchange.CheckPeerAddr(o.advClient); err != nil {
+			return nil, fmt.Errorf("--listen-client %s is not an address clients can be told (%v): set --advertise-client to the address they reach this member at",
+				o.listenClient, addrProblem(err))
+		}
+	} else if err := confchange.CheckPeerAddr(o.advClient); err != nil {
+		return nil, fmt.Errorf("--advertise-client %q: %v", o.advClient, addrProblem(err))
 	}
 	if *initialCluster != "" {
 		if o.join {
@@ -147,7 +173,15 @@ func parseFlags(args []string) (*options, error) {
 		}
 		o.initialCluster, o.clusterSet = ms, true
 	} else if !o.join {
-		o.initialCluster = []raft.Member{{ID: o.id, PeerAddr: o.listenPeer}} // a one-member cluster
+		// A one-member cluster, recorded with what it advertises.
+		addr := o.advPeer
+		if addr == "" {
+			addr = o.listenPeer
+			if err := confchange.CheckPeerAddr(addr); err != nil {
+				return nil, fmt.Errorf("--listen-peer %s is not an address the other members can dial (%v): set --advertise-peer (or --initial-cluster)", addr, addrProblem(err))
+			}
+		}
+		o.initialCluster = []raft.Member{{ID: o.id, PeerAddr: addr}}
 	}
 	if *peers != "" {
 		for p := range strings.SplitSeq(*peers, ",") {
@@ -182,6 +216,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("--max-body %d: must be positive", o.maxBody)
 	case o.snapshotRate < 0:
 		return nil, fmt.Errorf("--snapshot-bytes-per-sec %d: must not be negative", o.snapshotRate)
+	case o.joinTimeout < 0:
+		return nil, fmt.Errorf("--join-timeout %s: must not be negative (0s: wait for ever)", o.joinTimeout)
 	case o.tick < 0:
 		return nil, fmt.Errorf("--tick %s: must not be negative", o.tick)
 	}
@@ -205,6 +241,15 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("--log-format %q: want text or json", *logFormat)
 	}
 	return o, nil
+}
+
+// addrProblem is an address refusal's detail, without the sentinel's words.
+func addrProblem(err error) string {
+	var r *confchange.Refusal
+	if errors.As(err, &r) {
+		return strings.TrimPrefix(r.Detail, "peer address ")
+	}
+	return err.Error()
 }
 
 func checkHostPort(addr string) error {

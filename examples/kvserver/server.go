@@ -62,8 +62,8 @@ func run(ctx context.Context, o *options) error {
 	}
 	sm := kv.New()
 	cfg := understudy.Config{
-		ID: o.id, DataDir: o.dataDir, Listener: pln, AdvertisePeer: o.listenPeer,
-		Metadata:        map[string]string{"client_addr": o.listenClient},
+		ID: o.id, DataDir: o.dataDir, Listener: pln, AdvertisePeer: o.advPeer,
+		Metadata:        map[string]string{"client_addr": o.advClient},
 		ClusterToken:    o.clusterToken,
 		ForceNewCluster: o.forceNew,
 		TLS:             o.peerTLS,
@@ -78,6 +78,10 @@ func run(ctx context.Context, o *options) error {
 	}
 	if o.join {
 		cfg.Join = o.peers
+		cfg.JoinTimeout = o.joinTimeout
+		if o.joinTimeout == 0 {
+			cfg.NotListedGrace = -1 // wait for ever, also to be added
+		}
 	} else {
 		cfg.InitialMembers = o.initialCluster
 	}
@@ -122,7 +126,8 @@ func run(ctx context.Context, o *options) error {
 		}
 	}()
 	log.Info("kvserver serving", slog.Uint64("id", o.id), slog.String("client", o.listenClient),
-		slog.String("peer", o.listenPeer), slog.String("data_dir", o.dataDir))
+		slog.String("peer", o.listenPeer), slog.String("advertise_client", o.advClient),
+		slog.String("advertise_peer", h.PeerAddr()), slog.String("data_dir", o.dataDir))
 
 	var runErr error
 	select {
@@ -153,9 +158,11 @@ func startError(err error, o *options) error {
 	case errors.Is(err, understudy.ErrIdentityMismatch):
 		return fmt.Errorf("data dir %s belongs to another member or cluster: %v", o.dataDir, err)
 	case errors.Is(err, raft.ErrNotMember):
-		return fmt.Errorf("cannot join: %v (add it first: POST /members on any member)", err)
+		return fmt.Errorf("cannot join: %v: add it first (POST /members or kvctl member add, on any member), then start it again", err)
 	case errors.Is(err, raft.ErrClusterMismatch):
 		return fmt.Errorf("cannot join: %v", err)
+	case o.join && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("cannot join: %v (gave up after --join-timeout %s: check --peers, or wait longer with --join-timeout, 0s for ever)", err, o.joinTimeout)
 	}
 	return err
 }
