@@ -153,6 +153,19 @@
 // (transport.Config.LearnerBatchDelay; the node tells the transport who is
 // a learner, Transport.SetLearner).
 //
+// # Versions
+//
+// Members exchange log entries, snapshots and member-to-member requests
+// whose formats grow: an entry kind a member does not know stops it with a
+// FatalError. So the transport's protocol version (internal/wire.Version)
+// versions all of them, and members of different versions refuse each
+// other at the handshake (transport.ErrVersion, with both versions in the
+// reason; Membership shows Refused "version"): a rolling upgrade goes one
+// member at a time, and the cluster serves while a quorum of voters runs
+// one version (docs/operations.md, "Upgrades"). A change that adds an
+// entry kind, a snapshot header version or a request op bumps that one
+// constant.
+//
 // # Failure
 //
 // A failure to persist, a storage read that fails inside raft, a committed

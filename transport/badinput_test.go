@@ -67,7 +67,7 @@ func (p *rawPeer) waitClosed() {
 }
 
 func goodHello(kind wire.Kind) wire.Hello {
-	return wire.Hello{MinVersion: 1, MaxVersion: 1, Kind: kind, Group: 1, Cluster: testCluster, From: 1, To: 2}
+	return wire.Hello{MinVersion: wire.MinVersion, MaxVersion: wire.MaxVersion, Kind: kind, Group: 1, Cluster: testCluster, From: 1, To: 2}
 }
 
 func TestBadInputIsRefusedAndCounted(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/internal/wire"
 )
 
 // Handler receives what the transport delivers. Its methods are called
@@ -172,6 +174,18 @@ type Config struct {
 	// to a peer; the wait doubles from MinBackoff up to MaxBackoff, with
 	// jitter. Defaults 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
+
+	// protocol overrides the protocol versions spoken (zero: wire.MinVersion
+	// to wire.MaxVersion), for tests that play a member of another version.
+	protocol [2]uint16
+}
+
+// versions returns the lowest and highest protocol versions spoken.
+func (c *Config) versions() (lo, hi uint16) {
+	if c.protocol != [2]uint16{} {
+		return c.protocol[0], c.protocol[1]
+	}
+	return wire.MinVersion, wire.MaxVersion
 }
 
 // Defaults of the tuning fields.

@@ -67,9 +67,10 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 		}
 		nc = tc
 	}
+	lo, hi := t.cfg.versions()
 	hello := wire.AppendFrame(nil, wire.TypeHello, t.cfg.GroupID, wire.AppendHello(nil, wire.Hello{
-		MinVersion: wire.MinVersion,
-		MaxVersion: wire.MaxVersion,
+		MinVersion: lo,
+		MaxVersion: hi,
 		Kind:       kind,
 		Group:      t.cfg.GroupID,
 		Cluster:    t.cluster.Load(),
@@ -95,7 +96,7 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 	if reply.Code != wire.CodeAccepted {
 		return nil, refusedError(to, addr, reply)
 	}
-	if reply.Version < wire.MinVersion || reply.Version > wire.MaxVersion {
+	if reply.Version < lo || reply.Version > hi {
 		return nil, fmt.Errorf("%w: %s chose protocol version %d", ErrProtocol, addr, reply.Version)
 	}
 	if to != 0 && reply.Member != to {

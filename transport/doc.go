@@ -65,7 +65,12 @@
 // a sender it does not know (a hello's sender ID is not authenticated, so
 // nothing is remembered per claimed ID):
 //
-//   - a version range with no version in common (ErrVersion);
+//   - a version range with no version in common (ErrVersion): a member
+//     speaks only its own protocol version, which versions what members
+//     exchange (frames, raft entry kinds, snapshot headers, requests), so
+//     members of different versions refuse each other, both ways, with a
+//     reason naming both; the hello carries a range so that a later build
+//     can also speak an earlier version;
 //   - another group (ErrGroupMismatch) or cluster (ErrClusterMismatch);
 //   - a receiver ID that is not its own (ErrWrongReceiver);
 //   - a sender it has removed (ErrRemoved) or does not know (ErrUnknownSender);

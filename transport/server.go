@@ -213,9 +213,10 @@ func (t *Transport) reply(nc net.Conn, r wire.HelloReply) error {
 // CallAddr); the sender not removed; the sender a known peer; for a
 // snapshot, a free receive slot.
 func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code, why string) {
-	version = min(h.MaxVersion, wire.MaxVersion)
-	if version < max(h.MinVersion, wire.MinVersion) || h.MinVersion > h.MaxVersion {
-		return 0, nil, wire.CodeVersion, fmt.Sprintf("peer speaks versions %d..%d, this member %d..%d", h.MinVersion, h.MaxVersion, wire.MinVersion, wire.MaxVersion)
+	lo, hi := t.cfg.versions()
+	version = min(h.MaxVersion, hi)
+	if version < max(h.MinVersion, lo) || h.MinVersion > h.MaxVersion {
+		return 0, nil, wire.CodeVersion, fmt.Sprintf("peer speaks protocol versions %d..%d, this member %d..%d (members of different versions refuse each other: upgrade one member at a time)", h.MinVersion, h.MaxVersion, lo, hi)
 	}
 	if h.Kind != wire.KindStream && h.Kind != wire.KindSnapshot && h.Kind != wire.KindRequest {
 		return 0, nil, wire.CodeBadHello, fmt.Sprintf("unknown connection kind %d", h.Kind)

@@ -8,11 +8,29 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Protocol versions this package speaks. A dialer offers a range and the
-// listener picks the highest version both support.
+// Version is this build's protocol version. It versions the wire format
+// AND what members hand each other through it — the kinds of raft log
+// entries and their payloads, the snapshot header, the member-to-member
+// requests — so that a member never receives something it cannot apply (an
+// unknown entry kind stops a member with a fatal error). Bump it, and only
+// it, with every such change: a new entry kind or payload, a new snapshot
+// header version, a new request op an older leader would not serve, a
+// frame or payload change.
+//
+// Version 1 was the first release's; 2 adds the entry kinds, snapshot
+// header versions and request ops that came after it.
+const Version uint16 = 2
+
+// The range of versions this build speaks: only its own, so members of
+// different versions refuse each other at the hello (CodeVersion, with a
+// reason naming both ranges), and a rolling upgrade goes one member at a
+// time. The hello carries a range so that a later build can also speak an
+// earlier version (lower MinVersion) — e.g. to talk to a member of the
+// previous version during an upgrade — and the listener picks the highest
+// version both speak.
 const (
-	MinVersion uint16 = 1
-	MaxVersion uint16 = 1
+	MinVersion = Version
+	MaxVersion = Version
 )
 
 // Magic opens every Hello payload, so that a stray client (an HTTP request,

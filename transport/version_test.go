@@ -1,0 +1,72 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/internal/wire"
+)
+
+// TestMixedVersionsRefuseEachOther: a member of another protocol version
+// (here one that plays the first release, version 1, whose members stop
+// on the entry kinds added since) and a member of this one
+// refuse each other's connections at the hello, both ways: each side
+// counts the refusal (Stats.Refused, PeerStats.LastRefusal, Refusal), the
+// dialer's handler gets ErrVersion, and the reason names both versions. No
+// raft message crosses, and a request through Call fails as not sent.
+func TestMixedVersionsRefuseEachOther(t *testing.T) {
+	const prev uint16 = 1 // the first release
+	ha, hb := &fakeHandler{}, &fakeHandler{}
+	a := newTestTransport(t, 1, ha)
+	b := newTestTransport(t, 2, hb, func(c *Config) { c.protocol = [2]uint16{prev, prev} })
+	addPeers(a, b)
+	a.Send(appMsgs(1, 2))
+	b.Send(appMsgs(2, 1))
+	waitFor(t, "both sides refused and were refused", func() bool {
+		return a.Stats().Refused[ReasonVersion] > 0 && b.Stats().Refused[ReasonVersion] > 0 &&
+			ha.refusedWith(ErrVersion) && hb.refusedWith(ErrVersion)
+	})
+	for _, tr := range []*Transport{a, b} {
+		other := 3 - tr.cfg.ID
+		if got := tr.Refusal(other); got != ReasonVersion {
+			t.Errorf("member %d: Refusal(%d) = %q, want %q", tr.cfg.ID, other, got, ReasonVersion)
+		}
+		if ps := tr.Stats().Peers[0]; ps.LastRefusal != ReasonVersion || ps.Refusals == 0 || ps.Connected {
+			t.Errorf("member %d: peer stats %+v", tr.cfg.ID, ps)
+		}
+	}
+	// The reasons name both versions, on both sides.
+	this, old := fmt.Sprintf("%d..%d", wire.MinVersion, wire.MaxVersion), fmt.Sprintf("%d..%d", prev, prev)
+	for _, h := range []*fakeHandler{ha, hb} {
+		h.mu.Lock()
+		var re *RefusedError
+		if !errors.As(h.refused[0].err, &re) || !strings.Contains(re.Detail, this) || !strings.Contains(re.Detail, old) {
+			t.Errorf("refusal %v: the reason does not name versions %s and %s", h.refused[0].err, this, old)
+		}
+		h.mu.Unlock()
+	}
+	if _, err := a.Call(context.Background(), 2, []byte("x")); !errors.Is(err, ErrVersion) || !errors.Is(err, ErrNotSent) {
+		t.Errorf("Call to a member of another version: %v, want ErrVersion and ErrNotSent", err)
+	}
+	if n := ha.count() + hb.count(); n != 0 {
+		t.Errorf("%d raft messages crossed between versions", n)
+	}
+
+	// A raw hello of the previous version gets the reason in its reply.
+	p := dialRaw(t, a.Addr().String())
+	h := goodHello(wire.KindStream)
+	h.MinVersion, h.MaxVersion, h.From, h.To = prev, prev, 2, 1
+	r := p.hello(h)
+	if r.Code != wire.CodeVersion || r.Version != 0 || !strings.Contains(r.Reason, this) || !strings.Contains(r.Reason, old) {
+		t.Errorf("hello of version %d: %+v", prev, r)
+	}
+}
+
+func appMsgs(from, to uint64) []*raftpb.Message {
+	return []*raftpb.Message{heartbeat(from, to)}
+}
