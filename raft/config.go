@@ -109,8 +109,9 @@ type Config struct {
 	// of the member they were made through, so members configured
 	// differently still keep the same sessions. Memory: at most 16 results
 	// of at most MaxSessionResultSize bytes per session, for requests the
-	// client has not acknowledged (RequestID.Acked). Default 4096, at most
-	// 2^20.
+	// client has not acknowledged (RequestID.Acked): 64 MiB at worst with
+	// the defaults, and at most 256 MiB (the product is checked). Default
+	// 4096, at most 2^20.
 	MaxClientSessions int
 	// MaxSessionResultSize bounds the bytes of one request's result (value
 	// and error message) a session keeps to answer a retry with; a retry of
@@ -253,6 +254,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSessionResultSize < 0 || c.MaxSessionResultSize > maxSessionResultSizeLimit {
 		bad("MaxSessionResultSize (%d) must be between 1 and %d", c.MaxSessionResultSize, maxSessionResultSizeLimit)
+	}
+	if kept := uint64(c.MaxClientSessions) * sessionResultsKept * uint64(c.MaxSessionResultSize); c.MaxClientSessions > 0 && c.MaxSessionResultSize > 0 && kept > maxSessionMemory {
+		bad("MaxClientSessions (%d) x 16 results x MaxSessionResultSize (%d) must be at most %d MiB", c.MaxClientSessions, c.MaxSessionResultSize, maxSessionMemory>>20)
 	}
 	if c.ApplyQueueSize < 0 {
 		bad("ApplyQueueSize (%d) must be positive", c.ApplyQueueSize)

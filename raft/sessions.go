@@ -47,7 +47,11 @@ const (
 	maxClientSessionsLimit    = 1 << 20
 	maxSessionResultsLimit    = 1 << 10
 	maxSessionResultSizeLimit = 1 << 20
-	registerPayloadSize       = entryHeaderSize + 12
+	// maxSessionMemory bounds what one configuration's sessions may keep
+	// (MaxClientSessions x sessionResultsKept x MaxSessionResultSize), so
+	// that they fit in a snapshot header.
+	maxSessionMemory    = 256 << 20
+	registerPayloadSize = entryHeaderSize + 12
 )
 
 // RegisterClient opens a client session and returns its ID, for

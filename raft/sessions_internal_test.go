@@ -237,3 +237,40 @@ func FuzzDecodeRegister(f *testing.F) {
 		}
 	})
 }
+
+func TestConfigBoundsSessionMemory(t *testing.T) {
+	if err := (Config{ID: 1}).WithDefaults().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	c := Config{ID: 1, MaxClientSessions: 1 << 20, MaxSessionResultSize: 1 << 20}.WithDefaults()
+	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "must be at most 256 MiB") {
+		t.Fatalf("sessions that could keep 16 TiB: %v", err)
+	}
+}
+
+// The apply path of a session command with a small result, for a client
+// that acknowledges: no allocation once the session is warm.
+func TestSessionCommandDoesNotAllocate(t *testing.T) {
+	var tab sessionTable
+	tab.register(1, sessionLimits{sessions: 8, results: sessionResultsKept, resultSize: 1024})
+	s := tab.get(1)
+	res := Result{Value: []byte("a result of some bytes")}
+	seq, idx := uint64(0), uint64(1)
+	step := func() {
+		seq++
+		idx++
+		tab.touch(s, idx)
+		if _, st := s.lookup(seq); st != seqNew {
+			t.Fatalf("seq %d: %v", seq, st)
+		}
+		s.add(seq)
+		s.ack(seq - 1)
+		s.fill(seq, &res)
+	}
+	for range 2 * sessionResultsKept {
+		step()
+	}
+	if n := testing.AllocsPerRun(1000, step); n != 0 {
+		t.Fatalf("%.1f allocations per session command", n)
+	}
+}

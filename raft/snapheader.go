@@ -31,11 +31,13 @@ import (
 // machine, so that a member restored from a snapshot is identical to one that
 // applied the log.
 const (
-	snapMagic         = "USN5"
-	snapMagicV4       = "USN4"
-	snapMagicV3       = "USN3"
-	snapMagicV2       = "USN2"
-	maxSnapHeaderSize = 64 << 20
+	snapMagic   = "USN5"
+	snapMagicV4 = "USN4"
+	snapMagicV3 = "USN3"
+	snapMagicV2 = "USN2"
+	// maxSnapHeaderSize bounds the header: the client sessions are most of
+	// it, at most maxSessionMemory per configuration of the members.
+	maxSnapHeaderSize = 1 << 30
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -89,6 +91,9 @@ func (h *snapHeader) writeTo(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(body) > maxSnapHeaderSize {
+		return fmt.Errorf("raft: snapshot header of %d bytes exceeds %d", len(body), maxSnapHeaderSize)
+	}
 	buf := make([]byte, 0, len(snapMagic)+8+len(body))
 	buf = append(buf, snapMagic...)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(body)))
@@ -121,9 +126,13 @@ func readSnapHeader(r io.Reader) (*snapHeader, error) {
 	if n > maxSnapHeaderSize {
 		return nil, fmt.Errorf("%w: header of %d bytes exceeds %d", ErrCorruptSnapshot, n, maxSnapHeaderSize)
 	}
-	body := make([]byte, n+4)
-	if _, err := io.ReadFull(r, body); err != nil {
+	// Read as it comes: a corrupt length allocates no more than the data.
+	body, err := io.ReadAll(io.LimitReader(r, int64(n)+4))
+	if err != nil {
 		return nil, fmt.Errorf("%w: reading header: %v", ErrCorruptSnapshot, err)
+	}
+	if len(body) != int(n)+4 {
+		return nil, fmt.Errorf("%w: reading header: %d of %d bytes", ErrCorruptSnapshot, len(body), n+4)
 	}
 	body, sum := body[:n], binary.BigEndian.Uint32(body[n:])
 	if got := crc32.Checksum(body, castagnoli); got != sum {
