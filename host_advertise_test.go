@@ -177,3 +177,51 @@ func TestHostNeverAdvertisesAnUnspecifiedAddress(t *testing.T) {
 	require.ErrorIs(t, l.AddLearner(ctx, raft.Member{ID: 2, PeerAddr: "0.0.0.0:7002"}), confchange.ErrInvalidMember)
 	require.ErrorIs(t, l.UpdateMember(ctx, raft.Member{ID: 1, PeerAddr: "[::]:7001"}), confchange.ErrInvalidMember)
 }
+
+// TestHostMovedMemberUpdatesItsRecord: a member restarted on another peer
+// address (AdvertisePeer) updates its own record through the members it
+// can reach — no leader reaches it at its old address, so before it never
+// learned a leader, never published, and never rejoined — and then catches
+// up at the new address.
+func TestHostMovedMemberUpdatesItsRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tc := newTestCluster(t, 3)
+	l := tc.leader(ctx)
+	var id uint64
+	for i, h := range tc.hosts {
+		if h != l {
+			id = i
+		}
+	}
+	require.NoError(t, tc.hosts[id].Close(ctx))
+	delete(tc.hosts, id)
+	_, err := l.Propose(ctx, kv.Put("while-away", "1"))
+	require.NoError(t, err)
+
+	ln := listen(t) // a new port
+	cfg := tc.cfg(id, ln)
+	cfg.AdvertisePeer = ln.Addr().String()
+	h, err := understudy.Start(ctx, cfg, kv.New())
+	require.NoError(t, err)
+	tc.hosts[id] = h
+	tc.addrs[id] = ln.Addr().String()
+	require.Eventually(t, func() bool {
+		m, err := tc.leader(ctx).Membership(ctx)
+		if err != nil {
+			return false
+		}
+		for _, ms := range m.Members {
+			if ms.ID == id {
+				return ms.PeerAddr == ln.Addr().String()
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "the moved member's record")
+	require.Eventually(t, func() bool {
+		v, err := h.Read(ctx, []byte("while-away"))
+		return err == nil && string(v) == "1"
+	}, 30*time.Second, 20*time.Millisecond, "the moved member catches up")
+	_, err = h.Propose(ctx, kv.Put("from-moved", "1"))
+	require.NoError(t, err)
+}

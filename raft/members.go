@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -212,11 +213,32 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 		}
 		return ChangeResult{}, n.TransferLeadership(ctx, req.IDs[0])
 	}
+	var leaderless time.Time // since when no leader is known
 	for {
 		res, err := n.changeLocally(ctx, req, dryRun)
 		var nl errNotLeader
 		if !errors.As(err, &nl) {
 			return res, err
+		}
+		if nl.leader == 0 {
+			if leaderless.IsZero() {
+				leaderless = time.Now()
+			} else if time.Since(leaderless) >= 2*n.electionTimeout() {
+				// No leader has reached this member for two election
+				// timeouts: perhaps none can — it moved, and the cluster
+				// still dials the address it had; the update it asks for is
+				// what fixes that. Ask the leader through the members it
+				// knows, whose answers name their leader.
+				if res, err, ok := n.changeThroughPeers(ctx, req, dryRun); ok {
+					if err != nil || dryRun {
+						return res, err
+					}
+					return res, n.waitApplied(ctx, res.Index)
+				}
+				leaderless = time.Now()
+			}
+		} else {
+			leaderless = time.Time{}
 		}
 		if nl.leader != 0 && nl.leader != n.cfg.ID {
 			res, err = n.forwardChange(ctx, nl.leader, req, dryRun)
@@ -242,6 +264,34 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 			return res, werr
 		}
 	}
+}
+
+// changeThroughPeers sends req to the leader through each member this one
+// knows in turn, until one reaches it (ok), for a member that no leader
+// reaches. A member that cannot be reached, or knows no leader either, is
+// skipped; a change is sent on only when the previous attempt never left
+// this member, so it is never applied twice.
+func (n *Node) changeThroughPeers(ctx context.Context, req confchange.Request, dryRun bool) (res ChangeResult, err error, ok bool) {
+	t := n.members.Load()
+	for _, m := range t.sorted() {
+		if m.ID == n.cfg.ID || !confchange.ConfigFromConfState(t.confState).Contains(m.ID) {
+			continue
+		}
+		res, err = n.forwardChange(ctx, m.ID, req, dryRun)
+		var nl errNotLeader
+		switch {
+		case errors.As(err, &nl):
+			continue // it knows no leader either
+		case err != nil && retryForward(err, dryRun):
+			continue // never reached it
+		case ctx.Err() != nil:
+			return res, err, true
+		}
+		n.log.Info("asked the leader through another member: no leader reaches this one",
+			slog.Uint64("through", m.ID), slog.String("request", req.String()))
+		return res, err, true
+	}
+	return ChangeResult{}, nil, false
 }
 
 // lastAttempt is the error of a call whose context ended while it retried:
