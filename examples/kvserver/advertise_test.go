@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,32 @@ func TestJoinFailsLoudly(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// TestForgottenJoinIsLoud: a member started without --join by mistake
+// says at start that it bootstrapped a brand-new cluster and how to join
+// one instead; started again with --join, its data dir of that other
+// cluster is refused with what to do (before: an identity mismatch that
+// did not say).
+func TestForgottenJoinIsLoud(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 1)
+	p2 := newProc(t, root, 2)
+	p2.start("--log-level", "info") // forgot --join --peers
+	p2.waitHealthy(t)
+	if out := p2.out.String(); !strings.Contains(out, "bootstrapped a brand-new one-member cluster") || !strings.Contains(out, "--join") {
+		t.Fatalf("no start line saying a new cluster was bootstrapped; output:\n%s", out)
+	}
+	p2.kill()
+	body := fmt.Sprintf(`{"id": 2, "peer_addr": %q}`, p2.peer)
+	if code, out := ps[0].req("POST", "/members", body); code != 201 {
+		t.Fatalf("POST /members: %d %s", code, out)
+	}
+	p2.start("--join", "--peers", ps[0].peer)
+	if code := p2.wait(30 * time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1; output:\n%s", code, p2.out)
+	}
+	if last := lastLine(p2.out.String()); !strings.Contains(last, "delete "+p2.dir) || !strings.Contains(last, "another cluster") {
+		t.Fatalf("last line %q, want what to do", last)
+	}
 }

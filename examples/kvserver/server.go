@@ -106,6 +106,16 @@ func run(ctx context.Context, o *options) error {
 		_ = pln.Close()
 		return startError(err, o)
 	}
+	if !has && !o.join {
+		// Loud on purpose: a member started without --join by mistake has
+		// just made a cluster of its own, which a later --join refuses.
+		what := "a brand-new one-member cluster"
+		if o.clusterSet {
+			what = fmt.Sprintf("a brand-new cluster of %d members", len(o.initialCluster))
+		}
+		log.Info("bootstrapped "+what+"; to join an existing cluster instead, stop, delete the data dir and start with --join --peers",
+			slog.String("cluster", fmt.Sprintf("%x", h.ClusterID())), slog.String("data_dir", o.dataDir))
+	}
 	s := &server{o: o, h: h, sm: sm, log: log}
 	s.m = newMetrics(s)
 
@@ -155,6 +165,8 @@ func startError(err error, o *options) error {
 	switch {
 	case errors.Is(err, understudy.ErrRemoved):
 		return fmt.Errorf("member %d was removed from the cluster; its data dir %s cannot be used again (add a new member with a new ID)", o.id, o.dataDir)
+	case errors.Is(err, understudy.ErrIdentityMismatch) && o.join && errors.Is(err, raft.ErrClusterMismatch):
+		return fmt.Errorf("data dir %s holds a member of another cluster than the one at --peers (%v) — one it bootstrapped on its own when started without --join? To join the cluster at --peers, stop, delete %s (it holds only that other cluster's data) and start again with --join", o.dataDir, err, o.dataDir)
 	case errors.Is(err, understudy.ErrIdentityMismatch):
 		return fmt.Errorf("data dir %s belongs to another member or cluster: %v", o.dataDir, err)
 	case errors.Is(err, raft.ErrNotMember):
