@@ -252,6 +252,19 @@ func TestStartRefusals(t *testing.T) {
 		})
 	}
 
+	// A port out of range is a flag error: exit 2, before anything starts.
+	for _, args := range [][]string{
+		{"--listen-client", "127.0.0.1:99999", "--listen-peer", freePort(t)},
+		{"--listen-client", freePort(t), "--listen-peer", "127.0.0.1:99999", "--initial-cluster", "1=127.0.0.1:7001"},
+		{"--listen-client", freePort(t), "--listen-peer", "127.0.0.1:0", "--initial-cluster", "1=127.0.0.1:7001"},
+		{"--listen-client", freePort(t), "--listen-peer", freePort(t), "--join", "--peers", "127.0.0.1:70000"},
+	} {
+		code, out := runExit(t, append([]string{"--data-dir", filepath.Join(root, "ports")}, args...)...)
+		if code != 2 || !strings.Contains(out, "65535") {
+			t.Errorf("%v: exit %d %q, want 2 (a flag error)", args, code, out)
+		}
+	}
+
 	// A data dir of member 1 started as member 2: refused.
 	p := newProc(t, root, 1)
 	p.start()

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -259,6 +260,10 @@ func checkHostPort(addr string) error {
 	}
 	if port == "" || strings.ContainsAny(host, "/ ") {
 		return errors.New("not host:port")
+	}
+	// A port out of range is a flag error (exit 2), not a listen failure.
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q: want a number from 1 to 65535", port)
 	}
 	return nil
 }

@@ -186,10 +186,7 @@ func checkMemberAddr(addr string) error {
 	if err := checkHostPort(addr); err != nil {
 		return err
 	}
-	host, port, _ := net.SplitHostPort(addr)
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return errors.New("the port must be a number from 1 to 65535")
-	}
+	host, _, _ := net.SplitHostPort(addr)
 	if host == "" {
 		return errors.New("no host: an address to listen on, not one others can dial")
 	}
