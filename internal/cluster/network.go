@@ -313,7 +313,9 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	if all := nw.dropRate[link{}]; all > p {
 		p = all
 	}
-	drop := nw.closed || dst == nil || nw.blocked[l] || nw.paused[from] || nw.paused[to] || (p > 0 && nw.rng.Float64() < p) ||
+	// As the TCP transport does, a message whose sender is not the member
+	// sending it is refused (the transport also drops the stream).
+	drop := nw.closed || dst == nil || m.GetFrom() != from || nw.blocked[l] || nw.paused[from] || nw.paused[to] || (p > 0 && nw.rng.Float64() < p) ||
 		(nw.filter != nil && nw.filter(from, m))
 	copies := 1
 	if !drop && nw.dupRate > 0 && nw.rng.Float64() < nw.dupRate {
