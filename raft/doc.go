@@ -73,7 +73,10 @@
 // UpdateMember and ChangeMembership (any confchange.Request: replace, swap,
 // …) work from any member: followers and learners forward the request to the
 // leader over the member-to-member channel (Transport.Call), and the call
-// returns once the change is applied on the member that was asked. An unsafe
+// returns once the change is applied on the member that was asked. So does
+// TransferLeadership, which returns once the member asked sees the new
+// leader (raft's own forwarding of a transfer names the transferee as its
+// sender, which the transport refuses as spoofed). An unsafe
 // request is refused before anything is proposed with a *confchange.Refusal
 // (errors.Is with confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …);
 // CheckMembership is the dry run. Raft replaces a conf change it cannot take
