@@ -99,6 +99,7 @@ var (
 	descTerm      = prometheus.NewDesc("understudy_server_term", "The current term.", nil, nil)
 	descLag       = prometheus.NewDesc("understudy_member_lag_entries", "Entries a member is behind the leader's last index, as the leader sees it (every member that knows a leader exports the leader's view; the leader's own row is 0).", []string{"member"}, nil)
 	descReady     = prometheus.NewDesc("understudy_member_ready", "1 if a member is ready (caught up and stable), as the leader sees it (every member that knows a leader exports the leader's view; the leader's own row is 1).", []string{"member", "role"}, nil)
+	descStabil    = prometheus.NewDesc("understudy_member_stabilizing", "1 while a member is caught up and in contact but not yet for --stabilization (understudy_member_ready is then 0: not known to be ready yet, not lagging): after a leader change every member's clock starts again under the new leader, voters' included. As the leader sees it, like understudy_member_ready.", []string{"member", "role"}, nil)
 	descCommits   = prometheus.NewDesc("understudy_disk_backend_commit_duration_seconds", "Duration of storage commits (fsyncs included).", nil, nil)
 	descFsync     = prometheus.NewDesc("understudy_disk_wal_fsync_duration_seconds", "Duration of the disk part of each storage commit (the log lives in the bbolt file): bbolt writing the commit's pages and fdatasyncing, then its meta page and fdatasyncing again (bbolt's transaction write time; in-memory work excluded).", nil, nil)
 	descSnapDur   = prometheus.NewDesc("understudy_disk_snapshot_save_duration_seconds", "Duration of writing a local snapshot file.", nil, nil)
@@ -165,7 +166,7 @@ func (c *nodeCollector) membership() (raft.Membership, bool) {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descIsLearner, descCommitted, descApplied, descTerm,
-		descLag, descReady, descCommits, descFsync, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent} {
+		descLag, descReady, descStabil, descCommits, descFsync, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent} {
 		ch <- d
 	}
 }
@@ -196,12 +197,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			if m.Role == confchange.RoleVoter {
 				role = "voter"
 			}
-			lag, ready := float64(m.Lag), b2f(m.Readiness.Ready())
+			lag, ready, stabilizing := float64(m.Lag), b2f(m.Readiness.Ready()), b2f(m.Readiness.Code == confchange.ReasonStabilizing)
 			if m.ID == ms.Leader {
-				lag, ready = 0, 1 // the leader is its own reference
+				lag, ready, stabilizing = 0, 1, 0 // the leader is its own reference
 			}
 			ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, lag, id)
 			ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready, id, role)
+			ch <- prometheus.MustNewConstMetric(descStabil, prometheus.GaugeValue, stabilizing, id, role)
 		}
 	}
 	sm := h.Storage().Metrics()
