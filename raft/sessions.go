@@ -189,7 +189,7 @@ func (n *Node) sessionCommand(idx uint64, id requestID, rid RequestID) (answered
 		s.ack(rid.Acked)
 		var res Result
 		if mine {
-			res.Err = fmt.Errorf("%w: client %d's session no longer knows request %d (it keeps the latest %d above the acknowledged %d): not applied now, it may have been before",
+			res.Err = fmt.Errorf("%w: client %d's session no longer knows request %d (it keeps the latest %d requests, none at or below %d): not applied now, it may have been before",
 				ErrSessionExpired, rid.Client, rid.Seq, s.maxResults, s.floor)
 		}
 		return true, n.answerNow(id, res)

@@ -293,12 +293,21 @@ func TestSessionRetriesAppliedOnceAfterManyCommands(t *testing.T) {
 // The documented answers beyond the bounds: a client whose session expired
 // (more recently used sessions were registered), a request below the part
 // of its session that was forgotten, a retry whose result was too large to
-// keep. None is applied.
+// keep. None is applied. A member cut off meanwhile catches up from a
+// snapshot and holds the same sessions as the others, expired ones
+// included; so do all after a restart.
 func TestSessionBounds(t *testing.T) {
-	c := cluster.New(t, cluster.Options{MaxClientSessions: 4})
+	c := cluster.New(t, cluster.Options{MaxClientSessions: 4, SnapshotCount: 20, SnapshotCatchUpEntries: 5})
 	ctx := ctxT(t, time.Minute)
 	lead := c.WaitLeader()
 	f := follower(t, c, lead)
+	var cut *cluster.Member
+	for _, m := range c.Running() {
+		if m.ID != lead.ID && m.ID != f.ID {
+			cut = m
+		}
+	}
+	c.Net.Isolate(cut.ID)
 	on := func(n *raft.Node) func() *raft.Node { return func() *raft.Node { return n } }
 	var clients []uint64
 	for range 4 {
@@ -311,7 +320,7 @@ func TestSessionBounds(t *testing.T) {
 	// A fifth registration expires the least recently used session: b's
 	// (registered before c's and d's, unused since), not a's.
 	register(ctx, t, lead.Node)
-	for _, m := range c.Running() {
+	for _, m := range []*cluster.Member{lead, f} {
 		_, err := proposeOnce(ctx, t, on(m.Node), raft.RequestID{Client: b, Seq: 1}, kv.Put("b", "1"))
 		if !errors.Is(err, raft.ErrSessionExpired) {
 			t.Fatalf("member %d: expired session's request: %v, want ErrSessionExpired", m.ID, err)
@@ -350,9 +359,39 @@ func TestSessionBounds(t *testing.T) {
 	if _, err := proposeOnce(ctx, t, on(f.Node), raft.RequestID{Client: a, Seq: 18}, cmd); !errors.Is(err, raft.ErrDuplicateRequest) {
 		t.Fatalf("retry of a request with a large result: %v, want ErrDuplicateRequest", err)
 	}
+	for i := range 40 {
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("fill%d", i), "v"))
+	}
+	c.Net.Heal()
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if c.Net.SnapshotsTo(cut.ID) == 0 {
+		t.Fatalf("member %d caught up without a snapshot", cut.ID)
+	}
+	// The member that installed the snapshot answers alike.
+	if _, err := proposeOnce(ctx, t, on(cut.Node), raft.RequestID{Client: b, Seq: 1}, kv.Put("b", "1")); !errors.Is(err, raft.ErrSessionExpired) {
+		t.Fatalf("member %d: expired session's request: %v, want ErrSessionExpired", cut.ID, err)
+	}
+	if _, err := proposeOnce(ctx, t, on(cut.Node), raft.RequestID{Client: a, Seq: 1}, kv.CAS("a", "", "1")); !errors.Is(err, raft.ErrSessionExpired) {
+		t.Fatalf("member %d: a forgotten request's retry: %v, want ErrSessionExpired", cut.ID, err)
+	}
+	// Request 18 pushed request 2 out; 3 is the oldest kept.
+	if _, err := proposeOnce(ctx, t, on(cut.Node), raft.RequestID{Client: a, Seq: 2}, kv.Put("a2", "again")); !errors.Is(err, raft.ErrSessionExpired) {
+		t.Fatalf("member %d: a forgotten request's retry: %v, want ErrSessionExpired", cut.ID, err)
+	}
+	if _, err := proposeOnce(ctx, t, on(cut.Node), raft.RequestID{Client: a, Seq: 3}, kv.Put("a2", "again")); err != nil {
+		t.Fatalf("member %d: the oldest kept request's retry: %v, want its first answer (nil)", cut.ID, err)
+	}
+	sameSessions(ctx, t, c)
+	for _, m := range c.Running() {
+		c.Crash(m.ID)
+	}
+	for _, id := range c.Members() {
+		c.Restart(id)
+	}
+	c.WaitLeader()
+	sameSessions(ctx, t, c)
 	for _, m := range c.Running() {
 		for key, want := range map[string]string{"a": "1", "a2": "17", "b": "", "big": ""} {
 			if v, _ := m.SM.Get(key); v != want {
