@@ -21,24 +21,55 @@ import (
 // maxKey is the longest key, in bytes.
 const maxKey = 4096
 
-// routes is the HTTP API (DESIGN.md, "Example KV server").
+// route is one route of the mux: its pattern, the query parameters it
+// knows (any other answers 400), whether it takes a body, and its handler.
+type route struct {
+	pattern string
+	known   []string
+	body    bool
+	h       func(http.ResponseWriter, *http.Request, url.Values)
+}
+
+// The query parameters each route knows.
+var (
+	noParams   []string
+	dryRunOnly = []string{"dry_run"}
+)
+
+// kvRoutes are the /kv/ routes, served before the mux (kv): keys may hold
+// "//" and "..", which the mux would clean. Each method knows its own
+// parameter.
+var kvRoutes = []route{
+	{pattern: "GET /kv/{key}", known: []string{"consistency"}},
+	{pattern: "HEAD /kv/{key}", known: []string{"consistency"}},
+	{pattern: "PUT /kv/{key}", known: []string{"prev_value"}, body: true},
+	{pattern: "DELETE /kv/{key}"},
+}
+
+// routeTable is the HTTP API (docs/kvserver.md) but /kv/.
+func (s *server) routeTable() []route {
+	return []route{
+		{"GET /members", noParams, false, s.listMembers},
+		{"POST /members", []string{"role", "dry_run"}, true, s.addMember},
+		{"PUT /members/{id}", dryRunOnly, true, s.updateMember},
+		{"POST /members/{id}/promote", dryRunOnly, false, s.memberOp("promote")},
+		{"POST /members/{id}/demote", dryRunOnly, false, s.memberOp("demote")},
+		{"DELETE /members/{id}", dryRunOnly, false, s.memberOp("remove")},
+		{"POST /leader/transfer", []string{"to"}, false, s.transferLeader},
+		{"GET /cluster", noParams, false, s.getCluster},
+		{"PATCH /cluster", dryRunOnly, true, s.patchCluster},
+		{"GET /status", noParams, false, s.status},
+		{"GET /healthz", noParams, false, s.healthz},
+		{"GET /metrics", noParams, false, func(w http.ResponseWriter, r *http.Request, _ url.Values) { s.m.handler().ServeHTTP(w, r) }},
+	}
+}
+
+// routes is the HTTP API: /kv/ first, then the mux.
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /members", s.strict(noParams, s.listMembers))
-	mux.HandleFunc("POST /members", s.strict([]string{"role", "dry_run"}, s.addMember))
-	mux.HandleFunc("PUT /members/{id}", s.strict(dryRunOnly, s.updateMember))
-	mux.HandleFunc("POST /members/{id}/promote", s.strict(dryRunOnly, s.memberOp("promote")))
-	mux.HandleFunc("POST /members/{id}/demote", s.strict(dryRunOnly, s.memberOp("demote")))
-	mux.HandleFunc("DELETE /members/{id}", s.strict(dryRunOnly, s.memberOp("remove")))
-	mux.HandleFunc("POST /leader/transfer", s.strict([]string{"to"}, s.transferLeader))
-	mux.HandleFunc("GET /cluster", s.strict(noParams, s.getCluster))
-	mux.HandleFunc("PATCH /cluster", s.strict(dryRunOnly, s.patchCluster))
-	mux.HandleFunc("GET /status", s.strict(noParams, s.status))
-	mux.HandleFunc("GET /healthz", s.strict(noParams, s.healthz))
-	metrics := s.m.handler()
-	mux.HandleFunc("GET /metrics", s.strict(noParams, func(w http.ResponseWriter, r *http.Request, _ url.Values) {
-		metrics.ServeHTTP(w, r)
-	}))
+	for _, rt := range s.routeTable() {
+		mux.HandleFunc(rt.pattern, s.strict(rt))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
@@ -53,33 +84,24 @@ func (s *server) routes() http.Handler {
 	})
 }
 
-// The query parameters each route knows; any other answers 400.
-var (
-	noParams   []string
-	dryRunOnly = []string{"dry_run"}
-)
-
-// bodyRoutes are the routes that take a body (a JSON object, checked by
-// their handlers); every other refuses one.
-var bodyRoutes = map[string]bool{"POST /members": true, "PUT /members/{id}": true, "PATCH /cluster": true}
-
-// strict refuses, before h runs, a query parameter the route does not know
-// (known), one given twice, a dry_run value that is not a boolean, and a
-// body on a route that takes none: 400 invalid_request, nothing changed.
-func (s *server) strict(known []string, h func(http.ResponseWriter, *http.Request, url.Values)) http.HandlerFunc {
+// strict refuses, before rt's handler runs, a query parameter the route
+// does not know, one given twice, a dry_run value that is not a boolean,
+// and a body on a route that takes none: 400 invalid_request, nothing
+// changed.
+func (s *server) strict(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		q, err := query(r, known...)
+		q, err := query(r, rt.known...)
 		if err == nil {
 			_, err = dryRunParam(q)
 		}
-		if err == nil && !bodyRoutes[r.Pattern] {
+		if err == nil && !rt.body {
 			err = noBody(r)
 		}
 		if err != nil {
 			s.writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 			return
 		}
-		h(w, r, q)
+		rt.h(w, r, q)
 	}
 }
 
@@ -196,11 +218,16 @@ func (s *server) kv(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Each method knows its own parameter: a ?prev_value on a DELETE is
-	// refused, never an unconditional delete.
-	known := map[string][]string{http.MethodGet: {"consistency"}, http.MethodHead: {"consistency"}, http.MethodPut: {"prev_value"}}[r.Method]
-	q, err := query(r, known...)
-	if err == nil && r.Method != http.MethodPut {
+	// Each method knows its own parameter (kvRoutes): a ?prev_value on a
+	// DELETE is refused, never an unconditional delete.
+	var rt route
+	for _, k := range kvRoutes {
+		if strings.HasPrefix(k.pattern, r.Method+" ") {
+			rt = k
+		}
+	}
+	q, err := query(r, rt.known...)
+	if err == nil && !rt.body {
 		err = noBody(r)
 	}
 	if err != nil {

@@ -46,7 +46,7 @@ func newMetrics(s *server) *metrics {
 		Help: "Promotions asked of this member's API and refused, by reason (learner_not_ready, …)."}, []string{"reason"})
 	m.httpErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "understudy_http_errors_total",
 		Help: "Error answers of the client API, by code."}, []string{"code"})
-	for _, reason := range []string{"learner_not_ready", "too_many_voters", "member_read_only", "quorum_at_risk", "unknown_member", "change_in_progress"} {
+	for _, reason := range []string{"learner_not_ready", "too_many_voters", "member_read_only", "quorum_at_risk", "unknown_member", "change_in_progress", "policy_would_undo"} {
 		m.promoteErr.WithLabelValues(reason) // present at 0 from the start
 	}
 	m.reg.MustRegister(m.pending, m.failed, m.leaderSeen, m.promotions, m.promoteErr, m.httpErrors,
