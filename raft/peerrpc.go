@@ -86,7 +86,7 @@ var refusalErrors = func() map[string]error {
 		confchange.ErrChangeInProgress, confchange.ErrTooManyLearners, confchange.ErrMemberExists,
 		confchange.ErrUnknownMember, confchange.ErrInvalidMember, confchange.ErrTooManyVoters,
 		confchange.ErrMemberReadOnly, confchange.ErrInvalidRequest, confchange.ErrInvalidSettings,
-		confchange.ErrBadContext,
+		confchange.ErrBadContext, confchange.ErrPolicyWouldUndo,
 	} {
 		m[confchange.Code(err)] = err
 	}

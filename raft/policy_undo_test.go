@@ -22,7 +22,7 @@ import (
 func TestManualChangeThePolicyWouldUndo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	_, lead := withReadyLearner(ctx, t, cluster.Options{Membership: fastMembership})
+	c, lead := withReadyLearner(ctx, t, cluster.Options{Membership: fastMembership})
 	m, err := lead.Node.Membership(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +36,17 @@ func TestManualChangeThePolicyWouldUndo(t *testing.T) {
 	if !errors.Is(err, confchange.ErrPolicyWouldUndo) || confchange.Code(err) != "policy_would_undo" ||
 		!strings.Contains(err.Error(), "raise target-voters to 5") || !strings.Contains(err.Error(), "auto-promote off") {
 		t.Fatalf("promoting 4 past the target: %v, want ErrPolicyWouldUndo saying what to change", err)
+	}
+	// Through a follower (forwarded to the leader): the same refusal.
+	var follower *cluster.Member
+	for _, id := range []uint64{1, 2, 3} {
+		if id != lead.ID {
+			follower = c.Member(id)
+			break
+		}
+	}
+	if err := follower.Node.Promote(ctx, 4); !errors.Is(err, confchange.ErrPolicyWouldUndo) || confchange.Code(err) != "policy_would_undo" {
+		t.Fatalf("promoting 4 through follower %d: %v, want ErrPolicyWouldUndo", follower.ID, err)
 	}
 	res, err := lead.Node.CheckMembership(ctx, confchange.Promote(4))
 	if !errors.Is(err, confchange.ErrPolicyWouldUndo) || res.Description == "" {
