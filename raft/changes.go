@@ -241,9 +241,12 @@ func (n *Node) view() confchange.View {
 		// flaps; readiness needs "heard from within an election timeout".
 		p.RecentActive = n.recentlyActive(heard, v.Now)
 		// What readiness says of a member out of contact: never heard
-		// from, or refusing the leader's connections and why.
+		// from, or never heard from because it refuses the leader's
+		// connections, and why. Once heard from, the time without contact
+		// is what is known (a refusal the transport remembers may predate
+		// the last contact: a member that did not know the leader yet).
 		p.Unheard = heard.IsZero()
-		if !p.RecentActive {
+		if !p.RecentActive && p.Unheard {
 			if r, ok := n.tr.(interface{ Refusal(uint64) string }); ok {
 				p.Refused = r.Refusal(id)
 			}
