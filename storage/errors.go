@@ -39,8 +39,8 @@ var (
 	// carries the details. The store never repairs or skips corrupt data.
 	ErrCorrupt = errors.New("storage: corrupt data")
 
-	// ErrLocked is returned by Open when another Store (in this or another
-	// process) holds the data dir.
+	// ErrLocked is returned by Open and OpenEngine when another Store or
+	// Engine (in this or another process) holds the data dir.
 	ErrLocked = errors.New("storage: data dir is locked by another store")
 
 	// ErrRemoved is returned by Open when the member was removed from its
@@ -50,6 +50,10 @@ var (
 	// ErrVersion is returned by Open when the data dir was written in a format
 	// version this code does not know (a newer release wrote it).
 	ErrVersion = errors.New("storage: unsupported format version")
+
+	// ErrGroupOpen is returned by Engine.Group when the group's Store is
+	// open already (close it first).
+	ErrGroupOpen = errors.New("storage: group is already open")
 
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("storage: store is closed")
@@ -66,8 +70,9 @@ var (
 
 	// ErrFailed is returned by every write after a bbolt commit failed or
 	// bbolt panicked: what reached the disk is then unknown (an fsync error may
-	// have dropped pages), so the store stops writing. Close and Open again,
-	// which recovers the last committed transaction.
+	// have dropped pages), so the store stops writing. A commit carries the
+	// writes of every group of an Engine, so its failure stops them all.
+	// Close and Open again, which recovers the last committed transaction.
 	ErrFailed = errors.New("storage: store failed, close and reopen it")
 )
 

@@ -69,8 +69,10 @@ type Bucket struct {
 
 // Metrics are counters since Open, and the current size of the tail cache.
 type Metrics struct {
-	// Commits counts bbolt write transactions committed (each is two
-	// fdatasyncs, more when the file grows). A Save is one commit.
+	// Commits counts the bbolt transactions committed that carried this
+	// group's writes (each is two fdatasyncs, more when the file grows). A
+	// Save is in one commit, shared with other groups' writes when the
+	// group's Engine holds many (EngineMetrics).
 	Commits uint64
 	// Saves counts Saves that wrote something; Entries and Bytes are the
 	// entries and encoded entry bytes they appended.
@@ -84,8 +86,9 @@ type Metrics struct {
 	// TailEntries and TailBytes are the tail's current size.
 	TailEntries int
 	TailBytes   int64
-	// CommitDuration is how long each bbolt commit took (the fsyncs
-	// included): the latency every replicated write pays once per member.
+	// CommitDuration is how long each bbolt commit of this group's writes
+	// took (the fsyncs included): the latency every replicated write pays
+	// once per member.
 	CommitDuration Histogram
 	// SyncDuration is, for each bbolt commit, how long bbolt took to write
 	// it to the file and make it durable: its dirty pages written and
@@ -130,4 +133,80 @@ func (m Metrics) String() string {
 	}
 	return fmt.Sprintf("commits=%d saves=%d entries=%d (%.1f/commit) bytes=%d tail=%d/%d hits=%d misses=%d snapshots=%d (%d B)",
 		m.Commits, m.Saves, m.Entries, per, m.Bytes, m.TailEntries, m.TailBytes, m.TailHits, m.TailMisses, m.Snapshots, m.SnapshotBytes)
+}
+
+type engineMetrics struct {
+	commits, writes, saves, maxWrites atomic.Uint64
+	commitDur, syncDur                durations
+}
+
+// EngineMetrics are an Engine's counters since OpenEngine: its commits,
+// each carrying the writes of any number of groups. Each group's Store has
+// its own Metrics besides.
+type EngineMetrics struct {
+	// Commits counts bbolt transactions committed (each is two fdatasyncs,
+	// more when the file grows).
+	Commits uint64
+	// Writes counts the writes those commits carried: Saves, and the other
+	// records (Compact's bounds, a snapshot's, the identity, the tombstone, a
+	// new group's buckets). A group has at most one write in a commit (its
+	// writes are serialised), so Writes/Commits is also the groups per
+	// commit (GroupsPerCommit).
+	Writes uint64
+	// Saves counts the Saves among Writes (SavesPerCommit).
+	Saves uint64
+	// MaxWritesPerCommit is the most writes (groups) one commit carried.
+	MaxWritesPerCommit uint64
+	// OpenGroups is how many groups' Stores are open now.
+	OpenGroups int
+	// CommitDuration is how long each commit took, its fsyncs included: what
+	// every write in it waited for, once it was taken up.
+	CommitDuration Histogram
+	// SyncDuration is bbolt's write time of each commit (pages written and
+	// fdatasynced, then the meta page): the disk's part. Empty with
+	// EngineOptions.NoSync.
+	SyncDuration Histogram
+}
+
+// GroupsPerCommit is the mean number of groups a commit wrote.
+func (m EngineMetrics) GroupsPerCommit() float64 {
+	if m.Commits == 0 {
+		return 0
+	}
+	return float64(m.Writes) / float64(m.Commits)
+}
+
+// SavesPerCommit is the mean number of Saves a commit carried.
+func (m EngineMetrics) SavesPerCommit() float64 {
+	if m.Commits == 0 {
+		return 0
+	}
+	return float64(m.Saves) / float64(m.Commits)
+}
+
+// String formats the metrics on one line.
+func (m EngineMetrics) String() string {
+	return fmt.Sprintf("commits=%d writes=%d (%.1f groups/commit, max %d) saves=%d (%.1f/commit) open_groups=%d",
+		m.Commits, m.Writes, m.GroupsPerCommit(), m.MaxWritesPerCommit, m.Saves, m.SavesPerCommit(), m.OpenGroups)
+}
+
+// Metrics returns the engine's counters.
+func (e *Engine) Metrics() EngineMetrics {
+	e.mu.Lock()
+	open := 0
+	for _, s := range e.groups {
+		if s != nil {
+			open++
+		}
+	}
+	e.mu.Unlock()
+	return EngineMetrics{
+		Commits:            e.m.commits.Load(),
+		Writes:             e.m.writes.Load(),
+		Saves:              e.m.saves.Load(),
+		MaxWritesPerCommit: e.m.maxWrites.Load(),
+		OpenGroups:         open,
+		CommitDuration:     e.m.commitDur.snapshot(),
+		SyncDuration:       e.m.syncDur.snapshot(),
+	}
 }

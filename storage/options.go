@@ -85,3 +85,74 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// engine and group split o into what OpenEngine and Engine.Group take.
+func (o Options) engine() EngineOptions {
+	return EngineOptions{NoSync: o.NoSync, Logger: o.Logger, LockTimeout: o.LockTimeout, NoOpenCheck: o.NoOpenCheck}
+}
+
+func (o Options) group() GroupOptions {
+	return GroupOptions{TailCacheBytes: o.TailCacheBytes, KeepSnapshots: o.KeepSnapshots}
+}
+
+// EngineOptions configures OpenEngine: what concerns the data dir as a whole
+// (its bbolt file, its fsyncs, its lock). The zero value is a valid
+// configuration. The fields mean what Options' fields of the same names mean.
+type EngineOptions struct {
+	// NoSync skips every fsync of every group: bbolt commits, snapshot files
+	// and the directory. A crash can then lose acknowledged writes. For
+	// tests only.
+	NoSync bool
+
+	// Logger receives the engine's log lines and its groups' (with a
+	// "group" attribute). Nil discards them.
+	Logger *slog.Logger
+
+	// LockTimeout is how long OpenEngine waits for another holder of the data
+	// dir to release it before returning ErrLocked. Zero means do not wait.
+	LockTimeout time.Duration
+
+	// NoOpenCheck skips the check of bbolt's page structure at OpenEngine
+	// (see Options.NoOpenCheck).
+	NoOpenCheck bool
+}
+
+// Validate reports every invalid field of o, each naming the field and its
+// value. Zero values are valid.
+func (o EngineOptions) Validate() error {
+	if o.LockTimeout < 0 {
+		return fmt.Errorf("storage: LockTimeout (%v) must be >= 0", o.LockTimeout)
+	}
+	return nil
+}
+
+func (o EngineOptions) withDefaults() EngineOptions {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// GroupOptions configures Engine.Group: what concerns one group's view. The
+// zero value is a valid configuration. The fields mean what Options' fields
+// of the same names mean.
+type GroupOptions struct {
+	// TailCacheBytes bounds the group's in-memory tail of recent entries.
+	// Zero means DefaultTailCacheBytes (16 MiB); negative disables the cache.
+	// A host of many groups wants a smaller budget per group.
+	TailCacheBytes int64
+
+	// KeepSnapshots is how many of the group's snapshot files are kept (the
+	// newest by index, and always the recorded one). Zero means
+	// DefaultKeepSnapshots (2).
+	KeepSnapshots int
+}
+
+// Validate reports every invalid field of o, each naming the field and its
+// value. Zero values are valid.
+func (o GroupOptions) Validate() error {
+	if o.KeepSnapshots < 0 {
+		return fmt.Errorf("storage: KeepSnapshots (%d) must be >= 0", o.KeepSnapshots)
+	}
+	return nil
+}

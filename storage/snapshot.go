@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -331,24 +330,6 @@ func (s *Store) checkSnapshotFile() error {
 }
 
 func raftIsEmptySnap(s *raftpb.Snapshot) bool { return s.GetMetadata().GetIndex() == 0 }
-
-// cleanSnapDir removes temporary files an interrupted write left and prunes.
-func (s *Store) cleanSnapDir() error {
-	des, err := os.ReadDir(s.snapDir)
-	if err != nil {
-		return fmt.Errorf("storage: read snapshot dir: %w", err)
-	}
-	for _, de := range des {
-		if strings.Contains(de.Name(), tmpMarker) {
-			if err := os.Remove(filepath.Join(s.snapDir, de.Name())); err != nil {
-				return fmt.Errorf("storage: remove partial snapshot: %w", err)
-			}
-			s.log.Info("removed partial snapshot file", "file", de.Name())
-		}
-	}
-	s.pruneSnapshots()
-	return nil
-}
 
 func (s *Store) pruneSnapshots() {
 	s.snapMu.Lock()

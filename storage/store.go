@@ -2,23 +2,28 @@ package storage
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// FormatVersion is the on-disk format version this code writes and reads.
-const FormatVersion = 1
+// FormatVersion is the newest on-disk format version this code reads and
+// writes; it reads every version from 1. Both have the same layout (see the
+// package comment): version 1 is a file holding one group, version 2 one
+// holding more. A file is written as version 1 until a second group is
+// created in it, then raised to 2 for good, so that the releases that read
+// only version 1 refuse a shared file with ErrVersion, and still open a file
+// of one group.
+const FormatVersion = formatVersionManyGroups
+
+const (
+	formatVersionOneGroup   = 1
+	formatVersionManyGroups = 2
+)
 
 // File and bucket names; see the package comment for the layout.
 const (
@@ -49,19 +54,18 @@ type Identity struct {
 // latest snapshot and identity in a bbolt file, and its snapshot files in a
 // directory beside it. It implements etcd's raft.Storage. All methods are safe
 // for concurrent use.
+//
+// A Store is a view of one group in an Engine's data dir: Open makes a data
+// dir's Engine and its one group's Store together (closing the Store closes
+// the Engine); Engine.Group opens one group of many.
 type Store struct {
+	e       *Engine
+	owner   bool // Open made e for this Store: Close closes it
 	dir     string
 	dbPath  string
 	snapDir string
 	opts    Options
 	log     *slog.Logger
-	db      *bolt.DB
-	file    *os.File // bbolt's file, closed directly if bbolt panicked
-
-	// poisoned is set when bbolt panicked: its locks may be held and its
-	// state is unknown, so no later call enters bbolt (they return the
-	// panic's *CorruptError) and Close closes the file instead of the DB.
-	poisoned atomic.Pointer[CorruptError]
 
 	logBucket, stateBucket []byte
 
@@ -71,11 +75,12 @@ type Store struct {
 	// directory listing and a few removals, never across a bbolt call.
 	snapMu sync.Mutex
 
-	// wmu serialises writers (bbolt allows one write transaction at a time
-	// anyway). Only a holder of wmu changes the fields under mu, and only
-	// while also holding mu exclusively, so a holder of wmu reads them freely.
+	// wmu serialises the group's writers: a holder of wmu prepares a write,
+	// hands it to the engine's committer and waits for its commit, so a
+	// group has at most one write in a commit. Only a holder of wmu changes
+	// the fields under mu, and only while also holding mu exclusively, so a
+	// holder of wmu (and the committer running its write) reads them freely.
 	wmu    sync.Mutex
-	failed error  // set when a commit failed; every later write returns it
 	encBuf []byte // reused encoding buffer for Save (bbolt copies at commit)
 	keyBuf []byte
 
@@ -105,119 +110,37 @@ type Store struct {
 }
 
 // Open opens (creating it if needed) the data dir dir and the group
-// opts.GroupID in it. It returns an error wrapping ErrLocked if another Store
-// holds dir, ErrRemoved if the member was removed (MarkRemoved), ErrVersion
-// for a newer format, and ErrCorrupt (a *CorruptError naming the file) when
-// the bbolt file, a record in it, or the recorded snapshot file fails a check,
-// including when bbolt panics on a corrupt page. On error nothing stays open.
+// opts.GroupID in it: an Engine of its own with that one group, which the
+// Store owns (closing the Store closes it). It returns an error wrapping
+// ErrLocked if another Store or Engine holds dir, ErrRemoved if the member
+// was removed (MarkRemoved), ErrVersion for a newer format, and ErrCorrupt (a
+// *CorruptError naming the file) when the bbolt file, a record in it, or the
+// recorded snapshot file fails a check, including when bbolt panics on a
+// corrupt page. On error nothing stays open.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	s := &Store{
-		dir:         dir,
-		dbPath:      filepath.Join(dir, dbFileName),
-		snapDir:     filepath.Join(dir, snapDirName),
-		opts:        opts,
-		log:         opts.Logger.With("group", opts.GroupID),
-		logBucket:   logBucketName(opts.GroupID),
-		stateBucket: stateBucketName(opts.GroupID),
-		hs:          &raftpb.HardState{},
-		snap:        raftpb.EnsureSnapshot(nil),
-		tail:        tail{max: opts.TailCacheBytes},
-	}
-	if err := os.MkdirAll(s.snapDir, 0o750); err != nil {
-		return nil, fmt.Errorf("storage: create data dir: %w", err)
-	}
-	db, file, err := openBolt(s.dbPath, opts)
+	e, err := OpenEngine(dir, opts.engine())
 	if err != nil {
 		return nil, err
 	}
-	s.db, s.file = db, file
-	if !opts.NoOpenCheck {
-		if err := checkBoltStructure(file); err != nil {
-			_ = s.closeDB()
-			return nil, &CorruptError{File: s.dbPath, Detail: "damaged page structure", Err: err}
-		}
-	}
-	if err := s.load(); err != nil {
-		_ = s.closeDB()
+	s, err := e.Group(opts.GroupID, opts.group())
+	if err != nil {
+		_ = e.Close()
 		return nil, err
 	}
-	if err := s.cleanSnapDir(); err != nil {
-		_ = s.closeDB()
-		return nil, err
-	}
-	s.log.Debug("storage opened", "dir", dir, "first", s.dummy+1, "last", s.last,
-		"snapshot", s.snap.GetMetadata().GetIndex(), "tail", len(s.tail.ents))
+	s.owner = true
 	return s, nil
 }
 
-// openBolt opens the bbolt file, turning a held lock into ErrLocked and a
-// bad file (including a bbolt panic) into a *CorruptError.
-func openBolt(path string, opts Options) (db *bolt.DB, file *os.File, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if file != nil { // release the flock bbolt took
-				_ = unlockFile(file)
-				_ = file.Close()
-			}
-			db, file, err = nil, nil, &CorruptError{File: path, Detail: fmt.Sprintf("bbolt panicked while opening: %v", r)}
-		}
-	}()
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	timeout := opts.LockTimeout
-	if timeout == 0 {
-		timeout = time.Nanosecond // bbolt's 0 waits forever
-	}
-	db, err = bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      timeout,
-		NoSync:       opts.NoSync,
-		FreelistType: bolt.FreelistMapType,
-		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
-			f, err := os.OpenFile(name, flag, perm)
-			file = f
-			return f, err
-		},
-	})
-	switch {
-	case err == nil:
-		return db, file, nil
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, nil, fmt.Errorf("%w: %s", ErrLocked, path)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
-		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, nil, &CorruptError{File: path, Detail: "bbolt cannot open it", Err: err}
-	default:
-		return nil, nil, fmt.Errorf("storage: open %s: %w", path, err)
-	}
-}
-
-// load checks the format version and the tombstone, creating the buckets of
-// a new store, and reads the committed state into memory.
+// load checks the group's buckets and tombstone, creating the buckets of a
+// new group, and reads its committed state into memory. The engine checked
+// the format version and the names of every bucket and key at OpenEngine.
 func (s *Store) load() error {
 	fresh := false
 	err := s.view(func(tx *bolt.Tx) error {
-		mb := tx.Bucket(metaBucket)
-		if mb == nil {
-			if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errNotEmpty }); err != nil {
-				return s.corrupt(string(metaBucket), "missing format version in a non-empty file", nil)
-			}
-			fresh = true
-			return nil
-		}
-		v := mb.Get(versionKey)
-		if v == nil {
-			return s.corrupt(string(metaBucket)+"/"+string(versionKey), "missing format version", nil)
-		}
-		vs, err := decodeUvarints(v, 1)
-		if err != nil {
-			return s.corrupt(string(metaBucket)+"/"+string(versionKey), "", err)
-		}
-		if vs[0] != FormatVersion {
-			return fmt.Errorf("%w: %s has format version %d, this code reads %d", ErrVersion, s.dbPath, vs[0], FormatVersion)
-		}
 		// A group seen for the first time has neither bucket; one without
 		// the other is damage, not a new group.
 		hasState, hasLog := tx.Bucket(s.stateBucket) != nil, tx.Bucket(s.logBucket) != nil
@@ -225,30 +148,15 @@ func (s *Store) load() error {
 			return s.corrupt(string(s.stateBucket), fmt.Sprintf("state bucket present: %t, log bucket present: %t", hasState, hasLog), nil)
 		}
 		fresh = !hasState
-		return s.checkNames(tx)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 	if fresh {
-		err := s.update(func(tx *bolt.Tx) error {
-			mb, err := tx.CreateBucketIfNotExists(metaBucket)
-			if err != nil {
-				return err
-			}
-			if mb.Get(versionKey) == nil {
-				if err := mb.Put(versionKey, appendUvarints(nil, FormatVersion)); err != nil {
-					return err
-				}
-			}
-			if _, err := tx.CreateBucketIfNotExists(s.stateBucket); err != nil {
-				return err
-			}
-			_, err = tx.CreateBucketIfNotExists(s.logBucket)
-			return err
-		})
+		err := s.update(func(tx *bolt.Tx) error { return s.e.createGroupBuckets(tx, s.opts.GroupID) })
 		if err != nil {
-			return fmt.Errorf("storage: initialise %s: %w", s.dbPath, err)
+			return fmt.Errorf("storage: initialise group %d in %s: %w", s.opts.GroupID, s.dbPath, err)
 		}
 	}
 	err = s.view(func(tx *bolt.Tx) error {
@@ -304,47 +212,6 @@ func (s *Store) load() error {
 	return s.checkSnapshotFile()
 }
 
-var errNotEmpty = errors.New("not empty")
-
-// checkNames checks that the file holds only the buckets and keys this
-// format writes. bbolt has no page checksums, so a damaged key would
-// otherwise make a record (the hard state, say) silently disappear.
-func (s *Store) checkNames(tx *bolt.Tx) error {
-	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-		var g uint64
-		var kind string
-		switch {
-		case string(name) == string(metaBucket):
-			return checkKeys(b, versionKey)
-		case len(name) == len("group/0000000000000000/state") || len(name) == len("group/0000000000000000/log"):
-			if _, err := fmt.Sscanf(string(name), "group/%016x/%s", &g, &kind); err == nil {
-				if string(name) == string(stateBucketName(g)) {
-					return checkKeys(b, hardStateKey, snapshotKey, boundsKey, identityKey, removedKey)
-				}
-				if string(name) == string(logBucketName(g)) {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("unknown bucket %q", name)
-	})
-	if err != nil {
-		return s.corrupt("", "", err)
-	}
-	return nil
-}
-
-func checkKeys(b *bolt.Bucket, known ...[]byte) error {
-	return b.ForEach(func(k, _ []byte) error {
-		for _, kk := range known {
-			if string(k) == string(kk) {
-				return nil
-			}
-		}
-		return fmt.Errorf("unknown key %q", k)
-	})
-}
-
 // loadLog finds the last index and fills the tail from the end of the log.
 func (s *Store) loadLog(tx *bolt.Tx) error {
 	c := tx.Bucket(s.logBucket).Cursor()
@@ -395,81 +262,58 @@ func (s *Store) loadLog(tx *bolt.Tx) error {
 
 // Close closes the store. It waits for running calls that use bbolt to
 // finish; a CreateSnapshot still writing its file returns ErrClosed when it
-// is done. Close is idempotent.
+// is done. A Store from Open closes its Engine too; one from Engine.Group
+// releases its group's view, which Engine.Group can open again. Close is
+// idempotent.
 func (s *Store) Close() error {
+	s.closeView()
+	if s.owner {
+		return s.e.Close()
+	}
+	return nil
+}
+
+// closeView closes the group's view and releases it in the engine.
+func (s *Store) closeView() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Swap(true) {
-		return nil
+		return
 	}
 	s.tail.reset()
-	return s.closeDB()
-}
-
-// closeDB closes bbolt, or only its file if bbolt panicked: bbolt's own
-// locks may then be held, so DB.Close could block forever. The file lock is
-// released; bbolt's memory map stays mapped until the process exits.
-func (s *Store) closeDB() error {
-	if s.poisoned.Load() != nil {
-		_ = unlockFile(s.file)
-		if err := s.file.Close(); err != nil {
-			return fmt.Errorf("storage: close %s: %w", s.dbPath, err)
-		}
-		return nil
-	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("storage: close %s: %w", s.dbPath, err)
-	}
-	return nil
+	s.e.release(s)
 }
 
 // Dir returns the data dir the store was opened on.
 func (s *Store) Dir() string { return s.dir }
 
+// GroupID returns the group the store holds.
+func (s *Store) GroupID() uint64 { return s.opts.GroupID }
+
 // view runs fn in a bbolt read transaction, turning a bbolt panic into a
 // *CorruptError.
-func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
-	if p := s.poisoned.Load(); p != nil {
-		return p
-	}
-	defer s.recoverCorrupt(&err)
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	return s.db.View(fn)
+func (s *Store) view(fn func(*bolt.Tx) error) error { return s.e.view(fn) }
+
+// update has the engine's committer run fn in its next transaction and
+// waits for the commit. The caller holds wmu (or is opening the group).
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	return s.updateAs(false, fn)
 }
 
-// update runs fn in a bbolt write transaction and commits it, turning a bbolt
-// panic into a *CorruptError. The caller holds wmu (or is Open).
-func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
-	if p := s.poisoned.Load(); p != nil {
-		return p
-	}
-	defer s.recoverCorrupt(&err)
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	start := time.Now()
-	var tx *bolt.Tx
-	err = s.db.Update(func(t *bolt.Tx) error { tx = t; return fn(t) })
+// updateAs is update; save says whether fn is a Save's (for the engine's
+// metrics).
+func (s *Store) updateAs(save bool, fn func(*bolt.Tx) error) error {
+	dur, writeTime, err := s.e.commit(s.opts.GroupID, save, fn)
 	if err == nil {
 		s.m.commits.Add(1)
-		s.m.commitDur.observe(time.Since(start))
+		s.m.commitDur.observe(dur)
 		if !s.opts.NoSync {
-			// bbolt's write time of the commit: its pages written and
-			// fdatasynced, then its meta page written and fdatasynced.
-			st := tx.Stats()
-			s.m.syncDur.observe(st.GetWriteTime())
+			s.m.syncDur.observe(writeTime)
 		}
 	}
 	return err
-}
-
-func (s *Store) recoverCorrupt(err *error) {
-	if r := recover(); r != nil {
-		ce := &CorruptError{File: s.dbPath, Detail: fmt.Sprintf("bbolt panicked: %v", r)}
-		s.poisoned.CompareAndSwap(nil, ce)
-		*err = ce
-		s.log.Error("bbolt panicked; the store will not use bbolt again", "file", s.dbPath, "panic", r)
-	}
 }
 
 func (s *Store) corrupt(where, detail string, err error) error {

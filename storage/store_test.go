@@ -353,7 +353,7 @@ func TestFailedCommitStopsWrites(t *testing.T) {
 	s, err := Open(dir, testOpts())
 	require.NoError(t, err)
 	require.NoError(t, s.Save(hardState(1, 1, 2), ents(1, 3, 1), nil))
-	require.NoError(t, s.file.Close())
+	require.NoError(t, s.e.file.Close())
 	err = s.Save(hardState(1, 1, 3), ents(3, 4, 1), nil)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), dbFileName)

@@ -16,7 +16,8 @@ import (
 var errMissing = errors.New("entry missing")
 
 // Save persists what one raft MsgStorageAppend carries, in one bbolt
-// transaction (one commit, two fdatasyncs), in this order:
+// transaction (one commit, two fdatasyncs, shared with the writes of the
+// engine's other groups queued meanwhile), in this order:
 //
 //  1. if snap is non-empty (index > 0): record it as the latest snapshot and
 //     discard the whole log, as raft.MemoryStorage.ApplySnapshot does. It is
@@ -122,7 +123,7 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 
 	garbage := s.garbage
 	commit := func() error {
-		return s.update(func(tx *bolt.Tx) error {
+		return s.updateAs(true, func(tx *bolt.Tx) error {
 			sb := tx.Bucket(s.stateBucket)
 			if hasSnap {
 				if err := sb.Put(snapshotKey, snapRec); err != nil {
@@ -370,18 +371,19 @@ func (s *Store) MarkRemoved() error {
 	return nil
 }
 
-// writable returns why the store cannot write, if it cannot. Caller holds wmu.
+// writable returns why the store cannot write, if it cannot: it is closed,
+// or a commit of its engine failed. Caller holds wmu.
 func (s *Store) writable() error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.failed
+	return s.e.failure()
 }
 
-// fail records a failed commit: no later write is attempted. Caller holds wmu.
+// fail reports a failed write. Its commit failed, which failed the engine
+// (Engine.fail): no later write of any group is attempted. Caller holds wmu.
 func (s *Store) fail(op string, err error) error {
-	s.failed = fmt.Errorf("%w: %s failed: %w", ErrFailed, op, err)
-	s.log.Error("storage write failed; refusing further writes", "op", op, "err", err)
+	s.log.Error("storage write failed", "op", op, "err", err)
 	return fmt.Errorf("storage: %s in %s: %w", op, s.dbPath, err)
 }
 

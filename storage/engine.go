@@ -1,0 +1,506 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Engine is the storage of a host: one data dir — one bbolt file and one
+// snapshot directory — shared by many raft groups, each seen through its own
+// *Store (Group). It owns the file (its lock, the open-time checks, the
+// handling of bbolt panics) and one committer goroutine that writes every
+// group's queued writes in one bbolt transaction: a Save of any group waits
+// for the commit that carries it, and whatever queued while a commit ran goes
+// into the next one, so G groups appending at once pay about one commit (two
+// fdatasyncs) instead of G. There is no artificial delay: a lone write is
+// committed at once.
+//
+// A failed commit fails every write in it and stops the engine: every later
+// write of every group returns ErrFailed (a storage failure stops the host);
+// close the engine and open it again to recover the last committed state.
+//
+// All methods are safe for concurrent use.
+type Engine struct {
+	dir, dbPath, snapDir string
+	opts                 EngineOptions
+	log                  *slog.Logger
+	db                   *bolt.DB
+	file                 *os.File // bbolt's file, closed directly if bbolt panicked
+
+	// poisoned is set when bbolt panicked: its locks may be held and its
+	// state is unknown, so no later call enters bbolt (they return the
+	// panic's *CorruptError) and Close closes the file instead of the DB.
+	poisoned atomic.Pointer[CorruptError]
+
+	// failed is set when a commit failed: every later write returns it.
+	failed atomic.Pointer[error]
+
+	mu      sync.Mutex
+	groups  map[uint64]*Store // open views; a nil value is a view being opened
+	closing bool
+	opening sync.WaitGroup // Group calls under way
+	closed  chan struct{}  // closed when Close is done
+
+	c committer
+	m engineMetrics
+}
+
+// OpenEngine opens (creating it if needed) the data dir dir for many groups.
+// It takes the data dir's lock, checks the bbolt file (its page structure
+// unless opts.NoOpenCheck, its format version, and that it holds only the
+// buckets and keys this format writes), removes the temporary files that
+// interrupted snapshot writes left (no group runs yet, so every group's go),
+// and starts the committer. Open the groups with Group.
+//
+// It returns an error wrapping ErrLocked if another process or Engine holds
+// dir, ErrVersion for a newer format, and ErrCorrupt (a *CorruptError naming
+// the file) when the file fails a check. On error nothing stays open.
+func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	e := &Engine{
+		dir:     dir,
+		dbPath:  filepath.Join(dir, dbFileName),
+		snapDir: filepath.Join(dir, snapDirName),
+		opts:    opts,
+		log:     opts.Logger,
+		groups:  map[uint64]*Store{},
+		closed:  make(chan struct{}),
+	}
+	if err := os.MkdirAll(e.snapDir, 0o750); err != nil {
+		return nil, fmt.Errorf("storage: create data dir: %w", err)
+	}
+	db, file, err := openBolt(e.dbPath, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.db, e.file = db, file
+	if !opts.NoOpenCheck {
+		if err := checkBoltStructure(file); err != nil {
+			_ = e.closeDB()
+			return nil, &CorruptError{File: e.dbPath, Detail: "damaged page structure", Err: err}
+		}
+	}
+	if err := e.check(); err != nil {
+		_ = e.closeDB()
+		return nil, err
+	}
+	if err := e.removeTempSnapshots(); err != nil {
+		_ = e.closeDB()
+		return nil, err
+	}
+	e.startCommitter()
+	e.log.Debug("storage engine opened", "dir", dir)
+	return e, nil
+}
+
+// openBolt opens the bbolt file, turning a held lock into ErrLocked and a
+// bad file (including a bbolt panic) into a *CorruptError.
+func openBolt(path string, opts EngineOptions) (db *bolt.DB, file *os.File, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if file != nil { // release the flock bbolt took
+				_ = unlockFile(file)
+				_ = file.Close()
+			}
+			db, file, err = nil, nil, &CorruptError{File: path, Detail: fmt.Sprintf("bbolt panicked while opening: %v", r)}
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	timeout := opts.LockTimeout
+	if timeout == 0 {
+		timeout = time.Nanosecond // bbolt's 0 waits forever
+	}
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      timeout,
+		NoSync:       opts.NoSync,
+		FreelistType: bolt.FreelistMapType,
+		OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		},
+	})
+	switch {
+	case err == nil:
+		return db, file, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
+		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, nil, &CorruptError{File: path, Detail: "bbolt cannot open it", Err: err}
+	default:
+		return nil, nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+}
+
+// check checks the format version and the names of every bucket and key in
+// the file. A file without the format version must be empty (a new one).
+func (e *Engine) check() error {
+	return e.view(func(tx *bolt.Tx) error {
+		mb := tx.Bucket(metaBucket)
+		if mb == nil {
+			if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errNotEmpty }); err != nil {
+				return e.corrupt(string(metaBucket), "missing format version in a non-empty file", nil)
+			}
+			return nil
+		}
+		if _, err := e.readVersion(mb, FormatVersion); err != nil {
+			return err
+		}
+		return e.checkNames(tx)
+	})
+}
+
+// readVersion reads the format version in mb and checks that a reader of
+// versions up to newest knows it.
+func (e *Engine) readVersion(mb *bolt.Bucket, newest uint64) (uint64, error) {
+	v := mb.Get(versionKey)
+	if v == nil {
+		return 0, e.corrupt(string(metaBucket)+"/"+string(versionKey), "missing format version", nil)
+	}
+	vs, err := decodeUvarints(v, 1)
+	if err != nil {
+		return 0, e.corrupt(string(metaBucket)+"/"+string(versionKey), "", err)
+	}
+	if vs[0] < formatVersionOneGroup || vs[0] > newest {
+		return 0, fmt.Errorf("%w: %s has format version %d, this code reads %d to %d",
+			ErrVersion, e.dbPath, vs[0], formatVersionOneGroup, newest)
+	}
+	return vs[0], nil
+}
+
+var errNotEmpty = errors.New("not empty")
+
+// checkNames checks that the file holds only the buckets and keys this
+// format writes, for every group. bbolt has no page checksums, so a damaged
+// key would otherwise make a record (the hard state, say) silently
+// disappear.
+func (e *Engine) checkNames(tx *bolt.Tx) error {
+	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		if string(name) == string(metaBucket) {
+			return checkKeys(b, versionKey)
+		}
+		switch _, kind, ok := parseGroupBucket(name); {
+		case ok && kind == "state":
+			return checkKeys(b, hardStateKey, snapshotKey, boundsKey, identityKey, removedKey)
+		case ok && kind == "log":
+			return nil
+		}
+		return fmt.Errorf("unknown bucket %q", name)
+	})
+	if err != nil {
+		return e.corrupt("", "", err)
+	}
+	return nil
+}
+
+func checkKeys(b *bolt.Bucket, known ...[]byte) error {
+	return b.ForEach(func(k, _ []byte) error {
+		for _, kk := range known {
+			if string(k) == string(kk) {
+				return nil
+			}
+		}
+		return fmt.Errorf("unknown key %q", k)
+	})
+}
+
+// parseGroupBucket parses a group's bucket name, group/<16 hex>/state or
+// group/<16 hex>/log, exactly as stateBucketName and logBucketName write it.
+func parseGroupBucket(name []byte) (group uint64, kind string, ok bool) {
+	var g uint64
+	var k string
+	if len(name) != len("group/0000000000000000/state") && len(name) != len("group/0000000000000000/log") {
+		return 0, "", false
+	}
+	if _, err := fmt.Sscanf(string(name), "group/%016x/%s", &g, &k); err != nil {
+		return 0, "", false
+	}
+	switch {
+	case bytes.Equal(name, stateBucketName(g)):
+		return g, "state", true
+	case bytes.Equal(name, logBucketName(g)):
+		return g, "log", true
+	}
+	return 0, "", false
+}
+
+// createGroupBuckets creates the buckets of group id, which has none, and
+// the format version of a new file: formatVersionOneGroup, raised to
+// FormatVersion when the file already holds another group, so that a
+// release that reads only version 1 refuses a shared file instead of opening
+// one group of it as its own. It runs in the committer's transaction.
+func (e *Engine) createGroupBuckets(tx *bolt.Tx, id uint64) error {
+	mb, err := tx.CreateBucketIfNotExists(metaBucket)
+	if err != nil {
+		return err
+	}
+	version, stored := uint64(formatVersionOneGroup), false
+	if mb.Get(versionKey) != nil {
+		if version, err = e.readVersion(mb, FormatVersion); err != nil {
+			return err
+		}
+		stored = true
+	}
+	if version < formatVersionManyGroups {
+		if k, _ := tx.Cursor().Seek([]byte("group/")); k != nil && bytes.HasPrefix(k, []byte("group/")) {
+			version = formatVersionManyGroups
+			stored = false
+			e.log.Info("the data dir now holds more than one group: format version raised; releases that read only version 1 cannot open it",
+				"file", e.dbPath, "version", version, "group", id)
+		}
+	}
+	if !stored {
+		if err := mb.Put(versionKey, appendUvarints(nil, version)); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.CreateBucket(stateBucketName(id)); err != nil {
+		return err
+	}
+	_, err = tx.CreateBucket(logBucketName(id))
+	return err
+}
+
+// Group opens the view of group id (creating its buckets if the file has
+// none), as Open does for a data dir of one group: its log, hard state,
+// snapshot, identity and tombstone, and its snapshot files (pruned here,
+// KeepSnapshots of them). The Store's writes go through the engine's
+// committer. Closing the Store releases the view; Group(id) opens it again.
+//
+// It returns an error wrapping ErrGroupOpen if the group is open already,
+// ErrRemoved if the group's member was removed (MarkRemoved), ErrClosed
+// after Close, ErrFailed after a failed commit, and ErrCorrupt when a record
+// of the group or its recorded snapshot file fails a check. id 0 is invalid.
+func (e *Engine) Group(id uint64, opts GroupOptions) (*Store, error) {
+	if id == 0 {
+		return nil, errors.New("storage: group ID 0 is invalid")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, ok := e.groups[id]; ok {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: group %d in %s", ErrGroupOpen, id, e.dir)
+	}
+	e.groups[id] = nil // reserved while it opens
+	e.opening.Add(1)
+	e.mu.Unlock()
+	defer e.opening.Done()
+
+	s, err := e.openGroup(id, opts)
+	e.mu.Lock()
+	if err != nil {
+		delete(e.groups, id)
+	} else {
+		e.groups[id] = s
+	}
+	e.mu.Unlock()
+	return s, err
+}
+
+func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
+	if err := e.failure(); err != nil {
+		return nil, err
+	}
+	opts := Options{
+		GroupID: id, NoSync: e.opts.NoSync, Logger: e.opts.Logger, LockTimeout: e.opts.LockTimeout,
+		NoOpenCheck: e.opts.NoOpenCheck, TailCacheBytes: g.TailCacheBytes, KeepSnapshots: g.KeepSnapshots,
+	}.withDefaults()
+	s := &Store{
+		e:           e,
+		dir:         e.dir,
+		dbPath:      e.dbPath,
+		snapDir:     e.snapDir,
+		opts:        opts,
+		log:         opts.Logger.With("group", id),
+		logBucket:   logBucketName(id),
+		stateBucket: stateBucketName(id),
+		hs:          &raftpb.HardState{},
+		snap:        raftpb.EnsureSnapshot(nil),
+		tail:        tail{max: opts.TailCacheBytes},
+	}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	s.pruneSnapshots()
+	s.log.Debug("storage group opened", "dir", e.dir, "first", s.dummy+1, "last", s.last,
+		"snapshot", s.snap.GetMetadata().GetIndex(), "tail", len(s.tail.ents))
+	return s, nil
+}
+
+// release forgets the view s of its group (Store.Close).
+func (e *Engine) release(s *Store) {
+	e.mu.Lock()
+	if e.groups[s.opts.GroupID] == s {
+		delete(e.groups, s.opts.GroupID)
+	}
+	e.mu.Unlock()
+}
+
+// Groups returns the IDs of the groups the file holds, ascending, whether
+// open or not; a removed group is listed (Group refuses it with ErrRemoved).
+//
+// Errors: ErrClosed; ErrCorrupt if bbolt panicked.
+func (e *Engine) Groups() ([]uint64, error) {
+	e.mu.Lock()
+	closing := e.closing
+	e.mu.Unlock()
+	if closing {
+		return nil, ErrClosed
+	}
+	var ids []uint64
+	err := e.view(func(tx *bolt.Tx) error {
+		c := tx.Cursor()
+		for k, _ := c.Seek([]byte("group/")); k != nil && bytes.HasPrefix(k, []byte("group/")); k, _ = c.Next() {
+			if id, kind, ok := parseGroupBucket(k); ok && kind == "state" {
+				ids = append(ids, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// Dir returns the data dir the engine was opened on.
+func (e *Engine) Dir() string { return e.dir }
+
+// Close closes every group's Store still open (their later calls return
+// ErrClosed; Close waits for their running calls, as Store.Close does), then
+// stops the committer and closes the file. A Group call under way finishes
+// first. Close is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		<-e.closed
+		return nil
+	}
+	e.closing = true
+	e.mu.Unlock()
+	defer close(e.closed)
+	e.opening.Wait()
+	e.mu.Lock()
+	stores := make([]*Store, 0, len(e.groups))
+	for _, s := range e.groups {
+		stores = append(stores, s)
+	}
+	e.mu.Unlock()
+	for _, s := range stores {
+		s.closeView()
+	}
+	e.stopCommitter()
+	return e.closeDB()
+}
+
+// closeDB closes bbolt, or only its file if bbolt panicked: bbolt's own
+// locks may then be held, so DB.Close could block forever. The file lock is
+// released; bbolt's memory map stays mapped until the process exits.
+func (e *Engine) closeDB() error {
+	if e.poisoned.Load() != nil {
+		_ = unlockFile(e.file)
+		if err := e.file.Close(); err != nil {
+			return fmt.Errorf("storage: close %s: %w", e.dbPath, err)
+		}
+		return nil
+	}
+	if err := e.db.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", e.dbPath, err)
+	}
+	return nil
+}
+
+// view runs fn in a bbolt read transaction, turning a bbolt panic into a
+// *CorruptError.
+func (e *Engine) view(fn func(*bolt.Tx) error) (err error) {
+	if p := e.poisoned.Load(); p != nil {
+		return p
+	}
+	defer e.recoverCorrupt(&err)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return e.db.View(fn)
+}
+
+// update runs fn in a bbolt write transaction and commits it, turning a bbolt
+// panic into a *CorruptError. Only the committer calls it.
+func (e *Engine) update(fn func(*bolt.Tx) error) (err error) {
+	if p := e.poisoned.Load(); p != nil {
+		return p
+	}
+	defer e.recoverCorrupt(&err)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return e.db.Update(fn)
+}
+
+func (e *Engine) recoverCorrupt(err *error) {
+	if r := recover(); r != nil {
+		ce := &CorruptError{File: e.dbPath, Detail: fmt.Sprintf("bbolt panicked: %v", r)}
+		e.poisoned.CompareAndSwap(nil, ce)
+		*err = ce
+		e.log.Error("bbolt panicked; the engine will not use bbolt again", "file", e.dbPath, "panic", r)
+	}
+}
+
+// failure returns why the engine refuses writes (ErrFailed), or nil.
+func (e *Engine) failure() error {
+	if p := e.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records a failed commit: no later write is attempted.
+func (e *Engine) fail(err error) {
+	ferr := fmt.Errorf("%w: a commit failed: %w", ErrFailed, err)
+	if e.failed.CompareAndSwap(nil, &ferr) {
+		e.log.Error("storage commit failed; refusing every group's further writes", "file", e.dbPath, "err", err)
+	}
+}
+
+func (e *Engine) corrupt(where, detail string, err error) error {
+	return &CorruptError{File: e.dbPath, Where: where, Detail: detail, Err: err}
+}
+
+// removeTempSnapshots removes the temporary files interrupted snapshot
+// writes left, of every group: at OpenEngine no group runs.
+func (e *Engine) removeTempSnapshots() error {
+	des, err := os.ReadDir(e.snapDir)
+	if err != nil {
+		return fmt.Errorf("storage: read snapshot dir: %w", err)
+	}
+	for _, de := range des {
+		if strings.Contains(de.Name(), tmpMarker) {
+			if err := os.Remove(filepath.Join(e.snapDir, de.Name())); err != nil {
+				return fmt.Errorf("storage: remove partial snapshot: %w", err)
+			}
+			e.log.Info("removed partial snapshot file", "file", de.Name())
+		}
+	}
+	return nil
+}
