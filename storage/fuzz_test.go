@@ -224,3 +224,26 @@ func FuzzCorruptBolt(f *testing.F) {
 		requireSameImage(t, want, got, "")
 	})
 }
+
+// FuzzGroupBucketName parses arbitrary bucket names as a group's: no panic,
+// and a name accepted is exactly the one its group and kind are written as.
+func FuzzGroupBucketName(f *testing.F) {
+	f.Add(stateBucketName(1))
+	f.Add(logBucketName(1<<64 - 1))
+	f.Add([]byte("group/000000000000000g/state"))
+	f.Add([]byte("group/0000000000000001/other"))
+	f.Add([]byte("understudy"))
+	f.Fuzz(func(t *testing.T, name []byte) {
+		g, kind, ok := parseGroupBucket(name)
+		if !ok {
+			return
+		}
+		want := logBucketName(g)
+		if kind == "state" {
+			want = stateBucketName(g)
+		}
+		if !bytes.Equal(want, name) {
+			t.Fatalf("%q parsed as group %d %s", name, g, kind)
+		}
+	})
+}
