@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,15 +28,19 @@ func Example() {
 	}
 	defer store.Close()
 	sm := kv.New() // the host's raft.StateMachine
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
 	node, err := raft.NewNode(raft.Config{
 		ID:             1,
-		InitialMembers: []raft.Member{{ID: 1, PeerAddr: "127.0.0.1:0"}},
+		InitialMembers: []raft.Member{{ID: 1, PeerAddr: ln.Addr().String()}}, // a member is recorded with the address it is reached at
 		TickInterval:   10 * time.Millisecond,
 	}, sm, store)
 	if err != nil {
 		panic(err)
 	}
-	tr, err := transport.New(transport.Config{ID: 1, ClusterID: 1, ListenAddr: "127.0.0.1:0", Handler: node.PeerHandler(), Snapshots: store})
+	tr, err := transport.New(transport.Config{ID: 1, ClusterID: 1, Listener: ln, Handler: node.PeerHandler(), Snapshots: store})
 	if err != nil {
 		panic(err)
 	}
@@ -110,15 +115,19 @@ func ExampleNode_ProposeWithID() {
 		panic(err)
 	}
 	defer store.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
 	node, err := raft.NewNode(raft.Config{
 		ID:             1,
-		InitialMembers: []raft.Member{{ID: 1, PeerAddr: "127.0.0.1:0"}},
+		InitialMembers: []raft.Member{{ID: 1, PeerAddr: ln.Addr().String()}}, // a member is recorded with the address it is reached at
 		TickInterval:   10 * time.Millisecond,
 	}, kv.New(), store)
 	if err != nil {
 		panic(err)
 	}
-	tr, err := transport.New(transport.Config{ID: 1, ClusterID: 1, ListenAddr: "127.0.0.1:0", Handler: node.PeerHandler(), Snapshots: store})
+	tr, err := transport.New(transport.Config{ID: 1, ClusterID: 1, Listener: ln, Handler: node.PeerHandler(), Snapshots: store})
 	if err != nil {
 		panic(err)
 	}
