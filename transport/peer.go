@@ -230,6 +230,7 @@ func (p *peer) connect() (*conn, string, error) {
 	}
 	p.c.dials.Add(1)
 	p.c.connected.Store(true)
+	p.c.lastRefusal.Store(nil) // a refusal before this connection is stale
 	if p.c.dials.Load() > 1 || p.c.dialFailures.Load() > 0 {
 		p.t.log.Info("connected to peer", "peer", p.hexID(), "addr", addr)
 	}

@@ -45,7 +45,7 @@ type PeerStats struct {
 	Dials        uint64 // successful connections of the raft stream (the first one included)
 	DialFailures uint64 // failed attempts: dial, TLS, refusal
 	Refusals     uint64 // attempts the peer refused (any connection kind)
-	LastRefusal  string // the reason of the last refusal, "" if none
+	LastRefusal  string // the reason of the last refusal since the last connection, "" if none
 
 	RTT        time.Duration // last measured round trip (ping to pong on the raft stream)
 	RTTHistory Histogram
