@@ -6,6 +6,21 @@
 // MsgStorageAppend (Save), snapshot files (CreateSnapshot, ReceiveSnapshot,
 // OpenSnapshot) and the member's lifecycle (SetIdentity, MarkRemoved).
 //
+// # Many groups: the Engine
+//
+// A data dir can hold many raft groups (a host's). OpenEngine opens it as an
+// *Engine, which owns the bbolt file and one committer goroutine;
+// Engine.Group opens one group's *Store, a view with its own locks, cache,
+// bounds, identity, tombstone and snapshot files. The committer writes the
+// writes of every group queued while its previous commit ran in one bbolt
+// transaction, with one commit (group commit across groups, with no delay: a
+// lone write goes at once). BenchmarkEngineGroupCommit (one 256-byte entry
+// per Save, fsync on, this 2-core machine): 100 groups saving at once make
+// 26-27k Saves/s in one Engine, about 49 groups per commit, against 5-6k
+// Saves/s with a data dir (a bbolt file and its fsyncs) per group; one group
+// alone makes about 3k either way. Open is an Engine with one group, which
+// the Store owns.
+//
 // # On-disk layout
 //
 // A data dir holds:
@@ -13,10 +28,12 @@
 //	understudy.db                 the bbolt file (format below)
 //	snap/<group>-<term>-<index>.snap
 //	                              snapshot files, three 16-digit hex numbers
-//	snap/<name>.tmp-<random>      a snapshot being written; removed by Open
+//	snap/<name>.tmp-<random>      a snapshot being written; removed by
+//	                              OpenEngine (and Open), every group's
 //
 // The bbolt file holds these buckets; every bucket of a group is namespaced
-// by its ID (today always 1), so one file can hold many groups:
+// by its ID (1 for a data dir of one group opened with Open), so one file
+// holds many groups:
 //
 //	understudy                    version → format version (FormatVersion)
 //	group/<16 hex>/state          hardstate → term, vote, commit
@@ -43,25 +60,40 @@
 // A snapshot's raftpb.Snapshot.Data is a Descriptor (file name, size,
 // CRC-32C; see Descriptor for the choice of checksum), not the state machine:
 // snapshots are streamed, never held in memory. The newest
-// Options.KeepSnapshots files (2) and the recorded one are kept.
+// Options.KeepSnapshots files (2) and the recorded one are kept, per group.
+//
+// # Format versions
+//
+// Version 1 and version 2 have the same layout. A file is version 1 while it
+// holds one group, and is raised to version 2, for good, when a second group
+// is created in it. The first release reads version 1 only and accepts any
+// group's buckets, so a file of one group written by this code still opens
+// there, and a shared file is refused with ErrVersion ("has format version
+// 2, this code reads 1") instead of being opened as a single group's. This
+// code reads both; a data dir of the first release opens as an Engine
+// unchanged.
 //
 // # Crash guarantees
 //
 // Each Save, Compact, CreateSnapshot's record, SetIdentity and MarkRemoved is
-// one bbolt transaction (one commit: two fdatasyncs, more when the file grows):
-// after a crash the store reopens to the last one committed, with nothing of
-// a later one. In particular a Save's snapshot, entries and hard state are
-// durable together or not at all, and an acknowledged (returned) Save is
-// never lost (unless Options.NoSync).
+// part of one bbolt transaction (one commit: two fdatasyncs, more when the
+// file grows), which also carries the writes other groups of the engine
+// queued meanwhile: after a crash the store reopens to the last one
+// committed, with nothing of a later one, across groups. In particular a
+// Save's snapshot, entries and hard state are durable together or not at
+// all, and an acknowledged (returned) Save is never lost (unless
+// Options.NoSync).
 //
 // A snapshot file is fsynced and renamed into place, and the directory
 // fsynced, before bbolt records it, so a recorded snapshot always has its
 // file; a crash in between leaves at most an unrecorded file (pruned later)
 // or a temporary one (removed by Open).
 //
-// After a failed commit the store refuses further writes (ErrFailed): an
-// fsync error may have lost pages, and only reopening, which reads the last
-// committed transaction, tells what is on disk.
+// After a failed commit the engine refuses further writes of every group
+// (ErrFailed), and every write of that commit fails: an fsync error may have
+// lost pages, and only reopening, which reads the last committed
+// transaction, tells what is on disk. A write whose bbolt work fails rolls
+// back the whole commit, the other groups' writes in it included.
 //
 // # Errors and corruption
 //
@@ -71,16 +103,17 @@
 // *CorruptError saying which file, bucket and key, or ErrVersion for a newer
 // format — never a panic, and never skipped or repaired. The checks:
 //
-//   - Open walks bbolt's page tree once (see Options.NoOpenCheck): bbolt
-//     checksums only its meta pages, and a damaged page count or child id
-//     can make it descend forever or read out of bounds. Page ids, types,
-//     element bounds, depth and the freelist are checked.
-//   - Open accepts only the buckets and keys this format writes (a flipped
-//     key would otherwise make a record such as the hard state vanish),
-//     decodes every record of the state bucket, checks that the log starts
-//     right after the bounds record's first index and ends at its last index,
-//     that the recorded snapshot's file is there with its size, and decodes
-//     the entries it caches.
+//   - OpenEngine (and Open) walks bbolt's page tree once (see
+//     Options.NoOpenCheck): bbolt checksums only its meta pages, and a
+//     damaged page count or child id can make it descend forever or read
+//     out of bounds. Page ids, types, element bounds, depth and the freelist
+//     are checked.
+//   - OpenEngine accepts only the buckets and keys this format writes, of
+//     every group (a flipped key would otherwise make a record such as the
+//     hard state vanish). Opening a group decodes every record of its state
+//     bucket, checks that the log starts right after the bounds record's
+//     first index and ends at its last index, that the recorded snapshot's
+//     file is there with its size, and decodes the entries it caches.
 //   - Every value carries a CRC-32C; entries are checked, and the log checked
 //     for holes, whenever they are read.
 //   - Snapshot files are checked against their descriptor's size and CRC-32C
@@ -88,8 +121,9 @@
 //
 // bbolt also panics on some damage. Every call into bbolt recovers such a
 // panic (and a fault on its memory map) at this package's boundary and
-// returns a *CorruptError; the store then never enters bbolt again, since
-// bbolt's locks may be held, and Close releases the file without it.
+// returns a *CorruptError; the engine (every group) then never enters bbolt
+// again, since bbolt's locks may be held, and Close releases the file
+// without it.
 //
 // One limit remains: when the newest of bbolt's two meta pages is damaged,
 // bbolt silently opens the previous transaction, losing the last commit.
@@ -101,8 +135,11 @@
 // All methods are safe for concurrent use: raft's loop calls Save, Entries
 // and Term while an apply goroutine snapshots and compacts and the transport
 // sends and receives snapshot files. An append (the common Save) commits
-// without blocking readers. The most recent entries stay in memory, up to
-// Options.TailCacheBytes (16 MiB), so replication to followers that keep up
+// without blocking readers. An Engine's groups share its committer only: a
+// group's readers never wait for another group's writes. The most recent
+// entries stay in memory, up to Options.TailCacheBytes (16 MiB) per group (a
+// host of many groups sets GroupOptions.TailCacheBytes lower), so
+// replication to followers that keep up
 // never reads bbolt; older entries are read from bbolt and decoded into
 // batch-allocated memory. Returned slices belong to the caller; entries are
 // shared and must not be modified, as raft.Storage requires.
