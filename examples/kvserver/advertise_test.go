@@ -26,6 +26,7 @@ func TestAdvertiseFlags(t *testing.T) {
 		{[]string{"--advertise-peer", "10.0.0.1"}, "--advertise-peer"},
 		{[]string{"--initial-cluster", "1=0.0.0.0:7001"}, "unspecified"},
 		{[]string{"--join", "--peers", "127.0.0.1:7002", "--join-timeout", "-1s"}, "--join-timeout"},
+		{[]string{"--max-learners", "0"}, "--max-learners"}, // the replicated setting refuses 0
 	}
 	for _, c := range refused {
 		_, err := parseFlags(append(base, c.args...))

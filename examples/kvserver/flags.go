@@ -76,7 +76,7 @@ func parseFlags(args []string) (*options, error) {
 		joinTimeout    = fs.Duration("join-timeout", 60*time.Second, "give up joining when no member answers that long (0s: wait for ever, also for a member not added yet)")
 		targetVoters   = fs.Int("target-voters", 3, "voters the policy fills seats up to (odd, 1-9)")
 		autoPromote    = fs.Bool("auto-promote", true, "promote ready learners and fail over on its own")
-		maxLearners    = fs.Int("max-learners", 2, "most learners that may be added")
+		maxLearners    = fs.Int("max-learners", 2, "most learners that may be added (1-64)")
 		removeDead     = fs.Duration("remove-dead-after", 0, "remove a learner unreachable that long (0s: off)")
 		requestTimeout = fs.Duration("request-timeout", 5*time.Second, "how long an HTTP request may wait before 503")
 		failoverAfter  = fs.Duration("failover-after", 30*time.Second, "swap a voter unreachable that long for a ready standby")
@@ -199,8 +199,8 @@ func parseFlags(args []string) (*options, error) {
 	switch {
 	case o.targetVoters < 1 || o.targetVoters > 9 || o.targetVoters%2 == 0:
 		return nil, fmt.Errorf("--target-voters %d: must be odd, 1 to 9", o.targetVoters)
-	case o.maxLearners < 0:
-		return nil, fmt.Errorf("--max-learners %d: must not be negative", o.maxLearners)
+	case o.maxLearners < 1 || o.maxLearners > 64:
+		return nil, fmt.Errorf("--max-learners %d: must be 1 to 64 (the replicated setting's range)", o.maxLearners)
 	case o.removeDead < 0:
 		return nil, fmt.Errorf("--remove-dead-after %s: must not be negative", o.removeDead)
 	case o.removeDead > 0 && o.removeDead < o.failoverAfter:
