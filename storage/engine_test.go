@@ -464,3 +464,60 @@ func TestEngineRefusesUnknownBuckets(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineGroupsOpenAndCloseConcurrently: groups are opened, written and
+// closed from their own goroutines while others list the groups and read
+// the metrics; -race checks the engine's locking, and every group ends with
+// all it wrote.
+func TestEngineGroupsOpenAndCloseConcurrently(t *testing.T) {
+	const groups, rounds = 6, 15
+	e := openEngine(t, t.TempDir(), EngineOptions{NoSync: true})
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := e.Groups(); err != nil {
+				t.Error(err)
+				return
+			}
+			_ = e.Metrics()
+		}
+	}()
+	var writers sync.WaitGroup
+	for g := uint64(1); g <= groups; g++ {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for r := uint64(1); r <= rounds; r++ {
+				s, err := e.Group(g, GroupOptions{TailCacheBytes: -1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Save(hardState(1, 1, r), ents(r, r+1, 1), nil); err != nil {
+					t.Error(err)
+				}
+				if err := s.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	close(done)
+	wg.Wait()
+	for g := uint64(1); g <= groups; g++ {
+		s := group(t, e, g)
+		es, err := s.Entries(1, rounds+1, raftNoLimit)
+		require.NoError(t, err)
+		requireEntriesEqual(t, ents(1, rounds+1, 1), es, "group %d", g)
+	}
+	require.EqualValues(t, groups, e.Metrics().OpenGroups)
+}

@@ -17,11 +17,12 @@ const (
 	DefaultKeepSnapshots = 2
 )
 
-// Options configures Open. The zero value is a valid configuration.
+// Options configures Open: its engine's options (EngineOptions) and its one
+// group's (GroupOptions) together. The zero value is a valid configuration.
 type Options struct {
 	// GroupID names the raft group whose log this store holds. All bbolt
 	// buckets and snapshot file names are namespaced by it, so that one data
-	// dir can later hold many groups. Zero means 1.
+	// dir can hold many groups (OpenEngine). Zero means 1.
 	GroupID uint64
 
 	// NoSync skips every fsync: bbolt commits, snapshot files and the

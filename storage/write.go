@@ -383,7 +383,7 @@ func (s *Store) writable() error {
 // fail reports a failed write. Its commit failed, which failed the engine
 // (Engine.fail): no later write of any group is attempted. Caller holds wmu.
 func (s *Store) fail(op string, err error) error {
-	s.log.Error("storage write failed", "op", op, "err", err)
+	s.log.Debug("storage write failed", "op", op, "err", err) // the engine logs the failure once
 	return fmt.Errorf("storage: %s in %s: %w", op, s.dbPath, err)
 }
 
