@@ -244,6 +244,10 @@ type hashicorpCluster struct {
 	learner *hcMember
 }
 
+// HashicorpLogCacheSize is the entries hashicorp/raft's LogCache keeps in
+// front of the bolt store: Consul's and Nomad's raftLogCacheSize.
+const HashicorpLogCacheSize = 512
+
 // hashicorpLearnerID is the ID of the member AddLearner adds.
 const hashicorpLearnerID hraft.ServerID = "4"
 
@@ -319,8 +323,17 @@ func newHashicorpMember(id hraft.ServerID, dir string, p Profile, snaps *snapCou
 		store.Close()
 		return nil, fmt.Errorf("hashicorp member %s: transport: %w", id, err)
 	}
+	// As Consul and Nomad run it: the last entries cached in memory in front
+	// of the bolt store (Consul's raftLogCacheSize, 512), so replicating an
+	// entry does not read it back from bbolt.
+	logs, err := hraft.NewLogCache(HashicorpLogCacheSize, store)
+	if err != nil {
+		tr.Close()
+		store.Close()
+		return nil, fmt.Errorf("hashicorp member %s: log cache: %w", id, err)
+	}
 	fsm := &kvFSM{data: map[string][]byte{}}
-	r, err := hraft.NewRaft(conf, fsm, store, store, snapStore, &countingTransport{NetworkTransport: tr, snaps: snaps})
+	r, err := hraft.NewRaft(conf, fsm, logs, store, snapStore, &countingTransport{NetworkTransport: tr, snaps: snaps})
 	if err != nil {
 		tr.Close()
 		store.Close()
