@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -97,10 +98,19 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := bufio.NewWriter(os.Stdout)
+	t.Fatal(crashWrite(s, func(last, term uint64) {
+		fmt.Fprintf(w, "ack %d %d\n", last, term)
+		_ = w.Flush()
+	}))
+}
+
+// crashWrite writes to s as the node does until an error, calling ack
+// after each Save with the last index and term it wrote.
+func crashWrite(s *Store, ack func(last, term uint64)) error {
 	hs, _, _ := s.InitialState()
 	term := hs.GetTerm() + 1
 	last, _ := s.LastIndex()
-	w := bufio.NewWriter(os.Stdout)
 	for i := 0; ; i++ {
 		at := last + 1
 		if i%7 == 6 && last >= 3 {
@@ -113,18 +123,92 @@ func TestCrashChild(t *testing.T) {
 		}
 		last = at + 3
 		if err := s.Save(hardState(term, 1, last), es, nil); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		fmt.Fprintf(w, "ack %d %d\n", last, term)
-		_ = w.Flush()
+		ack(last, term)
 		if i%11 == 10 {
 			idx := last - 1
 			if _, err := s.CreateSnapshot(idx, confState(1), writeBytes([]byte(fmt.Sprintf("snapshot at %d", idx)))); err != nil {
-				t.Fatal(err)
+				return err
 			}
 			if err := s.Compact(idx - 5); err != nil && err != raft.ErrCompacted {
-				t.Fatal(err)
+				return err
 			}
 		}
 	}
+}
+
+// TestEngineCrashRestart is TestCrashRestart with four groups in one
+// Engine, each written from its own goroutine, so that commits carry
+// several groups' Saves: after each SIGKILL every group reopens
+// consistent, with every Save acknowledged to it.
+func TestEngineCrashRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	const groups = 4
+	dir := t.TempDir()
+	acked := make([]uint64, groups+1)
+	for round := range 4 {
+		killAfter := 20 + round*37%80
+		cmd := exec.Command(os.Args[0], "-test.run=^TestEngineCrashChild$", "-test.v=false")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		sc := bufio.NewScanner(out)
+		acks := 0
+		for acks < killAfter && sc.Scan() {
+			var g, last, term uint64
+			if _, err := fmt.Sscanf(sc.Text(), "ack %d %d %d", &g, &last, &term); err == nil {
+				acked[g] = last
+				acks++
+			}
+		}
+		require.Equal(t, killAfter, acks, "round %d: child stopped early", round)
+		require.NoError(t, cmd.Process.Kill())
+		_, _ = io.Copy(io.Discard, out)
+		_ = cmd.Wait()
+
+		e, err := OpenEngine(dir, EngineOptions{})
+		require.NoError(t, err, "round %d", round)
+		for g := uint64(1); g <= groups; g++ {
+			s, err := e.Group(g, GroupOptions{})
+			require.NoError(t, err, "round %d group %d", round, g)
+			verifyCrashed(t, s, acked[g])
+		}
+		require.NoError(t, e.Close())
+	}
+}
+
+// TestEngineCrashChild is the child of TestEngineCrashRestart; it runs
+// until killed.
+func TestEngineCrashChild(t *testing.T) {
+	dir := os.Getenv(crashChildEnv)
+	if dir == "" {
+		t.Skip("run by TestEngineCrashRestart")
+	}
+	e, err := OpenEngine(dir, EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	w := bufio.NewWriter(os.Stdout)
+	errs := make(chan error)
+	for g := uint64(1); g <= 4; g++ {
+		s, err := e.Group(g, GroupOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			errs <- crashWrite(s, func(last, term uint64) {
+				mu.Lock()
+				fmt.Fprintf(w, "ack %d %d %d\n", g, last, term)
+				_ = w.Flush()
+				mu.Unlock()
+			})
+		}()
+	}
+	t.Fatal(<-errs)
 }
