@@ -78,8 +78,16 @@ type Config struct {
 	// header. Default 1; reserved for many groups per process.
 	GroupID uint64
 
+	// Mux, when set, is the host's peer listener, shared with the
+	// transports of its other groups (NewMux): the transport registers its
+	// GroupID there and serves the connections whose hello names it.
+	// Listener and ListenAddr are then unset, and TLS is used to dial (the
+	// mux serves with its own: give both the same). Close leaves the Mux
+	// open.
+	Mux *Mux
 	// Listener is the listener the transport serves peers on; it is closed
-	// by Close. Exactly one of Listener and ListenAddr must be set.
+	// by Close. Without a Mux, exactly one of Listener and ListenAddr must be
+	// set.
 	Listener net.Listener
 	// ListenAddr is a TCP host:port to listen on, if Listener is nil.
 	ListenAddr string
@@ -272,6 +280,9 @@ func (c Config) Validate() error {
 		bad("Handler is required")
 	}
 	switch {
+	case c.Mux != nil && (c.Listener != nil || c.ListenAddr != ""):
+		bad("Mux and Listener or ListenAddr are both set (the Mux listens)")
+	case c.Mux != nil:
 	case c.Listener == nil && c.ListenAddr == "":
 		bad("one of Listener and ListenAddr is required")
 	case c.Listener != nil && c.ListenAddr != "":

@@ -46,11 +46,11 @@ func FuzzServeConn(f *testing.F) {
 		})
 		tr.AddPeer(4, "127.0.0.1:1")
 		client, server := net.Pipe()
-		tr.track(server)
+		tr.mux.track(server)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			tr.serveConn(server)
+			tr.mux.serveConn(server) // hands the connection to tr, which Close waits for
 		}()
 		drained := make(chan struct{})
 		go func() {
@@ -62,13 +62,13 @@ func FuzzServeConn(f *testing.F) {
 		_ = client.Close()
 		<-done
 		<-drained
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
 		for _, m := range h.received() {
 			if m.GetFrom() != 4 || m.GetTo() != 2 {
 				t.Fatalf("delivered a message from %d to %d", m.GetFrom(), m.GetTo())
 			}
-		}
-		if err := tr.Close(); err != nil {
-			t.Fatal(err)
 		}
 	})
 }

@@ -1,9 +1,7 @@
 package transport
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,37 +14,6 @@ import (
 	"github.com/understudy-raft/understudy/internal/wire"
 )
 
-// acceptLoop accepts connections until the listener is closed.
-func (t *Transport) acceptLoop() {
-	defer t.wg.Done()
-	var delay time.Duration
-	for {
-		nc, err := t.ln.Accept()
-		if err != nil {
-			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: back off as net/http does.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			t.log.Warn("accept failed", "err", err, "retry_in", delay)
-			select {
-			case <-t.ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			continue
-		}
-		delay = 0
-		if !t.track(nc) {
-			return
-		}
-		if !t.goTracked(func() { t.serveConn(nc) }) {
-			t.untrack(nc)
-			_ = nc.Close()
-		}
-	}
-}
-
 // accepted is an inbound connection past the handshake.
 type accepted struct {
 	nc    net.Conn // the TLS connection when TLS is on
@@ -56,12 +23,13 @@ type accepted struct {
 	peer  *peer
 }
 
-// serveConn runs the server side of one connection: the TLS handshake,
-// the hello exchange and then the connection's kind.
-func (t *Transport) serveConn(raw net.Conn) {
+// serveHandshake serves a connection whose hello the mux read: the rest of
+// the hello exchange, then the connection's kind.
+func (t *Transport) serveHandshake(hs *handshake) {
+	raw := hs.raw
 	defer t.untrack(raw)
 	defer func() { _ = raw.Close() }()
-	a, err := t.accept(raw)
+	a, err := t.admit(hs)
 	if err != nil {
 		if t.ctx.Err() == nil {
 			reason := reasonOf(err)
@@ -96,32 +64,10 @@ func isClosed(err error) bool {
 	return errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF)
 }
 
-// accept runs the TLS handshake and the hello exchange within
-// HandshakeTimeout. It returns nil, nil if it refused the hello.
-func (t *Transport) accept(raw net.Conn) (*accepted, error) {
-	_ = raw.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	nc := raw
-	if t.cfg.TLS != nil {
-		tc := tls.Server(raw, t.cfg.TLS)
-		if err := tc.HandshakeContext(t.ctx); err != nil {
-			return nil, fmt.Errorf("%w: %w", errTLS, err)
-		}
-		nc = tc
-	}
-	dr := &deadlineReader{c: nc}
-	br := bufio.NewReaderSize(dr, 32<<10)
-	f, err := wire.NewReader(br, helloLimit).Next()
-	if err != nil {
-		return nil, fmt.Errorf("reading hello: %w", err)
-	}
-	if f.Type != wire.TypeHello {
-		return nil, fmt.Errorf("%w: %s frame instead of a hello", ErrProtocol, f.Type)
-	}
-	h, err := wire.ParseHello(f.Payload)
-	if err != nil {
-		t.reply(nc, wire.HelloReply{Code: wire.CodeBadHello, Reason: err.Error()})
-		return nil, err
-	}
+// admit checks the hello the mux read and answers it. It returns nil, nil
+// if it refused the hello.
+func (t *Transport) admit(hs *handshake) (*accepted, error) {
+	raw, nc, dr, br, h := hs.raw, hs.nc, hs.dr, hs.br, hs.hello
 	version, p, code, why := t.check(h)
 	if code != wire.CodeAccepted {
 		reason := codeErrors[code].reason

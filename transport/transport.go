@@ -25,7 +25,8 @@ type Transport struct {
 	cfg     Config // with defaults
 	log     *slog.Logger
 	handler Handler
-	ln      net.Listener
+	mux     *Mux // the listener, shared by a host's groups or private
+	ownMux  bool // the mux is this transport's own: Close closes it
 	cluster atomic.Uint64
 
 	ctx    context.Context // canceled by Close
@@ -73,18 +74,11 @@ func New(cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
-	ln := cfg.Listener
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
-			return nil, fmt.Errorf("transport: listening on %s: %w", cfg.ListenAddr, err)
-		}
-	}
 	t := &Transport{
 		cfg:      cfg,
 		log:      cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
 		handler:  cfg.Handler,
-		ln:       ln,
+		mux:      cfg.Mux,
 		removed:  make(map[uint64]bool),
 		conns:    make(map[io.Closer]struct{}),
 		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
@@ -104,15 +98,29 @@ func New(cfg Config) (*Transport, error) {
 			t.AddPeer(id, addr)
 		}
 	}
-	t.wg.Add(2)
-	go t.acceptLoop()
+	if t.mux == nil {
+		mux, err := newMux(MuxConfig{Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger, HandshakeTimeout: cfg.HandshakeTimeout}, t)
+		if err != nil {
+			t.cancel()
+			return nil, err
+		}
+		t.mux, t.ownMux = mux, true
+	}
+	if err := t.mux.register(t); err != nil {
+		t.cancel()
+		if t.ownMux {
+			_ = t.mux.Close()
+		}
+		return nil, err
+	}
+	t.wg.Add(1)
 	go t.reportUnreachableLoop()
-	t.log.Info("transport serving", "addr", ln.Addr().String(), "tls", cfg.TLS != nil)
+	t.log.Info("transport serving", "addr", t.mux.Addr().String(), "group", cfg.GroupID, "tls", cfg.TLS != nil)
 	return t, nil
 }
 
 // Addr returns the address the transport listens on.
-func (t *Transport) Addr() net.Addr { return t.ln.Addr() }
+func (t *Transport) Addr() net.Addr { return t.mux.Addr() }
 
 // SetClusterID sets the cluster ID once a joiner has learned it. Inbound
 // raft and snapshot connections are refused until it is set.
@@ -141,7 +149,11 @@ func (t *Transport) Close() error {
 	t.mu.Unlock()
 
 	t.cancel()
-	err := t.ln.Close()
+	t.mux.unregister(t)
+	var err error
+	if t.ownMux {
+		err = t.mux.Close()
+	}
 	for _, p := range peers {
 		p.stop()
 	}

@@ -1,0 +1,349 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/understudy-raft/understudy/internal/wire"
+)
+
+// Mux is the peer listener of a host that runs many raft groups: one port
+// for all of them. It accepts every connection, runs the TLS handshake,
+// reads the hello and hands the connection to the Transport of the hello's
+// group (Config.Mux), which checks the rest of the hello and serves it. A
+// hello for a group the host does not run is refused as ErrGroupMismatch:
+// a message never creates a group, only the host does (as dragonboat's).
+//
+// A Transport created without a Mux makes a private one for itself, so one
+// code path serves a single group and many.
+type Mux struct {
+	ln      net.Listener
+	tls     *tls.Config
+	log     *slog.Logger
+	timeout time.Duration // HandshakeTimeout
+	private *Transport    // the owner of a private mux, else nil
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	groups map[uint64]*Transport
+	conns  map[io.Closer]struct{} // connections before their hand-off
+
+	refused    reasonCounter
+	connErrors reasonCounter
+	refusalLog rateLog
+}
+
+// MuxConfig configures a Mux.
+type MuxConfig struct {
+	// Listener is the listener to serve; it is closed by Close. Exactly one
+	// of Listener and ListenAddr must be set.
+	Listener net.Listener
+	// ListenAddr is a TCP host:port to listen on, if Listener is nil.
+	ListenAddr string
+	// TLS, when set, wraps every inbound connection in TLS (the groups'
+	// transports dial with their own Config.TLS: give both the same).
+	TLS *tls.Config
+	// Logger receives the mux's logs; nil discards them.
+	Logger *slog.Logger
+	// HandshakeTimeout bounds the TLS handshake and reading the hello.
+	// Default DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+}
+
+// NewMux starts listening and serving the groups registered later.
+//
+// Errors: ErrInvalidConfig; the listen error.
+func NewMux(cfg MuxConfig) (*Mux, error) {
+	if (cfg.Listener == nil) == (cfg.ListenAddr == "") {
+		return nil, fmt.Errorf("%w: exactly one of Listener and ListenAddr is required", ErrInvalidConfig)
+	}
+	if cfg.HandshakeTimeout < 0 {
+		return nil, fmt.Errorf("%w: HandshakeTimeout (%s) must not be negative", ErrInvalidConfig, cfg.HandshakeTimeout)
+	}
+	return newMux(cfg, nil)
+}
+
+func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("transport: listening on %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	m := &Mux{
+		ln: ln, tls: cfg.TLS, log: cfg.Logger, timeout: cfg.HandshakeTimeout, private: private,
+		groups: map[uint64]*Transport{}, conns: map[io.Closer]struct{}{},
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.wg.Add(1)
+	go m.acceptLoop()
+	return m, nil
+}
+
+// Addr returns the address the mux listens on.
+func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
+
+// Groups returns the groups whose transports are registered, in order.
+func (m *Mux) Groups() []uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.groups))
+}
+
+// MuxStats are the counters of connections the mux closed before handing
+// them to a group: refused hellos by reason (a group the host does not run:
+// ReasonGroupMismatch) and failed handshakes.
+type MuxStats struct {
+	Refused    map[string]uint64
+	ConnErrors map[string]uint64
+}
+
+// Stats returns the mux's counters.
+func (m *Mux) Stats() MuxStats {
+	return MuxStats{Refused: m.refused.snapshot(), ConnErrors: m.connErrors.snapshot()}
+}
+
+// register adds t as the transport of its group.
+func (m *Mux) register(t *Transport) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return fmt.Errorf("%w: the mux is closed", ErrInvalidConfig)
+	}
+	if _, dup := m.groups[t.cfg.GroupID]; dup {
+		return fmt.Errorf("%w: group %d already has a transport on this mux", ErrInvalidConfig, t.cfg.GroupID)
+	}
+	m.groups[t.cfg.GroupID] = t
+	return nil
+}
+
+// unregister removes t: its group's hellos are refused from now on.
+func (m *Mux) unregister(t *Transport) {
+	m.mu.Lock()
+	if m.groups[t.cfg.GroupID] == t {
+		delete(m.groups, t.cfg.GroupID)
+	}
+	m.mu.Unlock()
+}
+
+// Close stops listening and closes the connections not yet handed to a
+// group; the groups' transports keep theirs until they are closed. It waits
+// for the mux's goroutines. Close is idempotent.
+//
+// Errors: the listener's Close error.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	conns := slices.Collect(maps.Keys(m.conns))
+	m.mu.Unlock()
+	m.cancel()
+	err := m.ln.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	m.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// track registers a connection before its hand-off; it reports false (and
+// closes c) once the mux is closed.
+func (m *Mux) track(c io.Closer) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		_ = c.Close()
+		return false
+	}
+	m.conns[c] = struct{}{}
+	return true
+}
+
+func (m *Mux) untrack(c io.Closer) {
+	m.mu.Lock()
+	delete(m.conns, c)
+	m.mu.Unlock()
+}
+
+// acceptLoop accepts connections until the listener is closed.
+func (m *Mux) acceptLoop() {
+	defer m.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := m.ln.Accept()
+		if err != nil {
+			if m.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			m.log.Warn("accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			continue
+		}
+		delay = 0
+		if !m.track(nc) {
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.serveConn(nc)
+		}()
+	}
+}
+
+// handshake is an inbound connection whose hello was read.
+type handshake struct {
+	raw   net.Conn
+	nc    net.Conn // the TLS connection when TLS is on
+	dr    *deadlineReader
+	br    *bufio.Reader
+	hello wire.Hello
+}
+
+// serveConn runs the TLS handshake and reads the hello, then hands the
+// connection to its group's transport (or refuses it).
+func (m *Mux) serveConn(raw net.Conn) {
+	hs, err := m.handshake(raw)
+	if err != nil {
+		m.untrack(raw)
+		_ = raw.Close()
+		if m.ctx.Err() == nil {
+			reason := reasonOf(err)
+			m.errorCounter().add(reason)
+			m.logError("handshake_"+reason, "inbound connection failed before the handshake completed", "remote", raw.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	if hs == nil { // refused and answered
+		m.untrack(raw)
+		_ = raw.Close()
+		return
+	}
+	m.mu.Lock()
+	t := m.groups[hs.hello.Group]
+	m.mu.Unlock()
+	if t == nil {
+		reason := codeErrors[wire.CodeGroupMismatch].reason
+		m.refusedCounter().add(reason)
+		why := fmt.Sprintf("group %d is not run by this host", hs.hello.Group)
+		if m.refusalLog.allow(reason, time.Now()) {
+			m.log.Warn("refused inbound connection", "kind", hs.hello.Kind.String(), "remote", raw.RemoteAddr().String(), "detail", why)
+		}
+		r := wire.HelloReply{Code: wire.CodeGroupMismatch, Reason: why}
+		if m.private != nil { // a single group's member says who it is, as before
+			r.Cluster, r.Member = m.private.cluster.Load(), m.private.cfg.ID
+			r.Reason = fmt.Sprintf("group %d, this member serves group %d", hs.hello.Group, m.private.cfg.GroupID)
+		}
+		writeReply(hs.nc, hs.hello.Group, r)
+		m.untrack(raw)
+		_ = raw.Close()
+		return
+	}
+	// Hand off: from here the group's transport owns the connection (its
+	// Close closes it and waits for the goroutine serving it).
+	if !t.track(raw) {
+		m.untrack(raw)
+		return
+	}
+	m.untrack(raw)
+	if !t.goTracked(func() { t.serveHandshake(hs) }) {
+		t.untrack(raw)
+		_ = raw.Close()
+	}
+}
+
+// handshake runs the TLS handshake and reads the hello within the
+// handshake timeout. It returns nil, nil when it answered a malformed hello.
+func (m *Mux) handshake(raw net.Conn) (*handshake, error) {
+	_ = raw.SetDeadline(time.Now().Add(m.timeout))
+	nc := raw
+	if m.tls != nil {
+		tc := tls.Server(raw, m.tls)
+		if err := tc.HandshakeContext(m.ctx); err != nil {
+			return nil, fmt.Errorf("%w: %w", errTLS, err)
+		}
+		nc = tc
+	}
+	dr := &deadlineReader{c: nc}
+	br := bufio.NewReaderSize(dr, 32<<10)
+	f, err := wire.NewReader(br, helloLimit).Next()
+	if err != nil {
+		return nil, fmt.Errorf("reading hello: %w", err)
+	}
+	if f.Type != wire.TypeHello {
+		return nil, fmt.Errorf("%w: %s frame instead of a hello", ErrProtocol, f.Type)
+	}
+	h, err := wire.ParseHello(f.Payload)
+	if err != nil {
+		writeReply(nc, f.Group, wire.HelloReply{Code: wire.CodeBadHello, Reason: err.Error()})
+		return nil, err
+	}
+	return &handshake{raw: raw, nc: nc, dr: dr, br: br, hello: h}, nil
+}
+
+// errorCounter and refusedCounter are where the mux counts: its owner's
+// counters for a private mux (a single group's Stats show everything, as
+// before the mux existed), else its own.
+func (m *Mux) errorCounter() *reasonCounter {
+	if m.private != nil {
+		return &m.private.connErrors
+	}
+	return &m.connErrors
+}
+
+func (m *Mux) refusedCounter() *reasonCounter {
+	if m.private != nil {
+		return &m.private.refused
+	}
+	return &m.refused
+}
+
+func (m *Mux) logError(reason, msg string, args ...any) {
+	if m.private != nil {
+		m.private.logOnce(0, reason, msg, args...)
+		return
+	}
+	if m.refusalLog.allow(reason, time.Now()) {
+		m.log.Warn(msg, args...)
+		return
+	}
+	m.log.Debug(msg, args...)
+}
+
+// writeReply sends a hello reply.
+func writeReply(nc net.Conn, group uint64, r wire.HelloReply) {
+	_, _ = nc.Write(wire.AppendFrame(nil, wire.TypeHelloReply, group, wire.AppendHelloReply(nil, r)))
+}

@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"testing"
+
+	"github.com/understudy-raft/understudy/internal/wire"
+)
+
+// groupOn starts group g's transport for member id on mux m.
+func groupOn(t *testing.T, m *Mux, g, id uint64, h Handler) *Transport {
+	t.Helper()
+	return newTestTransport(t, id, h, func(c *Config) { c.ListenAddr, c.Mux, c.GroupID = "", m, g })
+}
+
+func newTestMux(t *testing.T) *Mux {
+	t.Helper()
+	m, err := NewMux(MuxConfig{ListenAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// TestMuxServesManyGroups: two hosts, each one listener (a Mux) for two
+// raft groups whose member IDs overlap. Every message reaches the handler
+// of its own group; a hello for a group a host does not run is refused
+// (never creating one) and counted; a group stopped on a running host is
+// refused from then on while the other keeps serving, and started again it
+// serves again.
+func TestMuxServesManyGroups(t *testing.T) {
+	ma, mb := newTestMux(t), newTestMux(t)
+	h := map[[2]uint64]*fakeHandler{} // (group, member) → handler
+	tr := map[[2]uint64]*Transport{}
+	for _, g := range []uint64{1, 2} {
+		for id, m := range map[uint64]*Mux{1: ma, 2: mb} {
+			k := [2]uint64{g, id}
+			h[k] = &fakeHandler{}
+			tr[k] = groupOn(t, m, g, id, h[k])
+		}
+		tr[[2]uint64{g, 1}].AddPeer(2, mb.Addr().String())
+		tr[[2]uint64{g, 2}].AddPeer(1, ma.Addr().String())
+	}
+	if got := ma.Groups(); len(got) != 2 {
+		t.Fatalf("groups on the mux: %v", got)
+	}
+	for i := 0; i < 5; i++ {
+		tr[[2]uint64{1, 1}].Send(appMsgs(1, 2))
+		tr[[2]uint64{2, 2}].Send(appMsgs(2, 1))
+	}
+	waitFor(t, "messages delivered in their own group", func() bool {
+		return h[[2]uint64{1, 2}].count() == 5 && h[[2]uint64{2, 1}].count() == 5
+	})
+	if n := h[[2]uint64{2, 2}].count() + h[[2]uint64{1, 1}].count(); n != 0 {
+		t.Fatalf("%d messages reached the other group", n)
+	}
+
+	// A group the host does not run: refused, counted, nothing created.
+	p := dialRaw(t, mb.Addr().String())
+	hello := goodHello(wire.KindStream)
+	hello.Group, hello.From, hello.To = 3, 1, 2
+	if r := p.hello(hello); r.Code != wire.CodeGroupMismatch {
+		t.Fatalf("hello for group 3: %+v", r)
+	}
+	p.waitClosed()
+	if mb.Stats().Refused[ReasonGroupMismatch] == 0 || len(mb.Groups()) != 2 {
+		t.Fatalf("mux stats %+v, groups %v", mb.Stats(), mb.Groups())
+	}
+
+	// Group 1 stops on host B; group 2 goes on.
+	if err := tr[[2]uint64{1, 2}].Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "group 1 refused on host B", func() bool {
+		tr[[2]uint64{1, 1}].Send(appMsgs(1, 2))
+		return mb.Stats().Refused[ReasonGroupMismatch] >= 2
+	})
+	before := h[[2]uint64{2, 1}].count()
+	tr[[2]uint64{2, 2}].Send(appMsgs(2, 1))
+	waitFor(t, "group 2 still served", func() bool { return h[[2]uint64{2, 1}].count() > before })
+
+	// Started again on the running host, group 1 is served again.
+	h2 := &fakeHandler{}
+	again := groupOn(t, mb, 1, 2, h2)
+	again.AddPeer(1, ma.Addr().String())
+	waitFor(t, "group 1 served again", func() bool {
+		tr[[2]uint64{1, 1}].Send(appMsgs(1, 2))
+		return h2.count() > 0
+	})
+
+	// Two transports of one group on one mux are refused.
+	if _, err := New(Config{ID: 9, ClusterID: testCluster, GroupID: 2, Mux: mb, Handler: &fakeHandler{}}); err == nil {
+		t.Fatal("a second transport for group 2 on the same mux was accepted")
+	}
+}
