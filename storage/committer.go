@@ -11,11 +11,19 @@ import (
 // The committer: every write of every group (a Save's puts and deletes,
 // Compact's bounds, a snapshot's record, the identity, the tombstone, a new
 // group's buckets) is a closure doing bbolt work only, validated and encoded
-// beforehand by its Store. The Store queues it and waits; one goroutine runs
-// all the closures queued while the previous commit ran in one bbolt
-// transaction, commits it once and answers them all. Natural batching: no
-// timer, a lone write is committed at once, and under load a commit carries
-// whatever arrived during the one before.
+// beforehand by its Store. The Store queues it and waits; one commit runs at
+// a time, carrying every write queued while the previous one ran, in one
+// bbolt transaction, and answers them all. Natural batching: no timer, a
+// lone write is committed at once, and under load a commit carries whatever
+// arrived during the one before.
+//
+// The committer is not a goroutine of its own but a role, as in RocksDB's
+// write groups: a writer that finds no commit running commits its write
+// itself; one that finds a commit running queues its write for the next
+// commit, and the first writer of that next batch commits it when the
+// running commit hands over. A lone writer so pays no goroutine hand-off (two
+// wake-ups, about 10 µs per Save with NoSync on this 2-core machine), and
+// there is no goroutine to stop.
 //
 // A group has at most one write queued at a time (its writers hold its wmu
 // while they wait), so a commit carries one write per group it touches.
@@ -31,6 +39,7 @@ type commitReq struct {
 // are set before done is closed.
 type commitBatch struct {
 	reqs      []commitReq
+	lead      chan struct{} // closed when the batch's first writer is to commit it
 	done      chan struct{}
 	err       error
 	dur       time.Duration // the whole transaction, fsyncs included
@@ -39,60 +48,67 @@ type commitBatch struct {
 
 type committer struct {
 	mu      sync.Mutex
-	pending *commitBatch // the writes queued for the next commit
+	busy    bool         // a commit is running (or handed over to the pending batch)
+	pending *commitBatch // the writes queued for the next commit; only while busy
 	stopped bool
-	wake    chan struct{} // capacity 1: a batch is pending
-	stop    chan struct{}
-	exited  chan struct{}
 }
 
-func (e *Engine) startCommitter() {
-	e.c.wake = make(chan struct{}, 1)
-	e.c.stop = make(chan struct{})
-	e.c.exited = make(chan struct{})
-	go e.runCommitter()
-}
-
-// stopCommitter stops the committer; a write queued after that (there is
-// none once every group is closed) fails with ErrClosed.
+// stopCommitter refuses every later write with ErrClosed. The engine calls it
+// once its groups are closed, so no write is running or queued.
 func (e *Engine) stopCommitter() {
 	e.c.mu.Lock()
 	e.c.stopped = true
 	e.c.mu.Unlock()
-	close(e.c.stop)
-	<-e.c.exited
-	e.c.mu.Lock()
-	b := e.c.pending
-	e.c.pending = nil
-	e.c.mu.Unlock()
-	if b != nil {
-		b.err = ErrClosed
-		close(b.done)
-	}
 }
 
 // commit queues fn, a write of group, for the next commit and waits for it.
 // It returns the batch's error (the same for every write of the batch) and
 // the commit's durations.
 func (e *Engine) commit(group uint64, save bool, fn func(*bolt.Tx) error) (dur, writeTime time.Duration, err error) {
+	req := commitReq{group: group, save: save, fn: fn}
 	e.c.mu.Lock()
 	if e.c.stopped {
 		e.c.mu.Unlock()
 		return 0, 0, ErrClosed
 	}
-	b := e.c.pending
-	if b == nil {
-		b = &commitBatch{done: make(chan struct{})}
-		e.c.pending = b
-		select {
-		case e.c.wake <- struct{}{}:
-		default: // a wake-up is pending already
-		}
+	if !e.c.busy { // no commit running (nothing is pending then): commit now
+		e.c.busy = true
+		e.c.mu.Unlock()
+		b := &commitBatch{reqs: []commitReq{req}, done: make(chan struct{})}
+		e.lead(b)
+		return b.dur, b.writeTime, b.err
 	}
-	b.reqs = append(b.reqs, commitReq{group: group, save: save, fn: fn})
+	b := e.c.pending
+	first := b == nil
+	if first {
+		b = &commitBatch{lead: make(chan struct{}), done: make(chan struct{})}
+		e.c.pending = b
+	}
+	b.reqs = append(b.reqs, req)
 	e.c.mu.Unlock()
+	if first {
+		<-b.lead // the running commit is done: take the batch and commit it
+		e.c.mu.Lock()
+		e.c.pending = nil
+		e.c.mu.Unlock()
+		e.lead(b)
+	}
 	<-b.done
 	return b.dur, b.writeTime, b.err
+}
+
+// lead commits b, then hands over to the next batch's first writer, or
+// leaves the committer idle if none is queued.
+func (e *Engine) lead(b *commitBatch) {
+	e.commitBatch(b)
+	close(b.done)
+	e.c.mu.Lock()
+	if next := e.c.pending; next != nil {
+		close(next.lead) // busy stays set: the next commit is next's
+	} else {
+		e.c.busy = false
+	}
+	e.c.mu.Unlock()
 }
 
 // pendingWrites returns how many writes are queued for the next commit.
@@ -103,26 +119,6 @@ func (e *Engine) pendingWrites() int {
 		return 0
 	}
 	return len(e.c.pending.reqs)
-}
-
-func (e *Engine) runCommitter() {
-	defer close(e.c.exited)
-	for {
-		select {
-		case <-e.c.wake:
-		case <-e.c.stop:
-			return
-		}
-		e.c.mu.Lock()
-		b := e.c.pending
-		e.c.pending = nil
-		e.c.mu.Unlock()
-		if b == nil {
-			continue
-		}
-		e.commitBatch(b)
-		close(b.done)
-	}
 }
 
 // commitBatch runs b's writes in one transaction. Any error — a write's own,

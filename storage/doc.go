@@ -9,12 +9,12 @@
 // # Many groups: the Engine
 //
 // A data dir can hold many raft groups (a host's). OpenEngine opens it as an
-// *Engine, which owns the bbolt file and one committer goroutine;
-// Engine.Group opens one group's *Store, a view with its own locks, cache,
-// bounds, identity, tombstone and snapshot files. The committer writes the
-// writes of every group queued while its previous commit ran in one bbolt
-// transaction, with one commit (group commit across groups, with no delay: a
-// lone write goes at once). BenchmarkEngineGroupCommit (one 256-byte entry
+// *Engine, which owns the bbolt file and its committer; Engine.Group opens
+// one group's *Store, a view with its own locks, cache, bounds, identity,
+// tombstone and snapshot files. One commit runs at a time and carries every
+// write of every group queued while the previous one ran, in one bbolt
+// transaction (group commit across groups, with no delay: a lone write goes
+// at once). BenchmarkEngineGroupCommit (one 256-byte entry
 // per Save, fsync on, this 2-core machine): 100 groups saving at once make
 // 26-27k Saves/s in one Engine, about 49 groups per commit, against 5-6k
 // Saves/s with a data dir (a bbolt file and its fsyncs) per group; one group

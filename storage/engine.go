@@ -22,12 +22,14 @@ import (
 // Engine is the storage of a host: one data dir — one bbolt file and one
 // snapshot directory — shared by many raft groups, each seen through its own
 // *Store (Group). It owns the file (its lock, the open-time checks, the
-// handling of bbolt panics) and one committer goroutine that writes every
-// group's queued writes in one bbolt transaction: a Save of any group waits
-// for the commit that carries it, and whatever queued while a commit ran goes
-// into the next one, so G groups appending at once pay about one commit (two
-// fdatasyncs) instead of G. There is no artificial delay: a lone write is
-// committed at once.
+// handling of bbolt panics) and its committer, which writes every group's
+// queued writes in one bbolt transaction: a Save of any group waits for the
+// commit that carries it, one commit runs at a time, and whatever queued
+// while a commit ran goes into the next one, so G groups appending at once
+// pay about one commit (two fdatasyncs) instead of G. There is no artificial
+// delay: a lone write is committed at once, by its own goroutine (see
+// committer.go: the committer is a role the writers take in turn, not a
+// goroutine).
 //
 // A failed commit fails every write in it and stops the engine: every later
 // write of every group returns ErrFailed (a storage failure stops the host);
@@ -64,7 +66,7 @@ type Engine struct {
 // unless opts.NoOpenCheck, its format version, and that it holds only the
 // buckets and keys this format writes), removes the temporary files that
 // interrupted snapshot writes left (no group runs yet, so every group's go),
-// and starts the committer. Open the groups with Group.
+// Open the groups with Group.
 //
 // It returns an error wrapping ErrLocked if another process or Engine holds
 // dir, ErrVersion for a newer format, and ErrCorrupt (a *CorruptError naming
@@ -105,7 +107,6 @@ func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
 		_ = e.closeDB()
 		return nil, err
 	}
-	e.startCommitter()
 	e.log.Debug("storage engine opened", "dir", dir)
 	return e, nil
 }
@@ -393,7 +394,7 @@ func (e *Engine) Dir() string { return e.dir }
 
 // Close closes every group's Store still open (their later calls return
 // ErrClosed; Close waits for their running calls, as Store.Close does), then
-// stops the committer and closes the file. A Group call under way finishes
+// closes the file. A Group call under way finishes
 // first. Close is idempotent.
 func (e *Engine) Close() error {
 	e.mu.Lock()
@@ -448,7 +449,7 @@ func (e *Engine) view(fn func(*bolt.Tx) error) (err error) {
 }
 
 // update runs fn in a bbolt write transaction and commits it, turning a bbolt
-// panic into a *CorruptError. Only the committer calls it.
+// panic into a *CorruptError. Only the committer (commitBatch) calls it.
 func (e *Engine) update(fn func(*bolt.Tx) error) (err error) {
 	if p := e.poisoned.Load(); p != nil {
 		return p
