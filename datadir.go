@@ -136,8 +136,9 @@ func ParseMembers(s string) ([]raft.Member, error) {
 }
 
 // forceNewCluster rewrites the member in store as the only voter of its
-// cluster (Config.ForceNewCluster).
-func forceNewCluster(store *storage.Store, cfg Config, logger *slog.Logger) error {
+// cluster (Config.ForceNewCluster), recorded with the address it
+// advertises: the one given, else its stored record, else listenAddr.
+func forceNewCluster(store *storage.Store, cfg GroupConfig, listenAddr string, logger *slog.Logger) error {
 	id, err := store.Identity()
 	if err != nil {
 		return err
@@ -145,10 +146,15 @@ func forceNewCluster(store *storage.Store, cfg Config, logger *slog.Logger) erro
 	if id.MemberID != 0 && id.MemberID != cfg.ID {
 		return &storage.IdentityError{Stored: id, Requested: storage.Identity{ClusterID: id.ClusterID, MemberID: cfg.ID}}
 	}
-	self := raft.Member{ID: cfg.ID, PeerAddr: cfg.AdvertisePeer, Metadata: maps.Clone(cfg.Metadata)}
-	if self.PeerAddr == "" && cfg.Listener == nil {
-		self.PeerAddr = cfg.ListenPeer
+	peers, _, err := raft.StoredPeers(store)
+	if err != nil {
+		return err
 	}
+	addr, err := advertisedPeer(cfg, listenAddr, "restart", peers, nil)
+	if err != nil {
+		return err
+	}
+	self := raft.Member{ID: cfg.ID, PeerAddr: addr, Metadata: maps.Clone(cfg.Metadata)}
 	_, err = raft.ForceNewCluster(store, self, logger)
 	return err
 }

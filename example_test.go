@@ -89,7 +89,7 @@ func ExampleStart_join() {
 // The dry run refuses an even target and previews the policy's next step;
 // lowering the target from three to one demotes two voters at once (never
 // the leader), who stay as standbys.
-func ExampleHost_scaling() {
+func ExampleGroup_scaling() {
 	dir, _ := os.MkdirTemp("", "understudy-example")
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -102,7 +102,7 @@ func ExampleHost_scaling() {
 		lns = append(lns, ln)
 		initial = append(initial, raft.Member{ID: id, PeerAddr: ln.Addr().String()})
 	}
-	var hosts []*understudy.Host
+	var hosts []*understudy.Group
 	for i, ln := range lns {
 		h, err := understudy.Start(ctx, understudy.Config{
 			ID: uint64(i + 1), DataDir: filepath.Join(dir, fmt.Sprint(i+1)), Listener: ln,

@@ -53,7 +53,7 @@ func TestHostReachedThroughProxies(t *testing.T) {
 			Raft:     fastRaft(), Storage: storage.Options{NoSync: true},
 		}
 	}
-	hosts := map[uint64]*understudy.Host{}
+	hosts := map[uint64]*understudy.Group{}
 	defer func() {
 		for _, h := range hosts {
 			_ = h.Close(ctx)
@@ -67,7 +67,7 @@ func TestHostReachedThroughProxies(t *testing.T) {
 		require.Equal(t, proxies[id].Addr(), h.PeerAddr(), "member %d advertises its recorded address", id)
 		hosts[id] = h
 	}
-	leader := func() *understudy.Host {
+	leader := func() *understudy.Group {
 		for {
 			for _, h := range hosts {
 				if h.IsLeader() {
@@ -115,7 +115,7 @@ func TestHostReachedThroughProxies(t *testing.T) {
 
 	// Cut the proxy of a voter that does not lead: nothing reaches it.
 	l := leader()
-	var cut *understudy.Host
+	var cut *understudy.Group
 	for id, h := range hosts {
 		if h != l && id != 4 {
 			cut = h

@@ -46,7 +46,7 @@ func TestHostJoinerInterruptedBeforeTheClusterState(t *testing.T) {
 		require.NoError(t, store.Close())
 		return ln, dir
 	}
-	read := func(h *understudy.Host) {
+	read := func(h *understudy.Group) {
 		t.Helper()
 		v, err := h.Read(ctx, []byte("k"))
 		require.NoError(t, err)
@@ -81,6 +81,8 @@ func TestHostJoinerInterruptedBeforeTheClusterState(t *testing.T) {
 	require.True(t, has)
 	_, err = understudy.Start(ctx, tc.cfg(5, ln5), kv.New())
 	require.ErrorIs(t, err, understudy.ErrNoBootstrap)
+	ln5, err = net.Listen("tcp", ln5.Addr().String()) // a failed Start closed it: nothing stays open
+	require.NoError(t, err)
 	h5, err := tc.join(ctx, 5, ln5, tc.addrs[l.ID()])
 	require.NoError(t, err)
 	read(h5)

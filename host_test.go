@@ -25,7 +25,7 @@ import (
 type testCluster struct {
 	t     *testing.T
 	dir   string
-	hosts map[uint64]*understudy.Host
+	hosts map[uint64]*understudy.Group
 	addrs map[uint64]string
 }
 
@@ -58,7 +58,7 @@ func listen(t *testing.T) net.Listener {
 // newTestCluster bootstraps n voters.
 func newTestCluster(t *testing.T, n int, edit ...func(*understudy.Config)) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, dir: t.TempDir(), hosts: map[uint64]*understudy.Host{}, addrs: map[uint64]string{}}
+	tc := &testCluster{t: t, dir: t.TempDir(), hosts: map[uint64]*understudy.Group{}, addrs: map[uint64]string{}}
 	lns := map[uint64]net.Listener{}
 	var initial []raft.Member
 	for id := uint64(1); id <= uint64(n); id++ {
@@ -88,7 +88,7 @@ func (tc *testCluster) closeAll() {
 	}
 }
 
-func (tc *testCluster) leader(ctx context.Context) *understudy.Host {
+func (tc *testCluster) leader(ctx context.Context) *understudy.Group {
 	tc.t.Helper()
 	for {
 		for _, h := range tc.hosts {
@@ -106,7 +106,7 @@ func (tc *testCluster) leader(ctx context.Context) *understudy.Host {
 
 // restart closes host id and starts it again from its data dir with cfg
 // changed by edit.
-func (tc *testCluster) restart(ctx context.Context, id uint64, edit func(*understudy.Config)) (*understudy.Host, error) {
+func (tc *testCluster) restart(ctx context.Context, id uint64, edit func(*understudy.Config)) (*understudy.Group, error) {
 	if h := tc.hosts[id]; h != nil {
 		require.NoError(tc.t, h.Close(ctx))
 		delete(tc.hosts, id)
@@ -127,7 +127,7 @@ func (tc *testCluster) restart(ctx context.Context, id uint64, edit func(*unders
 }
 
 // join starts member id with empty storage, joining through addrs.
-func (tc *testCluster) join(ctx context.Context, id uint64, ln net.Listener, addrs ...string) (*understudy.Host, error) {
+func (tc *testCluster) join(ctx context.Context, id uint64, ln net.Listener, addrs ...string) (*understudy.Group, error) {
 	cfg := tc.cfg(id, ln)
 	cfg.Join = addrs
 	h, err := understudy.Start(ctx, cfg, kv.New())
@@ -449,7 +449,7 @@ func TestHostBackupRestoredIntoNewMember(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var buf bytes.Buffer
-	var follower *understudy.Host
+	var follower *understudy.Group
 	for _, h := range tc.hosts {
 		if h != l {
 			follower = h

@@ -30,7 +30,7 @@ type member struct {
 	id   uint64
 	dir  string
 	addr string
-	node *understudy.Host
+	node *understudy.Group
 	sm   *kv.Store
 }
 

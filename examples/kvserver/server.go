@@ -21,7 +21,7 @@ import (
 // server is one kvserver member: the host and its HTTP API.
 type server struct {
 	o   *options
-	h   *understudy.Host
+	h   *understudy.Group
 	sm  *kv.Store
 	log *slog.Logger
 	m   *metrics

@@ -1,0 +1,482 @@
+package understudy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
+)
+
+// GroupConfig is what Host.StartGroup needs to run this host's replica of
+// one raft group. Exactly one way to start applies, chosen by what the
+// host's storage holds for the group (as etcd does):
+//
+//   - it holds a member: it restarts as that member, and InitialMembers and
+//     Join are ignored (ID must match, and ClusterID if set;
+//     ForceNewCluster turns it into a new one-member cluster first);
+//   - it holds none and InitialMembers is set: a new cluster, every initial
+//     member a voter;
+//   - it holds none and Join is set: it joins the cluster reachable at
+//     those addresses, which must have added it first (AddLearner on any
+//     member).
+type GroupConfig struct {
+	// GroupID is the raft group: the same on every host that runs a
+	// replica of it. Default 1.
+	GroupID uint64
+	// ID is this host's replica (member) ID in the group: non-zero, unique
+	// in the group, never reused.
+	ID uint64
+	// Metadata is this member's application metadata (e.g. its client
+	// address), published through the log once it runs, so that every
+	// member's Membership shows it.
+	Metadata map[string]string
+
+	// InitialMembers bootstraps a new cluster (see above). It must list ID.
+	InitialMembers []raft.Member
+	// ClusterToken distinguishes clusters with the same InitialMembers:
+	// the cluster ID of a new cluster is derived from both (ClusterIDFor).
+	ClusterToken string
+	// Join lists peer addresses of an existing cluster (any member: leader,
+	// follower or learner); the member learns the cluster ID and every
+	// member's address from the first that answers.
+	Join []string
+	// JoinTimeout bounds how long a joiner waits for the cluster at Join to
+	// answer (0: as long as the context allows); while it waits it logs
+	// every few seconds what it waits for and through which addresses.
+	JoinTimeout time.Duration
+	// NotListedGrace is how long a joiner keeps asking while the members
+	// that answer do not list it yet (its add may still be on its way)
+	// before it gives up with raft.ErrNotMember. Default 5s; negative:
+	// until JoinTimeout or the context ends (for an orchestrator that starts
+	// members before adding them).
+	NotListedGrace time.Duration
+	// ClusterID, if set, is the only cluster this member accepts: a data
+	// dir or a peer of another cluster is refused (ErrIdentityMismatch,
+	// raft.ErrClusterMismatch).
+	ClusterID uint64
+	// ForceNewCluster turns the member in the data dir into the only voter
+	// of a new cluster, keeping every entry of its log: the last resort
+	// after the permanent loss of a quorum (see Config.ForceNewCluster).
+	// Only with a data dir that holds a member.
+	ForceNewCluster bool
+
+	// Raft tunes the node; StartGroup sets its ID, InitialMembers,
+	// ClusterID and Logger.
+	Raft raft.Config
+	// Storage tunes the group's view of the storage (its tail cache: a
+	// host of many groups wants a smaller one per group).
+	Storage storage.GroupOptions
+	// Transport tunes the group's transport; StartGroup sets its ID,
+	// ClusterID, GroupID, Mux, TLS, Handler, Snapshots and Logger.
+	Transport transport.Config
+
+	// advertise is the single-group Config's AdvertisePeer (Start): a
+	// HostConfig.AdvertisePeer of its own.
+	advertise string
+}
+
+// Group is a running replica of a raft group on a host: its storage view,
+// transport and node, started together by Host.StartGroup (or Start) and
+// closed in order by Close. Every raft.Node method (Propose, Read,
+// AddLearner, Membership, …) is available on it directly.
+type Group struct {
+	*raft.Node
+	host   *Host
+	ownsH  bool // Start's single-group host: Close closes it too
+	gid    uint64
+	store  *storage.Store
+	tr     *transport.Transport
+	log    *slog.Logger
+	advert string
+
+	closeOnce sync.Once
+	closeErr  error
+	stopPub   context.CancelFunc
+	pubDone   chan struct{}
+}
+
+// StartGroup opens the group's storage, builds its transport and node, and
+// starts this host's replica: it restarts, bootstraps or joins as the
+// storage says (see GroupConfig). Joining waits, within ctx, until a
+// member at one of the Join addresses lists this member. A restarted member
+// returns once it has replayed its log up to the commit index it had
+// persisted, so that its stale reads never show less than that. On error
+// nothing of the group stays open; the host runs on.
+//
+// Errors: ErrGroupRunning; ErrHostClosed; ErrRemoved; an error matching
+// ErrIdentityMismatch (a *storage.IdentityError names both);
+// raft.ErrNotMember and raft.ErrClusterMismatch when joining;
+// ErrNoBootstrap; raft.ErrInvalidConfig and transport.ErrInvalidConfig; the
+// storage's errors (storage.ErrCorrupt, storage.ErrFailed); ctx's error.
+func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMachine) (g *Group, err error) {
+	if cfg.GroupID == 0 {
+		cfg.GroupID = 1
+	}
+	if cfg.ID == 0 {
+		return nil, fmt.Errorf("%w: ID must be non-zero", raft.ErrInvalidConfig)
+	}
+	if cfg.advertise == "" {
+		cfg.advertise = h.cfg.AdvertisePeer
+	} else if err := confchange.CheckPeerAddr(cfg.advertise); err != nil {
+		return nil, fmt.Errorf("%w: AdvertisePeer: %v", raft.ErrInvalidConfig, refusalDetail(err))
+	}
+	if err := h.reserve(cfg.GroupID); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			h.release(cfg.GroupID, nil)
+		}
+	}()
+	logger := h.log
+	if g := h.Groups(); len(g) > 1 || cfg.GroupID != 1 {
+		logger = logger.With("group", cfg.GroupID)
+	}
+	dir := h.cfg.DataDir
+	store, err := h.engine.Group(cfg.GroupID, cfg.Storage)
+	if err != nil {
+		if errors.Is(err, storage.ErrRemoved) {
+			return nil, fmt.Errorf("%w: data dir %s: %w", ErrRemoved, dir, err)
+		}
+		return nil, err
+	}
+	var tr *transport.Transport
+	defer func() {
+		if err != nil {
+			if tr != nil {
+				_ = tr.Close()
+			}
+			_ = store.Close()
+		}
+	}()
+	stored, err := store.Identity()
+	if err != nil {
+		return nil, err
+	}
+	if stored.MemberID != 0 && (stored.MemberID != cfg.ID || (cfg.ClusterID != 0 && stored.ClusterID != 0 && stored.ClusterID != cfg.ClusterID)) {
+		// Checked whatever else the data dir holds: a member's vote and log
+		// must never start under another ID or in another cluster.
+		want := storage.Identity{ClusterID: cfg.ClusterID, MemberID: cfg.ID}
+		if want.ClusterID == 0 {
+			want.ClusterID = stored.ClusterID
+		}
+		return nil, &storage.IdentityError{Stored: stored, Requested: want}
+	}
+	has, err := holdsMember(store)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ForceNewCluster {
+		if !has {
+			return nil, fmt.Errorf("%w: ForceNewCluster needs a data dir that holds a member; %s holds none", raft.ErrInvalidConfig, dir)
+		}
+		if err := forceNewCluster(store, cfg, h.listenAddr, logger); err != nil {
+			return nil, err
+		}
+	}
+
+	rcfg := cfg.Raft
+	rcfg.ID, rcfg.Logger, rcfg.ClusterID = cfg.ID, logger, cfg.ClusterID
+	if rcfg.ClusterID == 0 {
+		rcfg.ClusterID = stored.ClusterID // 0 for an empty data dir
+	}
+	rcfg.InitialMembers = nil
+	mode := "restart"
+	var peers map[uint64]string // restart: the peers the storage knows
+	var removed []uint64
+	switch {
+	case has:
+		if len(cfg.InitialMembers) > 0 || len(cfg.Join) > 0 {
+			logger.Info("the data dir holds a member: ignoring InitialMembers and Join", slog.String("dir", dir))
+		}
+		if peers, removed, err = raft.StoredPeers(store); err != nil {
+			return nil, err
+		}
+	case len(cfg.InitialMembers) > 0:
+		mode = "bootstrap"
+		cfg.InitialMembers = pickedPort(cfg.InitialMembers, cfg.ID, h.mux.Addr())
+		// Every initial member writes the same bootstrap entries: the list
+		// as given (this member's metadata is published once it runs).
+		// A data dir with only an identity is a bootstrap that stopped
+		// before its first write: the node checks the derived cluster ID
+		// against it.
+		rcfg.InitialMembers = cfg.InitialMembers
+		if cfg.ClusterID == 0 {
+			rcfg.ClusterID = ClusterIDFor(cfg.InitialMembers, cfg.ClusterToken)
+		}
+	case len(cfg.Join) > 0:
+		// Also a join that stopped after recording its identity but before
+		// anything else: it joins again, in the cluster it recorded.
+		mode = "join"
+	default:
+		return nil, ErrNoBootstrap
+	}
+	// A member whose storage knows no member at all, not even itself, is a
+	// joiner that stopped before its first snapshot arrived (it may have
+	// recorded a term or a vote): it learns its peers again from Join.
+	rejoin := mode == "restart" && len(peers) == 0
+	if rejoin && len(cfg.Join) == 0 {
+		return nil, fmt.Errorf("%w: data dir %s holds member %d of cluster %x, whose join did not finish (it never received the cluster's state): start it again with Join",
+			ErrNoBootstrap, dir, cfg.ID, rcfg.ClusterID)
+	}
+
+	// The transport listens before the node exists (a joiner discovers the
+	// cluster through it first); until the node is made, what arrives is
+	// dropped, as a lossy network would. A restarted member's peers (and
+	// the members removed, refused as such) are known before the first
+	// connection is accepted.
+	hd := &lateHandler{}
+	tcfg := cfg.Transport
+	tcfg.ID, tcfg.ClusterID, tcfg.GroupID, tcfg.Mux = cfg.ID, rcfg.ClusterID, cfg.GroupID, h.mux
+	tcfg.Listener, tcfg.ListenAddr = nil, ""
+	tcfg.TLS, tcfg.Handler, tcfg.Snapshots = h.cfg.TLS, hd, store
+	tcfg.Peers, tcfg.Removed = peers, removed
+	if tcfg.Logger == nil {
+		tcfg.Logger = logger
+	}
+	if tr, err = transport.New(tcfg); err != nil {
+		return nil, err
+	}
+	if mode == "restart" && len(cfg.Join) > 0 && !rejoin {
+		// The data dir holds a member and the host says which cluster it
+		// means to be in: refuse a data dir of another one (the peers
+		// there refuse this cluster ID). Unreachable peers prove nothing.
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, derr := raft.Discover(dctx, tr, cfg.Join, cfg.ID, rcfg.ClusterID)
+		cancel()
+		if errors.Is(derr, raft.ErrClusterMismatch) {
+			return nil, fmt.Errorf("%w: data dir %s holds cluster %x, but the cluster at %v is another one: %w",
+				ErrIdentityMismatch, dir, rcfg.ClusterID, cfg.Join, derr)
+		}
+	}
+	var joinPeers []raft.Member
+	if mode == "join" || rejoin {
+		jctx, cancel := ctx, context.CancelFunc(func() {})
+		if cfg.JoinTimeout > 0 {
+			jctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
+		}
+		info, err := raft.DiscoverWith(jctx, tr, raft.DiscoverOptions{
+			Addrs: cfg.Join, ID: cfg.ID, ClusterID: rcfg.ClusterID,
+			NotListedGrace: cfg.NotListedGrace, Logger: logger,
+		})
+		cancel()
+		if err != nil {
+			if errors.Is(err, raft.ErrClusterMismatch) && stored.ClusterID != 0 {
+				return nil, fmt.Errorf("%w: data dir %s holds cluster %x, but the cluster at %v is another one: %w",
+					ErrIdentityMismatch, dir, stored.ClusterID, cfg.Join, err)
+			}
+			return nil, fmt.Errorf("understudy: joining as member %d: %w", cfg.ID, err)
+		}
+		logger.Info("joining cluster", slog.String("cluster", fmt.Sprintf("%x", info.ClusterID)),
+			slog.Uint64("answered_by", info.From), slog.Int("members", len(info.Members)), slog.Bool("again", rejoin || stored.MemberID != 0))
+		rcfg.ClusterID = info.ClusterID
+		tr.SetClusterID(info.ClusterID)
+		joinPeers = info.Members
+		for _, id := range info.Removed {
+			tr.RemovePeer(id)
+		}
+	}
+	advert, err := advertisedPeer(cfg, h.listenAddr, mode, peers, joinPeers)
+	if err != nil {
+		return nil, err
+	}
+	node, err := raft.NewNode(rcfg, sm, store)
+	if err != nil {
+		return nil, err
+	}
+	hd.set(node.PeerHandler())
+	for _, m := range joinPeers {
+		if m.ID != cfg.ID {
+			tr.AddPeer(m.ID, m.PeerAddr)
+		}
+	}
+	hs, _, err := store.InitialState()
+	if err != nil {
+		return nil, err
+	}
+	if err := node.Start(tr); err != nil {
+		return nil, err
+	}
+	if err := replayed(ctx, node, hs.GetCommit()); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = node.Stop(sctx)
+		<-node.Done()
+		return nil, err
+	}
+	logger.Info("member started", slog.Uint64("id", cfg.ID), slog.String("mode", mode),
+		slog.String("peer_addr", advert), slog.String("cluster", fmt.Sprintf("%x", node.ClusterID())))
+	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
+	pctx, cancel := context.WithCancel(context.Background())
+	g.stopPub = cancel
+	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata)})
+	h.started(cfg.GroupID, g)
+	return g, nil
+}
+
+// replayed waits, within ctx, until node has applied its log up to commit,
+// the commit index it persisted before it stopped: a host serves its state
+// (stale reads) only once it is at least what it had last recorded, not
+// the empty or older state the replay starts from.
+func replayed(ctx context.Context, node *raft.Node, commit uint64) error {
+	if node.AppliedIndex() >= commit {
+		return nil
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for node.AppliedIndex() < commit {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replaying the log to index %d (applied %d): %w", commit, node.AppliedIndex(), ctx.Err())
+		case <-node.Done():
+			if err := node.Err(); err != nil {
+				return err
+			}
+			return raft.ErrStopped
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// lateHandler is the transport's Handler until the node exists.
+type lateHandler struct {
+	mu sync.RWMutex
+	h  raft.PeerHandler
+}
+
+func (l *lateHandler) set(h raft.PeerHandler) {
+	l.mu.Lock()
+	l.h = h
+	l.mu.Unlock()
+}
+
+func (l *lateHandler) get() raft.PeerHandler {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.h
+}
+
+func (l *lateHandler) Process(m *raftpb.Message) {
+	if h := l.get(); h != nil {
+		h.Process(m)
+	}
+}
+
+func (l *lateHandler) ReportUnreachable(id uint64) {
+	if h := l.get(); h != nil {
+		h.ReportUnreachable(id)
+	}
+}
+
+func (l *lateHandler) ReportSnapshot(id uint64, st etcdraft.SnapshotStatus) {
+	if h := l.get(); h != nil {
+		h.ReportSnapshot(id, st)
+	}
+}
+
+func (l *lateHandler) ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error) {
+	if h := l.get(); h != nil {
+		return h.ServeRequest(ctx, from, req)
+	}
+	return nil, errors.New("understudy: member starting")
+}
+
+func (l *lateHandler) ReportRefused(id uint64, err error) {
+	if h := l.get(); h != nil {
+		h.ReportRefused(id, err)
+	}
+}
+
+// publish makes this member's record in the log match its advertised
+// address and metadata, once the member has applied its own record (a
+// joiner learns it as it catches up), retrying until it succeeds or the
+// host closes.
+func (h *Group) publish(ctx context.Context, want raft.Member) {
+	defer close(h.pubDone)
+	wait := 200 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.Done():
+			return
+		case <-time.After(wait):
+		}
+		cur, ok := h.Member(h.ID())
+		if !ok {
+			continue // not applied here yet
+		}
+		if cur.PeerAddr == want.PeerAddr && maps.Equal(cur.Metadata, want.Metadata) {
+			return
+		}
+		want.ReadOnly = cur.ReadOnly
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := h.UpdateMember(cctx, want)
+		cancel()
+		if err == nil {
+			h.log.Info("published this member's address and metadata", slog.String("peer_addr", want.PeerAddr))
+			return
+		}
+		h.log.Debug("publishing this member's record failed; retrying", slog.Any("err", err))
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// Close stops the replica and releases everything in order: the node (a
+// leader hands leadership over first, bounded by ctx), then the transport
+// (the host refuses the group's connections from then on), then the
+// storage view once the node's goroutines have exited; the host runs on
+// (Start's single-group host is closed too). It returns the node's fatal
+// error, if any. If ctx ends before the node stopped, Close returns an
+// error matching raft.ErrStopTimeout and the storage is closed in the
+// background once the node is done. Close is idempotent.
+func (g *Group) Close(ctx context.Context) error { return g.close(ctx, g.ownsH) }
+
+func (g *Group) close(ctx context.Context, closeHost bool) error {
+	g.closeOnce.Do(func() {
+		g.stopPub()
+		err := g.Stop(ctx)
+		<-g.pubDone
+		_ = g.tr.Close()
+		if errors.Is(err, raft.ErrStopTimeout) {
+			go func() { <-g.Done(); _ = g.store.Close() }()
+			g.closeErr = err
+		} else {
+			g.closeErr = errors.Join(err, g.store.Close())
+		}
+		g.host.release(g.gid, g)
+	})
+	if closeHost {
+		if err := g.host.Close(ctx); err != nil && g.closeErr == nil {
+			return err
+		}
+	}
+	return g.closeErr
+}
+
+// GroupID returns the raft group this replica belongs to.
+func (g *Group) GroupID() uint64 { return g.gid }
+
+// Host returns the host the group runs on.
+func (g *Group) Host() *Host { return g.host }
+
+// Storage returns the group's storage (for metrics and backups).
+func (g *Group) Storage() *storage.Store { return g.store }
+
+// Transport returns the group's transport (for metrics).
+func (g *Group) Transport() *transport.Transport { return g.tr }
+
+// PeerAddr returns the address the other members dial to reach this one.
+func (g *Group) PeerAddr() string { return g.advert }
