@@ -15,10 +15,11 @@
 // write of every group queued while the previous one ran, in one bbolt
 // transaction (group commit across groups, with no delay: a lone write goes
 // at once). BenchmarkEngineGroupCommit (one 256-byte entry
-// per Save, fsync on, this 2-core machine): 100 groups saving at once make
-// 26-27k Saves/s in one Engine, about 49 groups per commit, against 5-6k
-// Saves/s with a data dir (a bbolt file and its fsyncs) per group; one group
-// alone makes about 3k either way. Open is an Engine with one group, which
+// per Save, fsync on, a shared 2-core machine, four runs): 100 groups
+// saving at once make 21-28k Saves/s in one Engine, about 49 groups per
+// commit, against 5-6.5k Saves/s with a data dir (a bbolt file and its
+// fsyncs) per group; 10 groups 8.6-11k against 4.8-6.4k; one group alone
+// 3-3.9k either way. Open is an Engine with one group, which
 // the Store owns.
 //
 // # On-disk layout
