@@ -9,7 +9,7 @@
 //
 // Start opens a member's storage, builds its transport and node, and
 // bootstraps, joins or restarts as the data dir says; Close stops them in
-// order. The Host it returns has every raft.Node method:
+// order. The Group it returns has every raft.Node method:
 //
 //	h, err := understudy.Start(ctx, understudy.Config{
 //		ID: 1, DataDir: "data/1", ListenPeer: "10.0.0.1:7001",
@@ -42,6 +42,15 @@
 // member's data dir as a one-member cluster after the permanent loss of a
 // quorum; Node.Backup and RestoreBackup copy a running member's state into a
 // new one.
+//
+// # Many groups in one process
+//
+// Start is a Host with one group. A service that shards its data over many
+// raft groups opens one Host per process (NewHost: one data dir, one storage
+// engine whose commits carry every group's queued appends with one sync, one
+// peer port) and starts each replica with Host.StartGroup; a message for a
+// group the host does not run never creates one. docs/architecture.md
+// describes hosts, groups, the engine and the peer protocol.
 //
 // The packages, for hosts that need the parts:
 //

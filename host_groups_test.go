@@ -2,6 +2,7 @@ package understudy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -93,6 +94,18 @@ func leaderOf(ctx context.Context, t *testing.T, gs []*understudy.Group) *unders
 	}
 }
 
+// put writes k=v through the group's leader, again after a leadership
+// change (a put of the same value is idempotent: an unknown outcome is
+// retried).
+func put(ctx context.Context, t *testing.T, gs []*understudy.Group, k, v string) error {
+	for {
+		_, err := leaderOf(ctx, t, gs).Propose(ctx, kv.Put(k, v))
+		if !errors.Is(err, raft.ErrLeaderChanged) && !errors.Is(err, raft.ErrProposalDropped) {
+			return err
+		}
+	}
+}
+
 // panicky is a kv store whose Apply panics on the command "boom".
 type panicky struct{ *kv.Store }
 
@@ -135,9 +148,8 @@ func TestHostRunsManyGroups(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l := leaderOf(ctx, t, all[g])
 			for k := range 20 {
-				if _, err := l.Propose(ctx, kv.Put(fmt.Sprintf("k%d", k), fmt.Sprintf("g%d-%d", g, k))); err != nil {
+				if err := put(ctx, t, all[g], fmt.Sprintf("k%d", k), fmt.Sprintf("g%d-%d", g, k)); err != nil {
 					errs <- fmt.Errorf("group %d: %w", g, err)
 					return
 				}
@@ -187,15 +199,13 @@ func TestHostRunsManyGroups(t *testing.T) {
 		if g == 3 {
 			continue
 		}
-		_, err := leaderOf(ctx, t, all[g]).Propose(ctx, kv.Put("after", "1"))
-		require.NoError(t, err, "group %d after group 3 stopped", g)
+		require.NoError(t, put(ctx, t, all[g], "after", "1"), "group %d after group 3 stopped", g)
 	}
 
 	// Group 5 stops on host 2 and starts again there: it catches up.
 	require.NoError(t, all[5][2].Close(ctx))
 	require.NotContains(t, hc.hosts[2].Groups(), uint64(5))
-	_, err = leaderOf(ctx, t, all[5][:2]).Propose(ctx, kv.Put("while-stopped", "1"))
-	require.NoError(t, err)
+	require.NoError(t, put(ctx, t, all[5][:2], "while-stopped", "1"))
 	again, err := hc.hosts[2].StartGroup(ctx, hc.groupConfig(5, 2), kv.New())
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
