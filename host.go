@@ -42,6 +42,11 @@ type HostConfig struct {
 	Logger *slog.Logger
 	// Storage tunes the storage engine (Logger defaults to Logger).
 	Storage storage.EngineOptions
+	// MaxConcurrentSnapshots bounds the snapshots the host's groups send at
+	// once, together, and those they receive at once (default 2);
+	// SnapshotBytesPerSec bounds the rate of all they send (0: none).
+	MaxConcurrentSnapshots int
+	SnapshotBytesPerSec    int64
 }
 
 // Host runs raft groups in one process: it owns the storage engine (one
@@ -104,7 +109,10 @@ func NewHost(cfg HostConfig) (*Host, error) {
 			return nil, fmt.Errorf("understudy: listening for peers: %w", err)
 		}
 	}
-	mux, err := transport.NewMux(transport.MuxConfig{Listener: ln, TLS: cfg.TLS, Logger: cfg.Logger})
+	mux, err := transport.NewMux(transport.MuxConfig{
+		Listener: ln, TLS: cfg.TLS, Logger: cfg.Logger,
+		MaxConcurrentSnapshots: cfg.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.SnapshotBytesPerSec,
+	})
 	if err != nil {
 		_ = ln.Close()
 		_ = engine.Close()

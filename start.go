@@ -130,6 +130,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 	h, err := NewHost(HostConfig{
 		DataDir: cfg.DataDir, ListenPeer: cfg.ListenPeer, Listener: cfg.Listener,
 		TLS: cfg.TLS, Logger: cfg.Logger,
+		MaxConcurrentSnapshots: cfg.Transport.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.Transport.SnapshotBytesPerSec,
 		Storage: storage.EngineOptions{NoSync: so.NoSync, Logger: so.Logger, LockTimeout: so.LockTimeout, NoOpenCheck: so.NoOpenCheck},
 	})
 	if err != nil {

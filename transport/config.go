@@ -147,12 +147,14 @@ type Config struct {
 	// MaxConcurrentSnapshots bounds the snapshots sent at once (further
 	// MsgSnaps wait their turn) and, separately, those received at once
 	// (further ones are refused as busy and retried by raft). Default 2.
+	// On a shared Mux the host's budget applies instead (MuxConfig).
 	MaxConcurrentSnapshots int
 	// SnapshotBytesPerSec bounds the rate, in bytes per second, of all the
 	// snapshot streams this member sends together (0: no limit). A leader
 	// that streams a large snapshot to a catching-up learner uses disk
 	// reads, CPU and bandwidth its voters' appends need: the limit keeps
-	// that cost bounded, at the price of a longer catch-up.
+	// that cost bounded, at the price of a longer catch-up. On a shared Mux
+	// the host's budget applies instead (MuxConfig).
 	SnapshotBytesPerSec int64
 
 	// DialTimeout bounds establishing a TCP connection. Default 5s.

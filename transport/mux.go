@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/understudy-raft/understudy/internal/wire"
 )
 
@@ -45,6 +47,12 @@ type Mux struct {
 	refused    reasonCounter
 	connErrors reasonCounter
 	refusalLog rateLog
+
+	// Shared by the groups' transports: the host's snapshot streams are
+	// bounded together, whatever the number of groups.
+	snapSend chan struct{}
+	snapRecv chan struct{}
+	snapRate *rate.Limiter
 }
 
 // MuxConfig configures a Mux.
@@ -62,6 +70,15 @@ type MuxConfig struct {
 	// HandshakeTimeout bounds the TLS handshake and reading the hello.
 	// Default DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// MaxConcurrentSnapshots bounds the snapshots the host's groups send at
+	// once, together, and separately those they receive at once (further
+	// ones are refused as busy and retried by raft). Default
+	// DefaultMaxConcurrentSnapshots. The groups' own Config values do not
+	// apply on a shared Mux.
+	MaxConcurrentSnapshots int
+	// SnapshotBytesPerSec bounds the rate of all the snapshot streams the
+	// host's groups send together (0: no limit).
+	SnapshotBytesPerSec int64
 }
 
 // NewMux starts listening and serving the groups registered later.
@@ -71,8 +88,9 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 	if (cfg.Listener == nil) == (cfg.ListenAddr == "") {
 		return nil, fmt.Errorf("%w: exactly one of Listener and ListenAddr is required", ErrInvalidConfig)
 	}
-	if cfg.HandshakeTimeout < 0 {
-		return nil, fmt.Errorf("%w: HandshakeTimeout (%s) must not be negative", ErrInvalidConfig, cfg.HandshakeTimeout)
+	if cfg.HandshakeTimeout < 0 || cfg.MaxConcurrentSnapshots < 0 || cfg.SnapshotBytesPerSec < 0 {
+		return nil, fmt.Errorf("%w: HandshakeTimeout (%s), MaxConcurrentSnapshots (%d) and SnapshotBytesPerSec (%d) must not be negative",
+			ErrInvalidConfig, cfg.HandshakeTimeout, cfg.MaxConcurrentSnapshots, cfg.SnapshotBytesPerSec)
 	}
 	return newMux(cfg, nil)
 }
@@ -91,9 +109,15 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if cfg.MaxConcurrentSnapshots == 0 {
+		cfg.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
+	}
 	m := &Mux{
 		ln: ln, tls: cfg.TLS, log: cfg.Logger, timeout: cfg.HandshakeTimeout, private: private,
 		groups: map[uint64]*Transport{}, conns: map[io.Closer]struct{}{},
+		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapRate: snapshotLimiter(Config{SnapshotBytesPerSec: cfg.SnapshotBytesPerSec, SnapshotChunkSize: DefaultSnapshotChunkSize}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.wg.Add(1)

@@ -93,3 +93,31 @@ func TestMuxServesManyGroups(t *testing.T) {
 		t.Fatal("a second transport for group 2 on the same mux was accepted")
 	}
 }
+
+// TestMuxSharesTheSnapshotBudget: the snapshots a host receives at once are
+// bounded for the host, not per group: with a budget of one, a snapshot
+// stream open for group 1 makes group 2's refused as busy.
+func TestMuxSharesTheSnapshotBudget(t *testing.T) {
+	m, err := NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", MaxConcurrentSnapshots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	for _, g := range []uint64{1, 2} {
+		tr := groupOn(t, m, g, 2, &fakeHandler{})
+		tr.AddPeer(1, "127.0.0.1:1")
+	}
+	hello := func(g uint64) wire.Hello {
+		h := goodHello(wire.KindSnapshot)
+		h.Group = g
+		return h
+	}
+	p1 := dialRaw(t, m.Addr().String())
+	if r := p1.hello(hello(1)); r.Code != wire.CodeAccepted {
+		t.Fatalf("group 1's snapshot: %+v", r)
+	}
+	p2 := dialRaw(t, m.Addr().String())
+	if r := p2.hello(hello(2)); r.Code != wire.CodeBusy {
+		t.Fatalf("group 2's snapshot while group 1's is open: %+v, want busy", r)
+	}
+}

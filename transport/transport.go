@@ -106,6 +106,10 @@ func New(cfg Config) (*Transport, error) {
 		}
 		t.mux, t.ownMux = mux, true
 	}
+	if !t.ownMux {
+		// A host's groups share its snapshot budget.
+		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
+	}
 	if err := t.mux.register(t); err != nil {
 		t.cancel()
 		if t.ownMux {
