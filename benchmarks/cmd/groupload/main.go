@@ -1,0 +1,432 @@
+// Command groupload measures many raft groups in one process (issue 29):
+// three hosts on 127.0.0.1, N groups each with a voter on every host, and
+// W writers in all, spread evenly over the groups, each writing 256-byte
+// kv puts through its group's leader, one at a time, for a fixed duration
+// after a warm-up. Storage syncs are on (the library's default) and the
+// raft timers are the library's defaults (tick 100ms) unless -tick says
+// otherwise.
+//
+// Two layouts (-layout):
+//
+//   - host: each host is one understudy.NewHost (one data dir in a temp
+//     dir, one loopback port with AdvertisePeer set, one storage engine),
+//     and every group's replica there is started with StartGroup;
+//   - process: the baseline, today's layout: every replica is its own
+//     understudy.Start (its own data dir, port, storage file and fsync
+//     stream), all in this one OS process.
+//
+// For each number of groups and layout it starts a fresh cluster, waits
+// until every group has a leader, measures an idle period (-idle), then
+// runs the load, and prints one line:
+//
+//	layout, groups, writers
+//	writes/s       successful writes over the measured window
+//	p50, p99       latency as the writer sees it (retries after a leader
+//	               change included)
+//	grp-p99        the p99 of the groups' own p99s
+//	gor/host       runtime.NumGoroutine() once every group has a leader,
+//	               before any writer, less the goroutines before the
+//	               cluster started, divided by 3
+//	heap/replica   HeapAlloc after a GC at the end of the idle period, less
+//	               HeapAlloc before the cluster started, divided by 3N
+//	idle-cpu/host  the process's CPU time (getrusage) over the idle period,
+//	               divided by 3 and by the wall time: a fraction of a core
+//	cpu/write      the process's CPU time over the measured window, per
+//	               successful write
+//	syncs/s        storage commits (each a bbolt transaction: two
+//	               fdatasyncs) per second over the measured window, summed
+//	               over the hosts (host: Host.Engine().Metrics(); process:
+//	               every replica's Storage().Metrics())
+//	grp/commit     groups per commit (the engine's Writes/Commits; 1 in the
+//	               process layout)
+//	leaders        from the first start call until every group had a leader
+//
+// Run it from the benchmarks module:
+//
+//	cd benchmarks
+//	go run ./cmd/groupload -groups 1,10,100 -layout host,process
+//	go run ./cmd/groupload -groups 1000 -layout host
+//	go run ./cmd/groupload -groups 100 -layout host -cpuprofile cpu.out
+//
+// Linux (and other systems with getrusage).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the parsed flags.
+type config struct {
+	groups        []int
+	layouts       []string
+	writers       int
+	duration      time.Duration
+	warmup        time.Duration
+	idle          time.Duration
+	tick          time.Duration
+	tailCache     int64
+	startParallel int
+	startTimeout  time.Duration
+	cpuProfile    string
+	tracePath     string
+	memProfile    string
+	verbose       bool
+	logLevel      string
+	out           io.Writer
+}
+
+func main() { os.Exit(mainExit()) }
+
+func parseFlags(args []string) (*config, error) {
+	fs := flag.NewFlagSet("groupload", flag.ContinueOnError)
+	c := &config{out: os.Stdout}
+	var groups, layouts string
+	fs.StringVar(&groups, "groups", "1,10,100", "numbers of groups, comma-separated (e.g. 1,10,100,1000)")
+	fs.StringVar(&layouts, "layout", "host", "layouts, comma-separated: host (one understudy.Host per host, StartGroup) or process (every replica its own understudy.Start: today's layout, the baseline)")
+	fs.IntVar(&c.writers, "writers", 256, "writers in total, spread evenly over the groups, each with one write in flight")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured load per configuration")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
+	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
+	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
+	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
+	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
+	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured window to this file (with several configurations, -<layout>-<groups> is added before the extension)")
+	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of each measured window's first second to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
+	fs.BoolVar(&c.verbose, "v", false, "print start, close and storage details for each configuration")
+	fs.StringVar(&c.logLevel, "log", "", "understudy's logs to stderr at this level (debug, info, warn, error); default none")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for s := range strings.SplitSeq(groups, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-groups: %q: want positive integers", s)
+		}
+		c.groups = append(c.groups, n)
+	}
+	for s := range strings.SplitSeq(layouts, ",") {
+		s = strings.TrimSpace(s)
+		if s != layoutHost && s != layoutProcess {
+			return nil, fmt.Errorf("-layout: %q: want host or process", s)
+		}
+		c.layouts = append(c.layouts, s)
+	}
+	switch {
+	case c.writers < 1:
+		return nil, errors.New("-writers must be positive")
+	case c.duration <= 0:
+		return nil, errors.New("-duration must be positive")
+	case c.warmup < 0 || c.idle < 0 || c.tick < 0:
+		return nil, errors.New("-warmup, -idle and -tick must not be negative")
+	case c.startParallel < 1:
+		return nil, errors.New("-start-parallel must be positive")
+	}
+	switch c.logLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return nil, fmt.Errorf("-log: %q: want debug, info, warn or error", c.logLevel)
+	}
+	return c, nil
+}
+
+func mainExit() int {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "groupload: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, cfg)
+}
+
+// run measures every configuration, in order of groups then layouts, and
+// prints a line for each as it completes. It returns the exit code: 1 if
+// a configuration failed (said on stderr; the others still run).
+func run(ctx context.Context, cfg *config) int {
+	failed := 0
+	printHeader(cfg.out)
+	for _, n := range cfg.groups {
+		for _, layout := range cfg.layouts {
+			r, err := runOne(ctx, cfg, layout, n)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "groupload: %s layout, %d groups: %v\n", layout, n, err)
+				failed++
+				if ctx.Err() != nil {
+					return 1
+				}
+				continue
+			}
+			printResult(cfg.out, r)
+		}
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// result is one configuration's figures.
+type result struct {
+	layout           string
+	groups, writers  int
+	load             loadResult
+	errors           int
+	firstErr         error
+	retries          int64
+	goroutinesHost   float64
+	heapReplica      float64 // bytes
+	stackReplica     float64 // bytes of goroutine stacks
+	idleCPUHost      float64 // cores
+	cpuPerWrite      time.Duration
+	syncsPerSec      float64
+	groupsPerCommit  float64
+	started, leaders time.Duration
+	detail           []string
+}
+
+func printHeader(w io.Writer) {
+	fmt.Fprintf(w, "%-7s %6s %7s %9s %7s %7s %8s %8s %9s %9s %9s %8s %10s %8s %6s\n",
+		"layout", "groups", "writers", "writes/s", "p50-ms", "p99-ms", "grp-p99", "gor/host", "heap/rep", "idle-cpu", "cpu/write", "syncs/s", "grp/commit", "leaders", "errors")
+}
+
+func printResult(w io.Writer, r *result) {
+	fmt.Fprintf(w, "%-7s %6d %7d %9.0f %7.2f %7.2f %8.2f %8.0f %8.1fK %8.1f%% %7.0fµs %8.0f %10.1f %7.2fs %6d\n",
+		r.layout, r.groups, r.writers, r.load.perSec, ms(r.load.p50), ms(r.load.p99), ms(r.load.groupP99),
+		r.goroutinesHost, r.heapReplica/1024, 100*r.idleCPUHost, float64(r.cpuPerWrite)/1e3,
+		r.syncsPerSec, r.groupsPerCommit, r.leaders.Seconds(), r.errors)
+	for _, d := range r.detail {
+		fmt.Fprintf(w, "        %s\n", d)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// runOne measures one configuration on a fresh cluster in a temp dir.
+func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, error) {
+	dir, err := os.MkdirTemp("", "groupload-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	r := &result{layout: layout, groups: n, writers: cfg.writers}
+
+	runtime.GC()
+	baseG := runtime.NumGoroutine()
+	baseHeap, baseStack := heapAlloc()
+
+	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
+	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
+		tick: cfg.tick, tailCache: cfg.tailCache, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+	})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_, _ = c.close(30 * time.Second)
+		}
+	}()
+	r.started, r.leaders = c.started, c.leaders
+	r.goroutinesHost = float64(runtime.NumGoroutine()-baseG) / numHosts
+
+	// Idle: CPU over the period, then the heap after a GC.
+	cpu0, t0 := cpuTime(), time.Now()
+	if err := sleep(ctx, cfg.idle); err != nil {
+		return nil, err
+	}
+	if cfg.idle > 0 {
+		r.idleCPUHost = float64(cpuTime()-cpu0) / numHosts / float64(time.Since(t0))
+	}
+	heap, stack := heapAlloc()
+	r.heapReplica = float64(int64(heap)-int64(baseHeap)) / float64(n*numHosts)
+	r.stackReplica = float64(int64(stack)-int64(baseStack)) / float64(n*numHosts)
+	if cfg.memProfile != "" {
+		if err := writeHeapProfile(profileName(cfg, cfg.memProfile, layout, n)); err != nil {
+			return nil, err
+		}
+	}
+	lph := c.leadersPerHost()
+
+	// The load: warm-up, then the measured window.
+	l := startLoad(ctx, c, cfg.writers)
+	if err := sleep(ctx, cfg.warmup); err != nil {
+		l.finish()
+		return nil, err
+	}
+	var stopProfile func() error
+	if cfg.cpuProfile != "" {
+		if stopProfile, err = startCPUProfile(profileName(cfg, cfg.cpuProfile, layout, n)); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
+	if cfg.tracePath != "" {
+		if err := writeTrace(ctx, profileName(cfg, cfg.tracePath, layout, n), time.Second); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
+	from, cpu1 := time.Since(l.start), cpuTime()
+	commits0, writes0 := c.commits()
+	serr := sleep(ctx, cfg.duration)
+	to := time.Since(l.start)
+	commits1, writes1 := c.commits()
+	cpu2 := cpuTime()
+	if stopProfile != nil {
+		if err := stopProfile(); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
+	samples, errs, firstErr := l.finish()
+	if serr != nil {
+		return nil, serr
+	}
+	r.load = window(samples, n, from, to)
+	r.errors, r.firstErr, r.retries = errs, firstErr, l.retries.Load()
+	if r.load.writes > 0 {
+		r.cpuPerWrite = (cpu2 - cpu1) / time.Duration(r.load.writes)
+	}
+	secs := (to - from).Seconds()
+	r.syncsPerSec = float64(commits1-commits0) / secs
+	if commits1 > commits0 {
+		r.groupsPerCommit = float64(writes1-writes0) / float64(commits1-commits0)
+	}
+
+	closeDur, cerr := c.close(30 * time.Second)
+	closed = true
+	if cfg.verbose {
+		r.detail = append(r.detail,
+			fmt.Sprintf("start calls %s, every group with a leader after %s; leaders per host %v; close %s",
+				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, closeDur.Round(time.Millisecond)),
+			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each",
+				r.load.writes, secs, r.load.groupsWritten, n, r.load.minGroupWrites, r.retries, commits1-commits0, r.groupsPerCommit),
+			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica; goroutine stacks %.1f KiB per replica (not in the heap)",
+				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024, r.stackReplica/1024))
+		if cerr != nil {
+			r.detail = append(r.detail, fmt.Sprintf("close: %v", cerr))
+		}
+	}
+	if r.firstErr != nil {
+		r.detail = append(r.detail, fmt.Sprintf("first error: %v", r.firstErr))
+	}
+	return r, nil
+}
+
+// logger is understudy's logger at level (none if empty).
+func logger(level string) *slog.Logger {
+	var l slog.Level
+	if level == "" || l.UnmarshalText([]byte(level)) != nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// heapAlloc is HeapAlloc after a full GC, and StackInuse.
+func heapAlloc() (heap, stack uint64) {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc, m.StackInuse
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// profileName is the profile file of one configuration: name itself when
+// the run has one configuration, otherwise name with -<layout>-<groups>
+// before its extension.
+func profileName(cfg *config, name, layout string, n int) string {
+	if len(cfg.groups)*len(cfg.layouts) == 1 {
+		return name
+	}
+	ext := filepath.Ext(name)
+	return fmt.Sprintf("%s-%s-%d%s", strings.TrimSuffix(name, ext), layout, n, ext)
+}
+
+func startCPUProfile(name string) (func() error, error) {
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// writeTrace writes an execution trace of the next d to name.
+func writeTrace(ctx context.Context, name string, d time.Duration) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return err
+	}
+	serr := sleep(ctx, d)
+	trace.Stop()
+	return errors.Join(serr, f.Close())
+}
+
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
