@@ -294,28 +294,42 @@ func (c *cluster) leadersPerHost() []int {
 	return n
 }
 
-// commits returns the storage commits so far, summed over the hosts (the
-// host layout: each engine's; the process layout: each replica's store's),
-// and the writes (groups) they carried.
-func (c *cluster) commits() (commits, writes uint64) {
+// storageCounts are storage counters summed over the hosts.
+type storageCounts struct {
+	// commits are bbolt transactions (each two fdatasyncs); writes the
+	// groups' writes they carried (one per group and commit).
+	commits, writes uint64
+	// commitTime and syncTime are the commits' total durations, and their
+	// disk part (pages written and fdatasynced).
+	commitTime, syncTime time.Duration
+}
+
+// storage returns the storage counters so far, summed over the hosts (the
+// host layout: each engine's; the process layout: each replica's store's).
+func (c *cluster) storage() storageCounts {
+	var s storageCounts
 	if c.layout == layoutHost {
 		for _, h := range c.hosts {
 			m := h.Engine().Metrics()
-			commits += m.Commits
-			writes += m.Writes
+			s.commits += m.Commits
+			s.writes += m.Writes
+			s.commitTime += m.CommitDuration.Sum
+			s.syncTime += m.SyncDuration.Sum
 		}
-		return commits, writes
+		return s
 	}
 	for _, row := range c.groups {
 		for _, r := range row {
 			if r != nil {
-				n := r.Storage().Metrics().Commits
-				commits += n
-				writes += n // one group per storage file: one per commit
+				m := r.Storage().Metrics()
+				s.commits += m.Commits
+				s.writes += m.Commits // one group per storage file: one per commit
+				s.commitTime += m.CommitDuration.Sum
+				s.syncTime += m.SyncDuration.Sum
 			}
 		}
 	}
-	return commits, writes
+	return s
 }
 
 // close stops every replica and host, all hosts at once, each bounded by

@@ -48,7 +48,13 @@
 //	go run ./cmd/groupload -groups 1000 -layout host
 //	go run ./cmd/groupload -groups 100 -layout host -cpuprofile cpu.out
 //
-// Linux (and other systems with getrusage).
+// -cpuprofile profiles each measured window, -idlecpuprofile each idle
+// period, -memprofile writes the heap at the end of each idle period, and
+// -trace an execution trace of one second of load before each window. -v
+// adds, per configuration: how long the start calls took, the leaders per
+// host, the open files, the writes and retries, the storage commits' mean
+// duration, and the goroutines and heap before the cluster. Linux (and
+// other systems with getrusage; open files from /proc/self/fd).
 package main
 
 import (
@@ -83,6 +89,7 @@ type config struct {
 	startParallel int
 	startTimeout  time.Duration
 	cpuProfile    string
+	idleProfile   string
 	tracePath     string
 	memProfile    string
 	verbose       bool
@@ -107,7 +114,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured window to this file (with several configurations, -<layout>-<groups> is added before the extension)")
-	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of each measured window's first second to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.idleProfile, "idlecpuprofile", "", "write a CPU profile of each idle period to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
 	fs.BoolVar(&c.verbose, "v", false, "print start, close and storage details for each configuration")
 	fs.StringVar(&c.logLevel, "log", "", "understudy's logs to stderr at this level (debug, info, warn, error); default none")
@@ -199,7 +207,6 @@ type result struct {
 	retries          int64
 	goroutinesHost   float64
 	heapReplica      float64 // bytes
-	stackReplica     float64 // bytes of goroutine stacks
 	idleCPUHost      float64 // cores
 	cpuPerWrite      time.Duration
 	syncsPerSec      float64
@@ -236,7 +243,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 
 	runtime.GC()
 	baseG := runtime.NumGoroutine()
-	baseHeap, baseStack := heapAlloc()
+	baseHeap := heapAlloc()
 
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
@@ -254,18 +261,28 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}()
 	r.started, r.leaders = c.started, c.leaders
 	r.goroutinesHost = float64(runtime.NumGoroutine()-baseG) / numHosts
+	fds := openFiles()
 
 	// Idle: CPU over the period, then the heap after a GC.
+	var stopIdle func() error
+	if cfg.idleProfile != "" {
+		if stopIdle, err = startCPUProfile(profileName(cfg, cfg.idleProfile, layout, n)); err != nil {
+			return nil, err
+		}
+	}
 	cpu0, t0 := cpuTime(), time.Now()
-	if err := sleep(ctx, cfg.idle); err != nil {
-		return nil, err
+	serr := sleep(ctx, cfg.idle)
+	cpuIdle, wallIdle := cpuTime()-cpu0, time.Since(t0)
+	if stopIdle != nil {
+		serr = errors.Join(serr, stopIdle())
+	}
+	if serr != nil {
+		return nil, serr
 	}
 	if cfg.idle > 0 {
-		r.idleCPUHost = float64(cpuTime()-cpu0) / numHosts / float64(time.Since(t0))
+		r.idleCPUHost = float64(cpuIdle) / numHosts / float64(wallIdle)
 	}
-	heap, stack := heapAlloc()
-	r.heapReplica = float64(int64(heap)-int64(baseHeap)) / float64(n*numHosts)
-	r.stackReplica = float64(int64(stack)-int64(baseStack)) / float64(n*numHosts)
+	r.heapReplica = float64(int64(heapAlloc())-int64(baseHeap)) / float64(n*numHosts)
 	if cfg.memProfile != "" {
 		if err := writeHeapProfile(profileName(cfg, cfg.memProfile, layout, n)); err != nil {
 			return nil, err
@@ -279,6 +296,13 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		l.finish()
 		return nil, err
 	}
+	if cfg.tracePath != "" {
+		// Before the window: a trace slows the process down.
+		if err := writeTrace(ctx, profileName(cfg, cfg.tracePath, layout, n), time.Second); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
 	var stopProfile func() error
 	if cfg.cpuProfile != "" {
 		if stopProfile, err = startCPUProfile(profileName(cfg, cfg.cpuProfile, layout, n)); err != nil {
@@ -286,17 +310,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 			return nil, err
 		}
 	}
-	if cfg.tracePath != "" {
-		if err := writeTrace(ctx, profileName(cfg, cfg.tracePath, layout, n), time.Second); err != nil {
-			l.finish()
-			return nil, err
-		}
-	}
 	from, cpu1 := time.Since(l.start), cpuTime()
-	commits0, writes0 := c.commits()
-	serr := sleep(ctx, cfg.duration)
+	st0 := c.storage()
+	serr = sleep(ctx, cfg.duration)
 	to := time.Since(l.start)
-	commits1, writes1 := c.commits()
+	st1 := c.storage()
 	cpu2 := cpuTime()
 	if stopProfile != nil {
 		if err := stopProfile(); err != nil {
@@ -314,21 +332,26 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		r.cpuPerWrite = (cpu2 - cpu1) / time.Duration(r.load.writes)
 	}
 	secs := (to - from).Seconds()
-	r.syncsPerSec = float64(commits1-commits0) / secs
-	if commits1 > commits0 {
-		r.groupsPerCommit = float64(writes1-writes0) / float64(commits1-commits0)
+	commits := st1.commits - st0.commits
+	r.syncsPerSec = float64(commits) / secs
+	var commitMean, syncMean time.Duration
+	if commits > 0 {
+		r.groupsPerCommit = float64(st1.writes-st0.writes) / float64(commits)
+		commitMean = (st1.commitTime - st0.commitTime) / time.Duration(commits)
+		syncMean = (st1.syncTime - st0.syncTime) / time.Duration(commits)
 	}
 
 	closeDur, cerr := c.close(30 * time.Second)
 	closed = true
 	if cfg.verbose {
 		r.detail = append(r.detail,
-			fmt.Sprintf("start calls %s, every group with a leader after %s; leaders per host %v; close %s",
-				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, closeDur.Round(time.Millisecond)),
-			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each",
-				r.load.writes, secs, r.load.groupsWritten, n, r.load.minGroupWrites, r.retries, commits1-commits0, r.groupsPerCommit),
-			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica; goroutine stacks %.1f KiB per replica (not in the heap)",
-				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024, r.stackReplica/1024))
+			fmt.Sprintf("start calls %s, every group with a leader after %s; leaders per host %v; open files %d (%.1f per replica); close %s",
+				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, fds, float64(fds)/float64(n*numHosts), closeDur.Round(time.Millisecond)),
+			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s)",
+				r.load.writes, secs, r.load.groupsWritten, n, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
+				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond)),
+			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
+				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024))
 		if cerr != nil {
 			r.detail = append(r.detail, fmt.Sprintf("close: %v", cerr))
 		}
@@ -360,13 +383,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// heapAlloc is HeapAlloc after a full GC, and StackInuse.
-func heapAlloc() (heap, stack uint64) {
+// heapAlloc is HeapAlloc after a full GC.
+func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapAlloc, m.StackInuse
+	return m.HeapAlloc
+}
+
+// openFiles counts the process's open file descriptors (Linux: entries of
+// /proc/self/fd; -1 elsewhere).
+func openFiles() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(ents)
 }
 
 // cpuTime is the process's user and system CPU time so far.
