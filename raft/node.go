@@ -107,10 +107,15 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		log:        cfg.Logger.With(slog.Uint64("member", cfg.ID)),
 		sm:         sm,
 		store:      store,
-		propc:      make(chan *proposal, cfg.MaxPendingProposals),
-		readc:      make(chan *readRequest, 4096),
-		recvc:      make(chan *raftpb.Message, 4096),
-		actc:       make(chan func(), 1024),
+		// The queues into the loop are small: the loop drains each in
+		// batches, keeps its own bounded backlog (MaxPendingProposals,
+		// maxPendingReads), and a full queue only makes the sender wait.
+		// Their buffers are most of an idle replica's memory on a host of
+		// many groups.
+		propc:      make(chan *proposal, min(cfg.MaxPendingProposals, 512)),
+		readc:      make(chan *readRequest, 256),
+		recvc:      make(chan *raftpb.Message, 512),
+		actc:       make(chan func(), 128),
 		local:      newMailbox(),
 		appendc:    make(chan *raftpb.Message, 1024),
 		loopDone:   make(chan struct{}),

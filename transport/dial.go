@@ -81,7 +81,10 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 		return nil, t.ctxErr(ctx, fmt.Errorf("transport: sending hello to %s: %w", addr, err))
 	}
 	dr := &deadlineReader{c: nc}
-	br := bufio.NewReaderSize(dr, 32<<10)
+	// A dialer reads little (pongs, acknowledgements, answers to requests:
+	// small frames); its buffer is per connection, and a host of many
+	// groups has many.
+	br := bufio.NewReaderSize(dr, 4<<10)
 	f, err := wire.NewReader(br, helloLimit).Next()
 	if err != nil {
 		return nil, t.ctxErr(ctx, fmt.Errorf("transport: reading hello reply from %s: %w", addr, err))
