@@ -101,11 +101,15 @@ type Store struct {
 	applied uint64
 }
 
+// emptyShard is every shard of a new store until its first write: shared,
+// frozen, never written (a host of many groups has many idle stores).
+var emptyShard = &shard{frozen: true}
+
 // New returns an empty store.
 func New() *Store {
 	s := &Store{seed: maphash.MakeSeed()}
 	for i := range s.shards {
-		s.shards[i] = &shard{m: make(map[string]string)}
+		s.shards[i] = emptyShard
 	}
 	return s
 }
@@ -128,7 +132,11 @@ func (s *Store) writable(key string) *shard {
 	i := s.shardOf(key)
 	sh := s.shards[i]
 	if sh.frozen {
-		sh = &shard{m: maps.Clone(sh.m)}
+		m := maps.Clone(sh.m)
+		if m == nil {
+			m = make(map[string]string)
+		}
+		sh = &shard{m: m}
 		s.shards[i] = sh
 	}
 	return sh
@@ -228,7 +236,9 @@ func (s *Store) Snapshot() (raft.Snapshot, error) {
 	defer s.mu.Unlock()
 	snap := &snapshot{n: s.n}
 	for i, sh := range s.shards {
-		sh.frozen = true
+		if !sh.frozen { // (emptyShard is shared: never written)
+			sh.frozen = true
+		}
 		snap.shards[i] = sh.m
 	}
 	return snap, nil
@@ -280,7 +290,7 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	var shards [numShards]*shard
 	for i := range shards {
-		shards[i] = &shard{m: make(map[string]string)}
+		shards[i] = emptyShard
 	}
 	readStr := func() (string, error) {
 		l, err := binary.ReadUvarint(br)
@@ -318,7 +328,11 @@ func (s *Store) Restore(r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("kv: restore: %w", err)
 		}
-		shards[s.shardOf(k)].m[k] = v // the seed never changes: no lock needed
+		i := s.shardOf(k) // the seed never changes: no lock needed
+		if shards[i] == emptyShard {
+			shards[i] = &shard{m: make(map[string]string)}
+		}
+		shards[i].m[k] = v
 	}
 	keys := 0
 	for _, sh := range shards {

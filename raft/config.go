@@ -23,7 +23,7 @@ const (
 	DefaultSnapshotCount          = 10000
 	DefaultSnapshotCatchUpEntries = 5000
 	DefaultMaxPendingProposals    = 8192
-	DefaultApplyQueueSize         = 256
+	DefaultApplyQueueSize         = 64
 )
 
 // Config configures a Node. The zero value of every field but ID means "use
@@ -125,7 +125,7 @@ type Config struct {
 	MaxPendingProposals int
 	// ApplyQueueSize bounds the batches of committed entries waiting to be
 	// applied; beyond it the run loop waits (back-pressure) instead of growing
-	// memory. Default 256.
+	// memory. Default 64 (each batch is a Ready's worth of entries).
 	ApplyQueueSize int
 
 	// Membership holds the membership rules' settings (target voter count,

@@ -33,6 +33,9 @@ type tcpForwardCluster struct {
 
 func startTCPForwardCluster(ctx context.Context, t *testing.T) *tcpForwardCluster {
 	cfg := raft.Config{
+		// A transfer must complete within two election timeouts: 600 ms,
+		// room for a loaded CI machine under -race (100 ms failed there).
+		ElectionTicks:    30,
 		ManualMembership: true,
 		Membership:       confchange.Settings{Stabilization: 100 * time.Millisecond, MaxLearners: 3},
 	}

@@ -322,7 +322,7 @@ func (m *Mux) handshake(raw net.Conn) (*handshake, error) {
 		nc = tc
 	}
 	dr := &deadlineReader{c: nc}
-	br := bufio.NewReaderSize(dr, 32<<10)
+	br := bufio.NewReaderSize(dr, 16<<10) // per inbound connection: a host of many groups has many
 	f, err := wire.NewReader(br, helloLimit).Next()
 	if err != nil {
 		return nil, fmt.Errorf("reading hello: %w", err)
