@@ -321,7 +321,10 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	pctx, cancel := context.WithCancel(context.Background())
 	g.stopPub = cancel
 	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata)})
-	h.started(cfg.GroupID, g)
+	if !h.started(cfg.GroupID, g) {
+		_ = g.close(ctx, false) // Host.Close ran while the group started
+		return nil, ErrHostClosed
+	}
 	return g, nil
 }
 

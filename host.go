@@ -180,10 +180,16 @@ func (h *Host) release(id uint64, g *Group) {
 	h.mu.Unlock()
 }
 
-func (h *Host) started(id uint64, g *Group) {
+// started records a started group; false if the host closed meanwhile
+// (the caller stops the group).
+func (h *Host) started(id uint64, g *Group) bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
 	h.groups[id] = g
-	h.mu.Unlock()
+	return true
 }
 
 // Close stops every group (each Group.Close: a leader hands leadership over
