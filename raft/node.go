@@ -103,10 +103,10 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:        cfg,
-		log:        cfg.Logger.With(slog.Uint64("member", cfg.ID)),
-		sm:         sm,
-		store:      store,
+		cfg:   cfg,
+		log:   cfg.Logger.With(slog.Uint64("member", cfg.ID)),
+		sm:    sm,
+		store: store,
 		// The queues into the loop are small: the loop drains each in
 		// batches, keeps its own bounded backlog (MaxPendingProposals,
 		// maxPendingReads), and a full queue only makes the sender wait.
