@@ -84,6 +84,8 @@ type GroupConfig struct {
 	// advertise is the single-group Config's AdvertisePeer (Start): a
 	// HostConfig.AdvertisePeer of its own.
 	advertise string
+	// single: the group of Start's one-group host.
+	single bool
 }
 
 // Group is a running replica of a raft group on a host: its storage view,
@@ -140,7 +142,7 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		}
 	}()
 	logger := h.log
-	if g := h.Groups(); len(g) > 1 || cfg.GroupID != 1 {
+	if !cfg.single { // Start's one group logs as a single member always did
 		logger = logger.With("group", cfg.GroupID)
 	}
 	dir := h.cfg.DataDir

@@ -142,7 +142,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 		JoinTimeout: cfg.JoinTimeout, NotListedGrace: cfg.NotListedGrace, ClusterID: cfg.ClusterID,
 		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, Transport: cfg.Transport,
 		Storage:   storage.GroupOptions{TailCacheBytes: so.TailCacheBytes, KeepSnapshots: so.KeepSnapshots},
-		advertise: cfg.AdvertisePeer,
+		advertise: cfg.AdvertisePeer, single: true,
 	}, sm)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
