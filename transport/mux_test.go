@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/understudy-raft/understudy/internal/wire"
@@ -40,6 +41,12 @@ func TestMuxServesManyGroups(t *testing.T) {
 		}
 		tr[[2]uint64{g, 1}].AddPeer(2, mb.Addr().String())
 		tr[[2]uint64{g, 2}].AddPeer(1, ma.Addr().String())
+	}
+	// Messages sent before a stream is up are dropped (as raft expects of
+	// a lossy network): wait for every group's streams first.
+	for k, tt := range tr {
+		peer := 3 - k[1]
+		waitFor(t, fmt.Sprintf("group %d: member %d's stream to %d", k[0], k[1], peer), func() bool { return tt.peer(peer).c.connected.Load() })
 	}
 	if got := ma.Groups(); len(got) != 2 {
 		t.Fatalf("groups on the mux: %v", got)
