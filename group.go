@@ -190,6 +190,9 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 
 	rcfg := cfg.Raft
 	rcfg.ID, rcfg.Logger, rcfg.ClusterID = cfg.ID, logger, cfg.ClusterID
+	if rcfg.Scheduler == nil {
+		rcfg.Scheduler = h.sched
+	}
 	if rcfg.ClusterID == 0 {
 		rcfg.ClusterID = stored.ClusterID // 0 for an empty data dir
 	}

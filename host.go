@@ -47,6 +47,11 @@ type HostConfig struct {
 	// SnapshotBytesPerSec bounds the rate of all they send (0: none).
 	MaxConcurrentSnapshots int
 	SnapshotBytesPerSec    int64
+	// Scheduler bounds the goroutines that run every group's raft work
+	// (raft.Scheduler: the run loops, the appends, the applies). Zero
+	// fields take the defaults: GOMAXPROCS loop workers, 32 I/O workers,
+	// 16 apply workers.
+	Scheduler raft.SchedulerConfig
 }
 
 // Host runs raft groups in one process: it owns the storage engine (one
@@ -62,6 +67,7 @@ type Host struct {
 	log    *slog.Logger
 	engine *storage.Engine
 	mux    *transport.Mux
+	sched  *raft.Scheduler
 	// listenAddr is ListenPeer, or the address the listener got.
 	listenAddr string
 
@@ -125,7 +131,11 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		listenAddr = ln.Addr().String()
 	}
 	cfg.Listener = ln
-	return &Host{cfg: cfg, log: cfg.Logger, engine: engine, mux: mux, listenAddr: listenAddr, groups: map[uint64]*Group{}}, nil
+	return &Host{
+		cfg: cfg, log: cfg.Logger, engine: engine, mux: mux, listenAddr: listenAddr,
+		sched:  raft.NewScheduler(cfg.Scheduler),
+		groups: map[uint64]*Group{},
+	}, nil
 }
 
 // Addr is the address the host listens on.
@@ -157,6 +167,10 @@ func (h *Host) Engine() *storage.Engine { return h.engine }
 
 // Mux returns the host's peer listener (for metrics).
 func (h *Host) Mux() *transport.Mux { return h.mux }
+
+// Scheduler returns the goroutines that run the host's groups (for
+// metrics: Scheduler.Stats).
+func (h *Host) Scheduler() *raft.Scheduler { return h.sched }
 
 // reserve claims group id for a start; release gives it up.
 func (h *Host) reserve(id uint64) error {
@@ -226,6 +240,15 @@ func (h *Host) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// The scheduler's goroutines exit once the groups' work is done; a
+	// group that did not stop within ctx (a state machine that does not
+	// return) may hold one: wait no longer than ctx.
+	done := make(chan struct{})
+	go func() { h.sched.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 	errs = append(errs, h.mux.Close())
 	// A group whose node did not stop in time closes its store once it
 	// has; the engine waits for the stores' running calls.

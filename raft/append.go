@@ -10,52 +10,64 @@ import (
 // maxAppendBatch bounds how many MsgStorageAppend messages one Save merges.
 const maxAppendBatch = 256
 
-// runAppend is the append goroutine: it persists MsgStorageAppend messages in
+// runAppend is the append task: it persists MsgStorageAppend messages in
 // order and then delivers their responses (to the loop, or to peers: a
-// follower's ack leaves only after its fsync). Messages that queued up while
-// the previous Save ran are merged into one Save — one storage commit for
-// many Readys, which is where group commit comes from.
+// follower's ack leaves only after its fsync). The messages queued since
+// the previous run are merged into one Save (up to maxAppendBatch; a
+// snapshot is saved on its own, after what came before) — one storage
+// commit for many Readys, which is where group commit comes from. It runs
+// on the scheduler's I/O workers: a Save waits for the storage's commit.
 func (n *Node) runAppend() {
-	defer n.wg.Done()
-	defer close(n.appendDone)
-	var (
-		batch []*raftpb.Message
-		ents  []*raftpb.Entry
-		out   []*raftpb.Message
-	)
-	if hs, _, err := n.store.InitialState(); err == nil {
-		n.saved = appendState{term: hs.GetTerm(), vote: hs.GetVote()}
+	if !n.running.Load() || n.appendExited {
+		return
 	}
-	for {
+	s := &n.saved
+	if !s.init {
+		s.init = true
+		if hs, _, err := n.store.InitialState(); err == nil {
+			s.term, s.vote = hs.GetTerm(), hs.GetVote()
+		}
+	}
+	if n.stopped() {
+		// The loop may still hand over appends until it exits (it signals
+		// this task when it does): persist everything it handed over.
 		select {
-		case m := <-n.appendc:
-			batch = append(batch[:0], m)
-		case <-n.stopc:
-			n.drainAppends(batch[:0], &ents, &out)
-			n.flushCommit()
+		case <-n.loopDone:
+		default:
 			return
 		}
-	drain:
-		for len(batch) < maxAppendBatch && batch[len(batch)-1].GetSnapshot() == nil {
-			select {
-			case m := <-n.appendc:
-				if m.GetSnapshot() != nil {
-					// A snapshot is saved on its own, after what came before.
-					if !n.saveBatch(batch, &ents, &out) {
-						return
-					}
-					batch = batch[:0]
-				}
-				batch = append(batch, m)
-			default:
-				break drain
-			}
-		}
-		if !n.saveBatch(batch, &ents, &out) {
-			return
-		}
-		clear(batch)
+		n.drainAppends()
+		n.flushCommit()
+		n.appendExited = true
+		close(n.appendDone)
+		n.applyTask.Signal()
+		n.release()
+		return
 	}
+	s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+	if !n.saveSplit(s.queued) {
+		return
+	}
+	clear(s.queued)
+	if n.appends.len() > 0 {
+		n.appendTask.Signal()
+	}
+}
+
+// saveSplit saves msgs in order, each snapshot on its own. It reports false
+// if the node must stop.
+func (n *Node) saveSplit(msgs []*raftpb.Message) bool {
+	s := &n.saved
+	start := 0
+	for i, m := range msgs {
+		if m.GetSnapshot() != nil {
+			if !n.saveBatch(msgs[start:i], &s.ents, &s.out) || !n.saveBatch(msgs[i:i+1], &s.ents, &s.out) {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return n.saveBatch(msgs[start:], &s.ents, &s.out)
 }
 
 // saveBatch persists the merged batch with one Save and delivers the
@@ -137,45 +149,36 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 	return true
 }
 
-// queueRestore hands a received snapshot's restore to the apply goroutine,
+// queueRestore hands a received snapshot's restore to the apply task,
 // unless the node stops (it reports false then; the caller closes the
 // files). A restore queued as the node stops is not lost either: the apply
-// goroutine closes the files of queued restores after this goroutine has
-// returned (closeQueuedSnapshots waits for appendDone).
+// task closes the files of queued restores once this task has exited
+// (closeQueuedSnapshots runs after appendDone).
 func (n *Node) queueRestore(t applyTask) bool {
-	select {
-	case <-n.stopc:
-		return false
-	default:
-	}
-	select {
-	case n.applyc <- t:
-		return true
-	case <-n.stopc:
+	if n.stopped() {
 		return false
 	}
+	n.applies.push(t)
+	n.applyTask.Signal()
+	return true
 }
 
 // drainAppends, as the node stops, persists the appends the run loop handed
-// over and this goroutine had not taken yet (it waits for the loop to
-// return, so none come later). The loop hands over an append before the
-// entries it commits are applied, so once this returns every applied
-// entry's commit index is on disk or held for flushCommit: a restart
-// replays the log up to it before Start returns (TestHostRestartServesReplayedState).
-func (n *Node) drainAppends(batch []*raftpb.Message, ents *[]*raftpb.Entry, out *[]*raftpb.Message) {
-	<-n.loopDone
+// over and this task had not taken yet (it runs once the loop has exited,
+// so none come later). The loop hands over an append before the entries it
+// commits are applied, so once this returns every applied entry's commit
+// index is on disk or held for flushCommit: a restart replays the log up to
+// it before Start returns (TestHostRestartServesReplayedState).
+func (n *Node) drainAppends() {
+	s := &n.saved
 	for {
-		select {
-		case m := <-n.appendc:
-			if m.GetSnapshot() != nil && len(batch) > 0 {
-				if !n.saveBatch(batch, ents, out) {
-					return
-				}
-				batch = batch[:0]
-			}
-			batch = append(batch, m)
-		default:
-			n.saveBatch(batch, ents, out)
+		s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+		if len(s.queued) == 0 {
+			return
+		}
+		ok := n.saveSplit(s.queued)
+		clear(s.queued)
+		if !ok {
 			return
 		}
 	}
@@ -194,11 +197,15 @@ func (n *Node) flushCommit() {
 	}
 }
 
-// appendState is what the append goroutine knows about the persisted hard
-// state.
+// appendState is the append task's: what it knows about the persisted hard
+// state, and its reused buffers.
 type appendState struct {
+	init       bool // term and vote were read from the storage
 	term, vote uint64
 	pending    *raftpb.HardState // a commit-only update not written yet
+	queued     []*raftpb.Message
+	ents       []*raftpb.Entry
+	out        []*raftpb.Message
 }
 
 // mergeEntries appends next to acc, truncating the entries of acc that next

@@ -23,7 +23,7 @@ import (
 // pushes out.
 const dedupWindowSize = 8192
 
-// applyTask is one unit of work for the apply goroutine: committed entries
+// applyTask is one unit of work for the apply task: committed entries
 // (msg, a MsgStorageApply, with the ConfState after each of its conf changes
 // as computed by the loop), or a snapshot to restore the state machine from.
 type applyTask struct {
@@ -35,7 +35,7 @@ type applyTask struct {
 
 // snapFiles are two readers of a snapshot's data, opened as soon as the
 // snapshot is saved: the storage may prune the file (two newer snapshots
-// arrived) before the apply goroutine restores from it, and an open file
+// arrived) before the apply task restores from it, and an open file
 // outlives its removal.
 type snapFiles struct {
 	verify, restore io.ReadCloser
@@ -62,7 +62,7 @@ func (f *snapFiles) close() {
 	_ = f.restore.Close()
 }
 
-// applyState is owned by the apply goroutine (and by Start, before it runs).
+// applyState is owned by the apply task (and by Start, before it runs).
 type applyState struct {
 	applied uint64
 	members *memberTable
@@ -90,32 +90,59 @@ func (n *Node) setMembers(t *memberTable) {
 	n.members.Store(t)
 }
 
+// applyBatch bounds the tasks one run of the apply task takes, so that a
+// busy group does not hold an apply worker from the others for long.
+const applyBatch = 8
+
+// runApply is the apply task: it applies committed entries and restores
+// received snapshots in order, and takes snapshots when due.
 func (n *Node) runApply() {
-	defer n.wg.Done()
-	defer n.closeQueuedSnapshots()
+	if !n.running.Load() || n.applyExited {
+		return
+	}
+	if n.stopped() {
+		// The append task may queue a restore until it exits (it signals
+		// this task when it does).
+		select {
+		case <-n.appendDone:
+		default:
+			return
+		}
+		n.closeQueuedSnapshots()
+		n.applyExited = true
+		n.release()
+		return
+	}
+	n.applyOnce()
+}
+
+func (n *Node) applyOnce() {
 	defer func() {
 		if r := recover(); r != nil {
 			n.fail("applying committed entries", panicError(r))
 		}
 	}()
-	for {
-		select {
-		case t := <-n.applyc:
-			var err error
-			if t.snap != nil {
-				err = n.restoreSnapshot(t.snap, t.files)
-			} else {
-				err = n.applyEntries(t)
-			}
-			if err != nil {
-				n.fail("applying committed entries", err)
-				return
-			}
-		case <-n.snapWake:
-			n.maybeSnapshot()
-		case <-n.stopc:
+	for i := 0; i < applyBatch && !n.stopped(); i++ {
+		t, ok := n.applies.pop()
+		if !ok {
+			break
+		}
+		var err error
+		if t.snap != nil {
+			err = n.restoreSnapshot(t.snap, t.files)
+		} else {
+			err = n.applyEntries(t)
+		}
+		if err != nil {
+			n.fail("applying committed entries", err)
 			return
 		}
+	}
+	if n.snapWake.Swap(false) && !n.stopped() {
+		n.maybeSnapshot()
+	}
+	if n.applies.len() > 0 {
+		n.applyTask.Signal()
 	}
 }
 
@@ -343,19 +370,17 @@ func (n *Node) syncPeers(removed []uint64) {
 }
 
 // closeQueuedSnapshots closes the files of snapshots queued for a restore
-// that will not happen (the node stops). It waits for the append goroutine
-// to return first: that goroutine persists what the loop handed over after
-// the stop, and may queue a restore until it returns.
+// that will not happen (the node stops). It runs once the append task has
+// exited: that task persists what the loop handed over after the stop, and
+// may queue a restore until it exits.
 func (n *Node) closeQueuedSnapshots() {
-	<-n.appendDone
 	for {
-		select {
-		case t := <-n.applyc:
-			if t.files != nil {
-				t.files.close()
-			}
-		default:
+		t, ok := n.applies.pop()
+		if !ok {
 			return
+		}
+		if t.files != nil {
+			t.files.close()
 		}
 	}
 }

@@ -111,7 +111,7 @@ func (s *changeSet) failAll(err error) {
 
 // membershipLoop is the run loop's membership state.
 type membershipLoop struct {
-	// lastIndex is the index of the last entry handed to the append goroutine.
+	// lastIndex is the index of the last entry handed to the append task.
 	lastIndex uint64
 	// confGate: a conf change is pending until raft's applied index reaches
 	// it (the index of the last conf change in the log, or the first entry
@@ -269,6 +269,39 @@ func (n *Node) electionTimeout() time.Duration {
 // membershipTick runs on every tick of the leader: it refreshes the
 // readiness memory, leaves a joint configuration whose entering change is
 // applied, and asks the policy for a change.
+// maybeMembershipTick runs the leader's bookkeeping (catch-up tracking,
+// readiness, the policy) on every tick while the membership is in motion —
+// a learner, a joint configuration, a change pending, no settings yet —
+// and about once a second at rest (voters only), so that a host's many
+// settled groups cost little between ticks.
+func (n *Node) maybeMembershipTick() {
+	l := &n.loop
+	if l.role != RoleLeader {
+		return
+	}
+	every := uint64(time.Second / n.cfg.TickInterval)
+	if l.ticks-l.lastBookkeeping < max(every, 1) && n.membershipAtRest() {
+		return
+	}
+	l.lastBookkeeping = l.ticks
+	n.membershipTick()
+}
+
+// membershipAtRest reports whether the configuration is voters only, with
+// no change in flight and the settings replicated.
+func (n *Node) membershipAtRest() bool {
+	ms := &n.loop.ms
+	if n.settings.Load() == nil || ms.checking != 0 || ms.confGate > n.applied.get() {
+		return false
+	}
+	t := n.members.Load()
+	if t == nil || t.confState == nil {
+		return false
+	}
+	cs := t.confState
+	return len(cs.GetLearners()) == 0 && len(cs.GetVotersOutgoing()) == 0 && len(cs.GetLearnersNext()) == 0
+}
+
 func (n *Node) membershipTick() {
 	l := &n.loop
 	if l.role != RoleLeader {
@@ -363,9 +396,7 @@ func (n *Node) proposeChange(cc *raftpb.ConfChangeV2, changeID uint64, w *change
 	}
 	ms.checking = changeID
 	for l.rn.HasReady() {
-		if !n.handleReady(l.rn.Ready()) {
-			return n.stopErr()
-		}
+		n.handleReady(l.rn.Ready())
 	}
 	if ms.checking != 0 {
 		ms.checking = 0

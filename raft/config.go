@@ -123,9 +123,12 @@ type Config struct {
 	// MaxPendingProposals bounds the proposals waiting for the run loop
 	// (Propose blocks, within its context, beyond it). Default 8192.
 	MaxPendingProposals int
-	// ApplyQueueSize bounds the batches of committed entries waiting to be
-	// applied; beyond it the run loop waits (back-pressure) instead of growing
-	// memory. Default 64 (each batch is a Ready's worth of entries).
+	// ApplyQueueSize is kept for compatibility and no longer used: the
+	// committed entries waiting to be applied are bounded by raft's flow
+	// control (4 × MaxSizePerMsg in flight), and the run loop never waits
+	// for the apply task.
+	//
+	// Deprecated: it has no effect.
 	ApplyQueueSize int
 
 	// Membership holds the membership rules' settings (target voter count,
@@ -145,6 +148,11 @@ type Config struct {
 	// Logger receives the node's logs (and etcd raft's, through an adapter).
 	// Default: discard.
 	Logger *slog.Logger
+
+	// Scheduler runs the node's work on goroutines shared with other nodes
+	// (a host's groups: see Scheduler). Default: the node's own, with one
+	// goroutine of each kind.
+	Scheduler *Scheduler
 }
 
 // WithDefaults returns a copy of c with every zero-valued field set to its default.

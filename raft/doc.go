@@ -3,17 +3,19 @@
 //
 // # Goroutines
 //
-// One goroutine, the run loop, owns etcd's RawNode: proposals, reads,
-// received messages, ticks and status requests reach it through channels.
-// The node uses raft's asynchronous storage writes: each Ready's
-// MsgStorageAppend goes to the append goroutine, which persists it (merging
-// whatever queued up meanwhile into one Storage.Save: group commit) and only
-// then releases the acknowledgements; each MsgStorageApply goes to the apply
-// goroutine, which hands committed commands to the StateMachine in batches.
-// The leader sends its appends to followers before its own fsync finishes;
-// raft counts its own vote only once the append goroutine has persisted.
-// Applying never blocks persisting; a full apply queue makes the run loop
-// wait (back-pressure) rather than grow memory.
+// A node is three tasks run by a Scheduler (shared by the nodes of a host,
+// or the node's own): each task runs on one goroutine at a time, so one
+// goroutine at a time owns etcd's RawNode. The run loop takes proposals,
+// reads, received messages, ticks and calls from queues that wake it. The
+// node uses raft's asynchronous storage writes: each Ready's
+// MsgStorageAppend goes to the append task, which persists it (merging
+// whatever queued up meanwhile into one Storage.Save: group commit) and
+// only then releases the acknowledgements; each MsgStorageApply goes to
+// the apply task, which hands committed commands to the StateMachine in
+// batches. The leader sends its appends to followers before its own fsync
+// finishes; raft counts its own vote only once the append task has
+// persisted. Applying never blocks persisting, and the run loop never
+// waits for either: raft's flow control bounds what is in flight.
 //
 // # Proposals and reads
 //

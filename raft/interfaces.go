@@ -11,10 +11,10 @@ import (
 )
 
 // Storage is the durable state a Node needs: etcd raft's Storage (read side)
-// plus the write side the node's append goroutine calls. storage.Store
+// plus the write side the node's append task calls. storage.Store
 // implements it; tests wrap it to inject faults. Every method must be safe for
-// concurrent use: the run loop reads the log while the append goroutine
-// writes, and the apply goroutine snapshots and compacts.
+// concurrent use: the run loop reads the log while the append task
+// writes, and the apply task snapshots and compacts.
 type Storage interface {
 	etcdraft.Storage
 

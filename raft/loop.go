@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// loopState is owned by the run loop goroutine.
+// loopState is owned by the run loop.
 type loopState struct {
 	rn         *etcdraft.RawNode
 	leader     uint64
@@ -28,10 +28,14 @@ type loopState struct {
 	lastContact   map[uint64]time.Time
 	out           []*raftpb.Message // reused buffer for network messages
 	localBuf      []*raftpb.Message // reused buffer for mailbox messages
-	live          []uint64          // reused: the sequence numbers of a batch being proposed
-	lastBatch     int               // proposals in the last flush
-	ms            membershipLoop
-	nowLeader     bool // became leader in the Ready being handled
+	recvBuf       []*raftpb.Message // reused buffer for peer messages
+	acts          []func()          // reused buffer for calls run on the loop
+	// lastBookkeeping is the tick of the last membershipTick.
+	lastBookkeeping uint64
+	live            []uint64 // reused: the sequence numbers of a batch being proposed
+	lastBatch       int      // proposals in the last flush
+	ms              membershipLoop
+	nowLeader       bool // became leader in the Ready being handled
 	// confAdded is the index of the last conf change raft took that added
 	// a member (in any role): a snapshot sent to a member must be at least
 	// that recent to list it (see snapshotToSend).
@@ -135,95 +139,103 @@ func (n *Node) restore() (err error) {
 	return nil
 }
 
+// runLoop is the run loop's task: one run handles what the node had queued
+// when it started — a tick, peer messages, proposals, reads, the append and
+// apply responses, calls — then every Ready raft has. It never blocks: the
+// appends and the committed entries go to their own tasks' queues, and a
+// run that leaves work queued (a bounded batch of each input per run, so
+// that one busy node does not starve the others on its worker) signals
+// itself to run again.
 func (n *Node) runLoop() {
-	defer n.wg.Done()
-	defer close(n.loopDone)
+	if !n.running.Load() || n.loopExited {
+		return
+	}
+	if !n.stopped() {
+		n.loopOnce()
+	}
+	if n.stopped() {
+		n.loopExited = true
+		n.cancelTick()
+		close(n.loopDone)
+		n.appendTask.Signal()
+		n.release()
+	}
+}
+
+// loopInputBatch bounds how many of each input one run of the loop takes.
+const loopInputBatch = 256
+
+func (n *Node) loopOnce() {
 	defer func() {
 		if r := recover(); r != nil {
 			n.fail("raft loop", panicError(r))
 		}
 	}()
 	l := &n.loop
-	ticker := time.NewTicker(n.cfg.TickInterval)
-	defer ticker.Stop()
-	for {
-		propc := n.propc
-		if len(l.pending) >= n.cfg.MaxPendingProposals {
-			propc = nil // back-pressure: Propose waits within its context
-		}
-		readc := n.readc
-		if len(l.readQueue) >= maxPendingReads {
-			readc = nil // back-pressure: ReadBarrier waits within its context
-		}
-		select {
-		case <-ticker.C:
-			l.rn.Tick()
-			l.ticks++
-			n.retryReads(false)
-			n.dropAbandonedReads()
-			n.expireWaiters()
-			n.membershipTick()
-		case m := <-n.recvc:
-			now := time.Now()
+	if n.tick.Swap(false) {
+		l.rn.Tick()
+		l.ticks++
+		n.retryReads(false)
+		n.dropAbandonedReads()
+		n.expireWaiters()
+		n.maybeMembershipTick()
+	}
+	if n.recv.len() > 0 {
+		now := time.Now()
+		l.recvBuf = n.recv.take(l.recvBuf[:0], loopInputBatch)
+		for i, m := range l.recvBuf {
 			n.stepPeer(m, now)
-			for i := 0; i < 256; i++ {
-				select {
-				case m := <-n.recvc:
-					n.stepPeer(m, now)
-					continue
-				default:
-				}
-				break
+			l.recvBuf[i] = nil
+		}
+	}
+	if len(n.propc) > 0 && len(l.pending) < n.cfg.MaxPendingProposals {
+		// Proposers woken together by one applied batch arrive a few
+		// microseconds apart: when the last batch had company, yielding
+		// once lets them queue up, so that they share one raft message,
+		// one Ready and one storage write. A lone proposer does not wait.
+		if l.lastBatch > 1 || len(n.propc) > 1 {
+			runtime.Gosched()
+		}
+	takeProposals:
+		for len(l.pending) < n.cfg.MaxPendingProposals {
+			select {
+			case p := <-n.propc:
+				l.pending = append(l.pending, p)
+			default:
+				break takeProposals
 			}
-		case p := <-propc:
-			l.pending = append(l.pending, p)
-			// Proposers woken together by one applied batch arrive a few
-			// microseconds apart: when the last batch had company, yielding
-			// once lets them queue up, so that they share one raft message,
-			// one Ready and one storage write. A lone proposer does not wait.
-			if l.lastBatch > 1 || len(n.propc) > 0 {
-				runtime.Gosched()
-			}
-			for len(l.pending) < n.cfg.MaxPendingProposals {
-				select {
-				case p := <-n.propc:
-					l.pending = append(l.pending, p)
-					continue
-				default:
-				}
-				break
-			}
-		case r := <-readc:
+		}
+	}
+takeReads:
+	for len(l.readQueue) < maxPendingReads {
+		select {
+		case r := <-n.readc:
 			n.queueRead(r)
-			for len(l.readQueue) < maxPendingReads {
-				select {
-				case r := <-n.readc:
-					n.queueRead(r)
-					continue
-				default:
-				}
-				break
-			}
-		case <-n.local.notify:
-			l.localBuf = n.local.take(l.localBuf[:0])
-			for i, m := range l.localBuf {
-				if err := l.rn.Step(m); err != nil {
-					n.log.Debug("stepping a local message", slog.Any("err", err))
-				}
-				l.localBuf[i] = nil
-			}
-		case f := <-n.actc:
-			f()
-		case <-n.stopc:
-			return
+		default:
+			break takeReads
 		}
-		n.flushProposals()
-		n.flushReads()
-		for l.rn.HasReady() {
-			if !n.handleReady(l.rn.Ready()) {
-				return
-			}
+	}
+	l.localBuf = n.local.take(l.localBuf[:0])
+	for i, m := range l.localBuf {
+		if err := l.rn.Step(m); err != nil {
+			n.log.Debug("stepping a local message", slog.Any("err", err))
 		}
+		l.localBuf[i] = nil
+	}
+	l.acts = n.acts.takeInto(l.acts[:0], loopInputBatch)
+	for i, f := range l.acts {
+		f()
+		l.acts[i] = nil
+	}
+	n.flushProposals()
+	n.flushReads()
+	for l.rn.HasReady() {
+		n.handleReady(l.rn.Ready())
+	}
+	if n.recv.len() > 0 || n.acts.len() > 0 ||
+		(len(n.propc) > 0 && len(l.pending) < n.cfg.MaxPendingProposals) ||
+		(len(n.readc) > 0 && len(l.readQueue) < maxPendingReads) {
+		n.loopTask.Signal()
 	}
 }
 
@@ -310,10 +322,9 @@ func (n *Node) proposeBatch(batch []*proposal) {
 
 // handleReady dispatches one Ready: network messages to the transport (the
 // leader's appends go out before its own fsync: raft delays its own ack until
-// the append goroutine has persisted them), the MsgStorageAppend to the
-// append goroutine, the MsgStorageApply to the apply goroutine. It returns
-// false if the node stopped meanwhile.
-func (n *Node) handleReady(rd etcdraft.Ready) bool {
+// the append task has persisted them), the MsgStorageAppend to the append
+// task, the MsgStorageApply to the apply task. It never waits.
+func (n *Node) handleReady(rd etcdraft.Ready) {
 	l := &n.loop
 	// The term first: a leader change and its new term can arrive in one
 	// Ready, and the leader-changed event carries the new term.
@@ -334,11 +345,8 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
 			n.noteAppend(m)
-			select {
-			case n.appendc <- m:
-			case <-n.stopc:
-				return false
-			}
+			n.appends.push(m)
+			n.appendTask.Signal()
 		case etcdraft.LocalApplyThread:
 			task := applyTask{msg: m}
 			for _, e := range m.GetEntries() {
@@ -346,11 +354,8 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 					task.confStates = append(task.confStates, n.applyConfChange(e))
 				}
 			}
-			select {
-			case n.applyc <- task:
-			case <-n.stopc:
-				return false
-			}
+			n.applies.push(task)
+			n.applyTask.Signal()
 		default:
 			out = append(out, m)
 		}
@@ -364,7 +369,6 @@ func (n *Node) handleReady(rd etcdraft.Ready) bool {
 		l.nowLeader = false
 		n.becameLeader()
 	}
-	return true
 }
 
 // applyConfChange applies a committed configuration change to raft (on the
@@ -400,7 +404,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 // has just taken (on the loop, before raft sends anything under it): the
 // members a conf change adds become reachable — a snapshot to a new learner
 // must not be dropped as addressed to an unknown peer — and every member's
-// learner flag is set. The apply goroutine still reconciles the peers with
+// learner flag is set. The apply task still reconciles the peers with
 // the applied member table (removals, address updates).
 func (n *Node) followConfig(cs *raftpb.ConfState, recs []Member) {
 	for _, m := range recs {

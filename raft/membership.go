@@ -54,7 +54,7 @@ func changeContext(cc raftpb.ConfChangeI) (confchange.Context, error) {
 
 // memberTable is the membership as of the last applied entry: every
 // member's record (from conf change contexts and snapshots) and the IDs
-// removed from the cluster (never reused). The apply goroutine builds a new
+// removed from the cluster (never reused). The apply task builds a new
 // table on every change and publishes it; a published table is never
 // modified, so the run loop reads it without a lock.
 type memberTable struct {

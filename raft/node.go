@@ -14,14 +14,16 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/internal/sched"
 	"github.com/understudy-raft/understudy/transport"
 )
 
-// Node is one member of a replicated state machine. One goroutine (the run
-// loop) owns etcd's RawNode; a second persists the log (the append
-// goroutine) and a third applies committed commands to the StateMachine (the
-// apply goroutine), so that applying never blocks persisting and the leader
-// replicates before its own fsync finishes.
+// Node is one member of a replicated state machine. Three tasks, each run
+// by one goroutine at a time of the node's Scheduler, do its work: the run
+// loop owns etcd's RawNode, the append task persists the log and the apply
+// task applies committed commands to the StateMachine, so that applying
+// never blocks persisting and the leader replicates before its own fsync
+// finishes.
 //
 // Create it with NewNode, then Start it with a Transport. Every method is
 // safe for concurrent use.
@@ -32,29 +34,47 @@ type Node struct {
 	store Storage
 	tr    Transport
 
-	// Channels into the run loop.
-	propc   chan *proposal
-	readc   chan *readRequest
-	recvc   chan *raftpb.Message
-	actc    chan func()
-	local   *mailbox // responses from the append and apply goroutines
-	appendc chan *raftpb.Message
-	// loopDone is closed when the run loop has returned: nothing is sent
-	// on appendc after it.
+	// The node runs as three tasks of its Scheduler: the run loop (owns
+	// the RawNode), the append task (persists the log) and the apply task
+	// (applies committed entries). Each is run by one goroutine at a time.
+	sched                           *Scheduler
+	ownSched                        bool // sched is the node's own: closed when it stops
+	loopTask, appendTask, applyTask *sched.Task
+	// running is set once Start has restored the node: the tasks do nothing
+	// before.
+	running atomic.Bool
+	// tick is set by the scheduler's clock and taken by the loop.
+	tick       atomic.Bool
+	cancelTick func()
+
+	// Inputs of the run loop; every producer signals loopTask.
+	propc chan *proposal    // Propose (waits when full: back-pressure)
+	readc chan *readRequest // ReadBarrier (likewise)
+	recv  inbox             // peer messages (never waits: drops beyond a bound)
+	acts  queue[func()]     // calls to run on the loop (post, do)
+	local *mailbox          // responses from the append and apply tasks
+	// appends are the MsgStorageAppend messages for the append task.
+	appends queue[*raftpb.Message]
+	// loopDone is closed when the run loop has exited: nothing is queued
+	// on appends after it.
 	loopDone chan struct{}
-	// appendDone is closed when the append goroutine has returned: no
-	// snapshot restore is queued on applyc after it.
+	// appendDone is closed when the append task has exited: no snapshot
+	// restore is queued on applies after it.
 	appendDone chan struct{}
-	applyc     chan applyTask
-	// snapWake wakes the apply goroutine to look at the snapshot state.
-	snapWake chan struct{}
+	applies    queue[applyTask]
+	// snapWake makes the apply task look at the snapshot state.
+	snapWake atomic.Bool
+	// Owned by their tasks: each has exited.
+	loopExited, appendExited, applyExited bool
 
 	life     atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
 	stopOnce sync.Once
 	stopc    chan struct{} // closed when the node stops (Stop or a fatal error)
-	wg       sync.WaitGroup
+	// live counts the node's tasks not exited and its snapshot writers:
+	// the node is done when it drops to zero.
+	live     atomic.Int32
 	doneOnce sync.Once
-	donec    chan struct{} // closed once every goroutine has exited
+	donec    chan struct{} // closed once every task and goroutine has exited
 	errMu    sync.Mutex
 	err      error // the fatal error the node stopped with, if any
 
@@ -80,8 +100,8 @@ type Node struct {
 	events    eventHub
 
 	loop  loopState   // owned by the run loop
-	apply applyState  // owned by the apply goroutine
-	saved appendState // owned by the append goroutine
+	apply applyState  // owned by the apply task
+	saved appendState // owned by the append task
 }
 
 // NewNode validates cfg and returns a node that is not started yet. store
@@ -114,18 +134,23 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		// many groups.
 		propc:      make(chan *proposal, min(cfg.MaxPendingProposals, 512)),
 		readc:      make(chan *readRequest, 256),
-		recvc:      make(chan *raftpb.Message, 512),
-		actc:       make(chan func(), 128),
-		local:      newMailbox(),
-		appendc:    make(chan *raftpb.Message, 1024),
 		loopDone:   make(chan struct{}),
 		appendDone: make(chan struct{}),
-		applyc:     make(chan applyTask, cfg.ApplyQueueSize),
-		snapWake:   make(chan struct{}, 1),
 		stopc:      make(chan struct{}),
 		donec:      make(chan struct{}),
 		state:      newWatched(nodeState{}),
+		sched:      cfg.Scheduler,
 	}
+	if n.sched == nil {
+		// Its goroutines start only with the node's work.
+		n.sched = NewScheduler(SchedulerConfig{Workers: 1, IOWorkers: 1, ApplyWorkers: 1})
+		n.ownSched = true
+	}
+	n.loopTask = n.sched.loops.NewTask(n.runLoop)
+	n.appendTask = n.sched.appends.NewTask(n.runAppend)
+	n.applyTask = n.sched.applies.NewTask(n.runApply)
+	n.local = newMailbox(n.loopTask.Signal)
+	n.cancelTick = func() {}
 	n.ownPolicy = ownPolicy
 	n.waiters.m = make(map[uint64]*proposal)
 	return n, nil
@@ -170,21 +195,68 @@ func (n *Node) Start(tr Transport) error {
 	if err != nil {
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.events.closeAll()
+		n.closeOwnScheduler()
 		n.doneOnce.Do(func() { close(n.donec) })
 		return err
 	}
-	n.wg.Add(3)
-	go n.runLoop()
-	go n.runAppend()
-	go n.runApply()
-	go func() {
-		n.wg.Wait()
+	n.live.Store(3)
+	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
+	n.running.Store(true)
+	n.wakeAll() // what arrived during the restore, or a stop
+	return nil
+}
+
+// onTick is the scheduler clock's tick of this node.
+func (n *Node) onTick() {
+	n.tick.Store(true)
+	n.loopTask.Signal()
+}
+
+// wakeAll signals the node's three tasks.
+func (n *Node) wakeAll() {
+	n.loopTask.Signal()
+	n.appendTask.Signal()
+	n.applyTask.Signal()
+}
+
+// closeStop closes stopc (once) and wakes the tasks to exit.
+func (n *Node) closeStop() {
+	n.stopOnce.Do(func() { close(n.stopc) })
+	n.wakeAll()
+}
+
+// stopped reports whether stopc is closed.
+func (n *Node) stopped() bool {
+	select {
+	case <-n.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
+// hold counts a goroutine of the node's (a snapshot writer) that Done
+// waits for; release ends it, and the node's last release finishes it.
+func (n *Node) hold() { n.live.Add(1) }
+
+func (n *Node) release() {
+	if n.live.Add(-1) == 0 {
 		n.waiters.failAll(n.stopErr())
 		n.changes.failAll(n.stopErr())
 		n.events.closeAll()
+		if n.ownSched {
+			n.sched.close() // its goroutines exit: Stop waits for them
+		}
 		n.doneOnce.Do(func() { close(n.donec) })
-	}()
-	return nil
+	}
+}
+
+// closeOwnScheduler lets the node's own scheduler's goroutines exit and
+// waits for them (not from one of them).
+func (n *Node) closeOwnScheduler() {
+	if n.ownSched {
+		n.sched.Close()
+	}
 }
 
 // PeerHandler returns what the Transport must deliver received messages to.
@@ -266,6 +338,7 @@ func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, kind
 	p.seq, p.rid, p.cmd, p.kind = seq, rid, cmd, kind
 	select {
 	case n.propc <- p:
+		n.loopTask.Signal()
 	case <-ctx.Done():
 		p.release()
 		return nil, notProposed(n.ctxErr(ctx))
@@ -320,6 +393,7 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 	r := &readRequest{done: make(chan readResult, 1)}
 	select {
 	case n.readc <- r:
+		n.loopTask.Signal()
 	case <-ctx.Done():
 		return n.ctxErr(ctx)
 	case <-n.stopc:
@@ -362,7 +436,7 @@ func (n *Node) Err() error {
 	return n.err
 }
 
-// Done is closed once the node has stopped and all its goroutines have
+// Done is closed once the node has stopped and all its tasks and goroutines have
 // exited, whether by Stop or by a fatal error (see Err).
 func (n *Node) Done() <-chan struct{} { return n.donec }
 
@@ -382,20 +456,23 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.life.CompareAndSwap(lifeNew, lifeStoppedUnstarted) || n.life.Load() == lifeStoppedUnstarted {
 		n.events.closeAll()
 		n.stopOnce.Do(func() { close(n.stopc) })
+		n.closeOwnScheduler()
 		n.doneOnce.Do(func() { close(n.donec) })
 		return nil
 	}
 	if ctx.Err() == nil {
 		n.handOffLeadership(ctx)
 	}
-	n.stopOnce.Do(func() { close(n.stopc) })
+	n.closeStop()
 	select {
 	case <-n.donec:
+		n.closeOwnScheduler()
 		return n.Err()
 	default:
 	}
 	select {
 	case <-n.donec:
+		n.closeOwnScheduler()
 		return n.Err()
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrStopTimeout, ctx.Err())
@@ -465,7 +542,7 @@ func (n *Node) fail(op string, err error) {
 		n.log.Error("node stopping on fatal error", slog.String("op", op), slog.Any("err", err))
 	}
 	n.errMu.Unlock()
-	n.stopOnce.Do(func() { close(n.stopc) })
+	n.closeStop()
 }
 
 // removed stops the node because it was removed from the cluster, after
@@ -485,7 +562,7 @@ func (n *Node) removed(why string, index uint64) {
 		n.log.Error("recording the removal in the storage failed", slog.Any("err", err))
 	}
 	n.events.emit(Event{Type: EventRemoved, Index: index})
-	n.stopOnce.Do(func() { close(n.stopc) })
+	n.closeStop()
 }
 
 // do runs f on the run loop and waits for it. When do returns an error
@@ -497,13 +574,8 @@ func (n *Node) do(ctx context.Context, f func()) error {
 		return err
 	}
 	done := make(chan struct{})
-	select {
-	case n.actc <- func() { f(); close(done) }:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.stopc:
-		return n.stopErr()
-	}
+	n.acts.push(func() { f(); close(done) })
+	n.loopTask.Signal()
 	select {
 	case <-done:
 		return nil
@@ -538,7 +610,7 @@ func (p *proposal) release() {
 }
 
 // waiterSet holds the proposals handed to raft, by sequence number, until
-// they are applied (the apply goroutine resolves them) or fail.
+// they are applied (the apply task resolves them) or fail.
 type waiterSet struct {
 	mu sync.Mutex
 	m  map[uint64]*proposal
@@ -620,10 +692,20 @@ type readResult struct {
 // peerHandler is the node's side of the Transport.
 type peerHandler struct{ n *Node }
 
+// Process queues m for the loop without waiting: a connection that other
+// groups share is never held up by this one (beyond a bound, messages are
+// dropped; raft retransmits).
 func (h peerHandler) Process(m *raftpb.Message) {
-	select {
-	case h.n.recvc <- m:
-	case <-h.n.stopc:
+	if h.n.recv.put(m) {
+		h.n.loopTask.Signal()
+	}
+}
+
+// ProcessBatch is Process for the messages one read got for this node: the
+// loop is woken once.
+func (h peerHandler) ProcessBatch(ms []*raftpb.Message) {
+	if h.n.recv.put(ms...) {
+		h.n.loopTask.Signal()
 	}
 }
 
@@ -652,13 +734,11 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 // post queues f for the run loop without waiting for it; it is dropped if
 // the node stopped.
 func (n *Node) post(f func()) {
-	if n.life.Load() != lifeStarted {
+	if n.life.Load() != lifeStarted || n.stopped() {
 		return
 	}
-	select {
-	case n.actc <- f:
-	case <-n.stopc:
-	}
+	n.acts.push(f)
+	n.loopTask.Signal()
 }
 
 // randomUint64 returns 64 random bits from the operating system's source.

@@ -79,16 +79,16 @@ func advanceTo(w *watched[uint64], idx uint64) {
 	w.update(func(cur uint64) (uint64, bool) { return idx, idx > cur })
 }
 
-// mailbox carries messages from the append and apply goroutines back to the
-// run loop without ever blocking the sender (the loop may itself be waiting
-// to hand those goroutines work). Its size is bounded by the work in flight.
+// mailbox carries messages from the append and apply tasks back to the
+// run loop without ever blocking the sender. Its size is bounded by the
+// work in flight.
 type mailbox struct {
-	mu     sync.Mutex
-	msgs   []*raftpb.Message
-	notify chan struct{} // capacity 1
+	mu   sync.Mutex
+	msgs []*raftpb.Message
+	wake func() // signals the loop
 }
 
-func newMailbox() *mailbox { return &mailbox{notify: make(chan struct{}, 1)} }
+func newMailbox(wake func()) *mailbox { return &mailbox{wake: wake} }
 
 func (mb *mailbox) put(msgs ...*raftpb.Message) {
 	if len(msgs) == 0 {
@@ -97,10 +97,7 @@ func (mb *mailbox) put(msgs ...*raftpb.Message) {
 	mb.mu.Lock()
 	mb.msgs = append(mb.msgs, msgs...)
 	mb.mu.Unlock()
-	select {
-	case mb.notify <- struct{}{}:
-	default:
-	}
+	mb.wake()
 }
 
 // take moves the queued messages into buf (which it returns) and empties the box.

@@ -22,7 +22,7 @@ import (
 // joint change are still members until the joint configuration is left.
 // confReplay therefore follows the configuration through the committed conf
 // changes exactly as raft applies them, and the member table does the rest,
-// as the apply goroutine will when it replays the same entries.
+// as the apply task will when it replays the same entries.
 
 // confReplay follows a member table through committed conf changes.
 type confReplay struct {
@@ -66,7 +66,7 @@ func (r *confReplay) apply(e *raftpb.Entry) (removed []uint64, err error) {
 		return nil, fmt.Errorf("%w: conf change at index %d: %v", ErrCorruptEntry, e.GetIndex(), err)
 	}
 	r.tr.Config, r.tr.Progress = cfg, prs
-	ctx, _ := changeContext(cci) // ignored alike by the apply goroutine
+	ctx, _ := changeContext(cci) // ignored alike by the apply task
 	return r.table.apply(e.GetIndex(), ctx, r.tr.ConfState()), nil
 }
 

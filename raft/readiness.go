@@ -91,7 +91,7 @@ func (r *readyRecords) snapshot() map[uint64]time.Time {
 	return maps.Clone(r.m)
 }
 
-// applyReadiness applies a readiness record (on the apply goroutine).
+// applyReadiness applies a readiness record (on the apply task).
 func (n *Node) applyReadiness(idx uint64, data []byte) error {
 	a := &n.apply
 	if err := n.flushCommands(); err != nil {

@@ -18,7 +18,7 @@ import (
 
 // Local snapshots: when to take one (amortized against the log written
 // since the last one, on demand with Node.Snapshot, or fresh because a new
-// member needs one that lists it), and writing it beside the apply goroutine.
+// member needs one that lists it), and writing it beside the apply task.
 //
 // A snapshot is due once at least SnapshotCount entries were applied since
 // the last one AND the bytes of those entries are at least the size of the
@@ -29,7 +29,7 @@ import (
 // The log kept meanwhile is at most about the state's size again, plus
 // SnapshotCatchUpEntries after compaction.
 
-// snapState is the apply goroutine's snapshot bookkeeping.
+// snapState is the apply task's snapshot bookkeeping.
 type snapState struct {
 	index    uint64 // index of the last snapshot taken (or being taken) or restored
 	logBytes uint64 // bytes of entries applied since then
@@ -122,13 +122,11 @@ func (n *Node) Snapshot(ctx context.Context) (uint64, error) {
 	}
 }
 
-// wakeSnapshots makes the apply goroutine look at the snapshot state even
+// wakeSnapshots makes the apply task look at the snapshot state even
 // while no entries arrive.
 func (n *Node) wakeSnapshots() {
-	select {
-	case n.snapWake <- struct{}{}:
-	default:
-	}
+	n.snapWake.Store(true)
+	n.applyTask.Signal()
 }
 
 // needSnapshotAt asks for a snapshot at index or later (called on the loop).
@@ -144,7 +142,7 @@ func (n *Node) needSnapshotAt(index uint64) {
 }
 
 // maybeSnapshot starts a snapshot if one is due, wanted or asked for. The
-// state machine captures its state here, on the apply goroutine; writing it
+// state machine captures its state here, on the apply task; writing it
 // and compacting the log run on another goroutine while applying continues.
 func (n *Node) maybeSnapshot() {
 	a := &n.apply
@@ -196,9 +194,9 @@ func (n *Node) maybeSnapshot() {
 	s.index = index
 	s.logBytes = 0
 	s.running.Store(true)
-	n.wg.Add(1)
+	n.hold()
 	go func() {
-		defer n.wg.Done()
+		defer n.release()
 		defer snap.Release()
 		err := n.writeSnapshot(index, cs, h, snap)
 		if errors.Is(err, errSnapshotSuperseded) {

@@ -71,15 +71,19 @@ func TestAppendsPersistedAfterASnapshotSavedAtStop(t *testing.T) {
 		}
 		commitMsg := &raftpb.Message{Type: raftpb.MsgStorageAppend.Enum()}
 		commitMsg.Term, commitMsg.Vote, commitMsg.Commit = hs(13)
-		n.appendc <- snapMsg
-		n.appendc <- entsMsg
-		n.appendc <- commitMsg
-		// The loop has returned and the node stops.
+		n.appends.push(snapMsg)
+		n.appends.push(entsMsg)
+		n.appends.push(commitMsg)
+		// The loop has exited and the node stops: the append and apply
+		// tasks are left.
 		close(n.loopDone)
 		n.stopOnce.Do(func() { close(n.stopc) })
-		n.wg.Add(1)
+		n.running.Store(true)
+		n.loopExited = true
+		n.live.Store(2)
 		n.runAppend()
-		n.closeQueuedSnapshots()
+		<-n.donec // the apply task closed the queued restore's files
+		n.closeOwnScheduler()
 
 		last, err := st.LastIndex()
 		if err != nil {
