@@ -29,13 +29,18 @@ type hostsCluster struct {
 }
 
 func newHosts(t *testing.T, n int) *hostsCluster {
+	return newHostsWith(t, n, raft.SchedulerConfig{})
+}
+
+// newHostsWith is newHosts with the hosts' scheduler bounds.
+func newHostsWith(t *testing.T, n int, sc raft.SchedulerConfig) *hostsCluster {
 	t.Helper()
 	hc := &hostsCluster{t: t, dir: t.TempDir()}
 	for i := range n {
 		ln := listen(t)
 		h, err := understudy.NewHost(understudy.HostConfig{
 			DataDir: filepath.Join(hc.dir, fmt.Sprint(i)), Listener: ln, AdvertisePeer: ln.Addr().String(),
-			Storage: storage.EngineOptions{NoSync: true},
+			Storage: storage.EngineOptions{NoSync: true}, Scheduler: sc,
 		})
 		require.NoError(t, err)
 		hc.hosts = append(hc.hosts, h)

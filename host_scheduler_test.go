@@ -1,0 +1,87 @@
+package understudy_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// slowApply is a kv store whose Apply takes a while: a state machine that
+// holds its apply worker.
+type slowApply struct {
+	*kv.Store
+	d time.Duration
+}
+
+func (s slowApply) Apply(cmds []raft.Command, res []raft.Result) {
+	time.Sleep(s.d)
+	s.Store.Apply(cmds, res)
+}
+
+// TestHostGroupsShareBoundedWorkers: 3 hosts × 24 groups run on one loop
+// worker, two I/O workers and two apply workers per host — whatever the
+// number of groups — and every group elects a leader and serves writes,
+// also while one group's state machine takes 50 ms per batch (it holds
+// one apply worker at a time, never a loop).
+func TestHostGroupsShareBoundedWorkers(t *testing.T) {
+	sc := raft.SchedulerConfig{Workers: 1, IOWorkers: 2, ApplyWorkers: 2}
+	hc := newHostsWith(t, 3, sc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const groups = 24
+	all := make([][]*understudy.Group, groups+1)
+	for g := uint64(1); g <= groups; g++ {
+		sm := func() raft.StateMachine { return kv.New() }
+		if g == 1 {
+			sm = func() raft.StateMachine { return slowApply{kv.New(), 50 * time.Millisecond} }
+		}
+		all[g] = hc.start(ctx, g, sm)
+	}
+	// The slow group is kept busy while the others write.
+	slowCtx, stopSlow := context.WithCancel(ctx)
+	var slow sync.WaitGroup
+	slow.Add(1)
+	go func() {
+		defer slow.Done()
+		for i := 0; slowCtx.Err() == nil; i++ {
+			_ = put(slowCtx, t, all[1], fmt.Sprint("slow", i), "x")
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := uint64(2); g <= groups; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				require.NoError(t, put(ctx, t, all[g], fmt.Sprint("k", i), fmt.Sprint(g)))
+			}
+		}()
+	}
+	wg.Wait()
+	stopSlow()
+	slow.Wait()
+	for i, h := range hc.hosts {
+		st := h.Scheduler().Stats()
+		require.LessOrEqual(t, st.Workers, sc.Workers, "host %d", i)
+		require.LessOrEqual(t, st.IOWorkers, sc.IOWorkers, "host %d", i)
+		require.LessOrEqual(t, st.ApplyWorkers, sc.ApplyWorkers, "host %d", i)
+		require.NotZero(t, st.LoopRuns, "host %d", i)
+	}
+	// Every replica of every group applied its group's writes.
+	for g := uint64(2); g <= groups; g++ {
+		for i, grp := range all[g] {
+			require.Eventually(t, func() bool {
+				v, err := grp.StaleRead([]byte("k4"))
+				return err == nil && string(v) == fmt.Sprint(g)
+			}, 10*time.Second, 5*time.Millisecond, "group %d on host %d", g, i)
+		}
+	}
+}
