@@ -30,6 +30,7 @@ type loopState struct {
 	localBuf      []*raftpb.Message // reused buffer for mailbox messages
 	recvBuf       []*raftpb.Message // reused buffer for peer messages
 	acts          []func()          // reused buffer for calls run on the loop
+	readsBuf      []*readRequest    // reused buffer for reads taken
 	// lastBookkeeping is the tick of the last membershipTick.
 	lastBookkeeping uint64
 	live            []uint64 // reused: the sequence numbers of a batch being proposed
@@ -188,31 +189,21 @@ func (n *Node) loopOnce() {
 			l.recvBuf[i] = nil
 		}
 	}
-	if len(n.propc) > 0 && len(l.pending) < n.cfg.MaxPendingProposals {
+	if room := n.cfg.MaxPendingProposals - len(l.pending); room > 0 {
 		// Proposers woken together by one applied batch arrive a few
 		// microseconds apart: when the last batch had company, yielding
 		// once lets them queue up, so that they share one raft message,
 		// one Ready and one storage write. A lone proposer does not wait.
-		if l.lastBatch > 1 || len(n.propc) > 1 {
+		if queued := n.props.len(); queued > 1 || (queued > 0 && l.lastBatch > 1) {
 			runtime.Gosched()
 		}
-	takeProposals:
-		for len(l.pending) < n.cfg.MaxPendingProposals {
-			select {
-			case p := <-n.propc:
-				l.pending = append(l.pending, p)
-			default:
-				break takeProposals
-			}
-		}
+		l.pending = n.props.takeInto(l.pending, room)
 	}
-takeReads:
-	for len(l.readQueue) < maxPendingReads {
-		select {
-		case r := <-n.readc:
+	if room := maxPendingReads - len(l.readQueue); room > 0 {
+		l.readsBuf = n.reads.takeInto(l.readsBuf[:0], room)
+		for i, r := range l.readsBuf {
 			n.queueRead(r)
-		default:
-			break takeReads
+			l.readsBuf[i] = nil
 		}
 	}
 	l.localBuf = n.local.take(l.localBuf[:0])
@@ -233,8 +224,8 @@ takeReads:
 		n.handleReady(l.rn.Ready())
 	}
 	if n.recv.len() > 0 || n.acts.len() > 0 ||
-		(len(n.propc) > 0 && len(l.pending) < n.cfg.MaxPendingProposals) ||
-		(len(n.readc) > 0 && len(l.readQueue) < maxPendingReads) {
+		(n.props.len() > 0 && len(l.pending) < n.cfg.MaxPendingProposals) ||
+		(n.reads.len() > 0 && len(l.readQueue) < maxPendingReads) {
 		n.loopTask.Signal()
 	}
 }

@@ -48,11 +48,11 @@ type Node struct {
 	cancelTick func()
 
 	// Inputs of the run loop; every producer signals loopTask.
-	propc chan *proposal    // Propose (waits when full: back-pressure)
-	readc chan *readRequest // ReadBarrier (likewise)
-	recv  inbox             // peer messages (never waits: drops beyond a bound)
-	acts  queue[func()]     // calls to run on the loop (post, do)
-	local *mailbox          // responses from the append and apply tasks
+	props boundedQueue[*proposal]    // Propose (waits when full: back-pressure)
+	reads boundedQueue[*readRequest] // ReadBarrier (likewise)
+	recv  inbox                      // peer messages (never waits: drops beyond a bound)
+	acts  queue[func()]              // calls to run on the loop (post, do)
+	local *mailbox                   // responses from the append and apply tasks
 	// appends are the MsgStorageAppend messages for the append task.
 	appends queue[*raftpb.Message]
 	// loopDone is closed when the run loop has exited: nothing is queued
@@ -132,8 +132,6 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		// maxPendingReads), and a full queue only makes the sender wait.
 		// Their buffers are most of an idle replica's memory on a host of
 		// many groups.
-		propc:      make(chan *proposal, min(cfg.MaxPendingProposals, 512)),
-		readc:      make(chan *readRequest, 256),
 		loopDone:   make(chan struct{}),
 		appendDone: make(chan struct{}),
 		stopc:      make(chan struct{}),
@@ -146,6 +144,8 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		n.sched = NewScheduler(SchedulerConfig{Workers: 1, IOWorkers: 1, ApplyWorkers: 1})
 		n.ownSched = true
 	}
+	n.props.max = min(cfg.MaxPendingProposals, 512)
+	n.reads.max = 256
 	n.loopTask = n.sched.loops.NewTask(n.runLoop)
 	n.appendTask = n.sched.appends.NewTask(n.runAppend)
 	n.applyTask = n.sched.applies.NewTask(n.runApply)
@@ -336,16 +336,14 @@ func (n *Node) proposeEntry(ctx context.Context, rid RequestID, cmd []byte, kind
 	seq := n.seq.Add(1)
 	p := proposalPool.Get().(*proposal)
 	p.seq, p.rid, p.cmd, p.kind = seq, rid, cmd, kind
-	select {
-	case n.propc <- p:
-		n.loopTask.Signal()
-	case <-ctx.Done():
+	if err := n.props.put(ctx, n.stopc, p); err != nil {
 		p.release()
+		if errors.Is(err, errStopping) {
+			return nil, notProposed(n.stopErr())
+		}
 		return nil, notProposed(n.ctxErr(ctx))
-	case <-n.stopc:
-		p.release()
-		return nil, notProposed(n.stopErr())
 	}
+	n.loopTask.Signal()
 	select {
 	case r := <-p.done:
 		p.release() // delivered: nobody refers to p any more
@@ -391,14 +389,13 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 		return err
 	}
 	r := &readRequest{done: make(chan readResult, 1)}
-	select {
-	case n.readc <- r:
-		n.loopTask.Signal()
-	case <-ctx.Done():
+	if err := n.reads.put(ctx, n.stopc, r); err != nil {
+		if errors.Is(err, errStopping) {
+			return n.stopErr()
+		}
 		return n.ctxErr(ctx)
-	case <-n.stopc:
-		return n.stopErr()
 	}
+	n.loopTask.Signal()
 	var res readResult
 	select {
 	case res = <-r.done:

@@ -27,7 +27,7 @@ func heldReads(t *testing.T, n *Node) int {
 	t.Helper()
 	var held int
 	if err := n.do(context.Background(), func() {
-		held = len(n.loop.readQueue) + len(n.readc)
+		held = len(n.loop.readQueue) + n.reads.len()
 		for _, r := range n.loop.readRounds {
 			held += len(r.reqs)
 		}

@@ -4,8 +4,6 @@ import (
 	"runtime"
 	"sync"
 
-	"go.etcd.io/raft/v3/raftpb"
-
 	"github.com/understudy-raft/understudy/internal/sched"
 )
 
@@ -101,108 +99,4 @@ func (s *Scheduler) Stats() SchedulerStats {
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
 	}
-}
-
-// queue is a FIFO that never blocks its producers; its size is bounded by
-// the work raft has in flight (appends not yet persisted, committed entries
-// not yet applied: both limited by raft's flow control).
-type queue[T any] struct {
-	mu    sync.Mutex
-	items []T
-}
-
-func (q *queue[T]) push(v T) {
-	q.mu.Lock()
-	q.items = append(q.items, v)
-	q.mu.Unlock()
-}
-
-// takeInto moves up to limit items (all for limit <= 0) into buf.
-func (q *queue[T]) takeInto(buf []T, limit int) []T {
-	q.mu.Lock()
-	n := len(q.items)
-	if limit > 0 && n > limit {
-		n = limit
-	}
-	buf = append(buf, q.items[:n]...)
-	rest := copy(q.items, q.items[n:])
-	clear(q.items[rest:])
-	q.items = q.items[:rest]
-	if rest == 0 && cap(q.items) > 256 {
-		q.items = nil // an idle node keeps no large buffer
-	}
-	q.mu.Unlock()
-	return buf
-}
-
-func (q *queue[T]) pop() (v T, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.items) == 0 {
-		return v, false
-	}
-	v = q.items[0]
-	var zero T
-	q.items[0] = zero
-	q.items = q.items[1:]
-	if len(q.items) == 0 {
-		q.items = nil
-	}
-	return v, true
-}
-
-func (q *queue[T]) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.items)
-}
-
-// maxQueuedPeerMessages bounds the peer messages waiting for a node's loop:
-// beyond it they are dropped (raft retransmits), so that a slow node never
-// holds up a connection other groups share.
-const maxQueuedPeerMessages = 4096
-
-// inbox holds the peer messages received for the loop.
-type inbox struct {
-	mu      sync.Mutex
-	msgs    []*raftpb.Message
-	dropped uint64
-}
-
-// put queues ms, dropping beyond maxQueuedPeerMessages (never a snapshot:
-// its file was received already). It reports whether anything was queued.
-func (b *inbox) put(ms ...*raftpb.Message) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	queued := false
-	for _, m := range ms {
-		if len(b.msgs) >= maxQueuedPeerMessages && m.GetType() != raftpb.MsgSnap {
-			b.dropped++
-			continue
-		}
-		b.msgs = append(b.msgs, m)
-		queued = true
-	}
-	return queued
-}
-
-// take moves up to limit queued messages into buf.
-func (b *inbox) take(buf []*raftpb.Message, limit int) []*raftpb.Message {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := min(len(b.msgs), limit)
-	buf = append(buf, b.msgs[:n]...)
-	rest := copy(b.msgs, b.msgs[n:])
-	clear(b.msgs[rest:])
-	b.msgs = b.msgs[:rest]
-	if rest == 0 && cap(b.msgs) > 512 {
-		b.msgs = nil
-	}
-	return buf
-}
-
-func (b *inbox) len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.msgs)
 }
