@@ -59,6 +59,8 @@ type Engine struct {
 
 	c committer
 	m engineMetrics
+	// tails is the budget of every group's tail (nil: none).
+	tails *tailBudget
 }
 
 // OpenEngine opens (creating it if needed) the data dir dir for many groups.
@@ -84,6 +86,9 @@ func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
 		log:     opts.Logger,
 		groups:  map[uint64]*Store{},
 		closed:  make(chan struct{}),
+	}
+	if opts.TailCacheBytes > 0 {
+		e.tails = &tailBudget{max: opts.TailCacheBytes}
 	}
 	if err := os.MkdirAll(e.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data dir: %w", err)
@@ -341,7 +346,7 @@ func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
 		stateBucket: stateBucketName(id),
 		hs:          &raftpb.HardState{},
 		snap:        raftpb.EnsureSnapshot(nil),
-		tail:        tail{max: opts.TailCacheBytes},
+		tail:        tail{max: opts.TailCacheBytes, shared: e.tails},
 	}
 	if err := s.load(); err != nil {
 		return nil, err
@@ -350,6 +355,34 @@ func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
 	s.log.Debug("storage group opened", "dir", e.dir, "first", s.dummy+1, "last", s.last,
 		"snapshot", s.snap.GetMetadata().GetIndex(), "tail", len(s.tail.ents))
 	return s, nil
+}
+
+// trimTails, once the groups' tails together hold more than the engine's
+// budget, brings every group's tail down to an equal share of nine tenths
+// of it (the tails of idle groups too, which no append of theirs would
+// trim). One trim runs at a time; a Save calls it after its write, holding
+// none of its own locks.
+func (e *Engine) trimTails() {
+	b := e.tails
+	if !b.over() || !b.trimming.CompareAndSwap(false, true) {
+		return
+	}
+	defer b.trimming.Store(false)
+	e.mu.Lock()
+	stores := make([]*Store, 0, len(e.groups))
+	for _, s := range e.groups {
+		if s != nil {
+			stores = append(stores, s)
+		}
+	}
+	e.mu.Unlock()
+	share := b.max * 9 / 10 / max(b.groups.Load(), 1)
+	for _, s := range stores {
+		s.mu.Lock()
+		s.tail.evictTo(min(share, s.tail.max))
+		s.mu.Unlock()
+	}
+	e.m.tailTrims.Add(1)
 }
 
 // release forgets the view s of its group (Store.Close).

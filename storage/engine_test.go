@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // openEngine opens an engine in dir, closing it when the test ends.
@@ -520,4 +522,59 @@ func TestEngineGroupsOpenAndCloseConcurrently(t *testing.T) {
 		requireEntriesEqual(t, ents(1, rounds+1, 1), es, "group %d", g)
 	}
 	require.EqualValues(t, groups, e.Metrics().OpenGroups)
+}
+
+// TestEngineTailBudget: the groups' tails together stay near the engine's
+// budget while each group's own bound is far larger; a busy group keeps
+// more than an equal share while the others are idle, and the entries the
+// tails gave back are still read (from bbolt).
+func TestEngineTailBudget(t *testing.T) {
+	e, err := OpenEngine(t.TempDir(), EngineOptions{NoSync: true, TailCacheBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Close() }()
+	const groups = 8
+	stores := make([]*Store, groups)
+	for g := range stores {
+		if stores[g], err = e.Group(uint64(g+1), GroupOptions{TailCacheBytes: 1 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload := make([]byte, 1000)
+	appendN := func(s *Store, n int) {
+		last, err := s.LastIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			ent := &raftpb.Entry{Index: proto.Uint64(last + 1 + uint64(i)), Term: proto.Uint64(1), Data: payload}
+			if err := s.Save(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(0)}, []*raftpb.Entry{ent}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One busy group alone may use the whole budget (its own is larger).
+	appendN(stores[0], 200)
+	if b := e.Metrics().TailBytes; b < 48<<10 || b > 64<<10+2*(1000+tailOverhead) {
+		t.Fatalf("one group: tails hold %d bytes, want about the engine's 64 KiB", b)
+	}
+	// Every group busy: the total stays near the budget, each near a share.
+	for g := range stores {
+		appendN(stores[g], 100)
+	}
+	if b := e.Metrics().TailBytes; b > 64<<10+groups*2*(1000+tailOverhead) {
+		t.Fatalf("%d groups: tails hold %d bytes, over the engine's 64 KiB budget", groups, b)
+	}
+	// What was given back is read from bbolt.
+	ents, err := stores[0].Entries(1, 301, math.MaxUint64)
+	if err != nil || len(ents) != 300 {
+		t.Fatalf("reading back: %d entries, %v", len(ents), err)
+	}
+	// Closing a group returns its bytes.
+	before := e.Metrics().TailBytes
+	_ = stores[1].Close()
+	if after := e.Metrics().TailBytes; after >= before {
+		t.Fatalf("closing a group left the tails at %d bytes (were %d)", after, before)
+	}
 }

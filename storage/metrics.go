@@ -136,8 +136,8 @@ func (m Metrics) String() string {
 }
 
 type engineMetrics struct {
-	commits, writes, saves, maxWrites atomic.Uint64
-	commitDur, syncDur                durations
+	commits, writes, saves, maxWrites, tailTrims atomic.Uint64
+	commitDur, syncDur                           durations
 }
 
 // EngineMetrics are an Engine's counters since OpenEngine: its commits,
@@ -159,6 +159,12 @@ type EngineMetrics struct {
 	MaxWritesPerCommit uint64
 	// OpenGroups is how many groups' Stores are open now.
 	OpenGroups int
+	// TailBytes is what every group's in-memory tail holds now (bounded
+	// by EngineOptions.TailCacheBytes).
+	TailBytes int64
+	// TailTrims counts the times the groups' tails were trimmed to the
+	// engine's budget.
+	TailTrims uint64
 	// CommitDuration is how long each commit took, its fsyncs included: what
 	// every write in it waited for, once it was taken up.
 	CommitDuration Histogram
@@ -200,7 +206,13 @@ func (e *Engine) Metrics() EngineMetrics {
 		}
 	}
 	e.mu.Unlock()
+	var tails int64
+	if e.tails != nil {
+		tails = e.tails.bytes.Load()
+	}
 	return EngineMetrics{
+		TailBytes:          tails,
+		TailTrims:          e.m.tailTrims.Load(),
 		Commits:            e.m.commits.Load(),
 		Writes:             e.m.writes.Load(),
 		Saves:              e.m.saves.Load(),

@@ -13,6 +13,9 @@ const (
 	// recent entries: enough for etcd-sized catch-up windows (5,000 entries of
 	// a few hundred bytes) to be served without touching bbolt.
 	DefaultTailCacheBytes = 16 << 20
+	// DefaultEngineTailCacheBytes is the default bound on every group's
+	// tail together (EngineOptions.TailCacheBytes).
+	DefaultEngineTailCacheBytes = 256 << 20
 	// DefaultKeepSnapshots is the default number of snapshot files kept.
 	DefaultKeepSnapshots = 2
 )
@@ -116,6 +119,13 @@ type EngineOptions struct {
 	// NoOpenCheck skips the check of bbolt's page structure at OpenEngine
 	// (see Options.NoOpenCheck).
 	NoOpenCheck bool
+
+	// TailCacheBytes bounds the in-memory tails of every group together
+	// (each group's own bound is GroupOptions.TailCacheBytes): while they
+	// hold more, a group holding more than an equal share gives back its
+	// oldest entries as it appends. Zero means DefaultEngineTailCacheBytes
+	// (256 MiB); negative means no bound beyond the groups' own.
+	TailCacheBytes int64
 }
 
 // Validate reports every invalid field of o, each naming the field and its
@@ -130,6 +140,9 @@ func (o EngineOptions) Validate() error {
 func (o EngineOptions) withDefaults() EngineOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.TailCacheBytes == 0 {
+		o.TailCacheBytes = DefaultEngineTailCacheBytes
 	}
 	return o
 }

@@ -1,6 +1,10 @@
 package storage
 
-import "go.etcd.io/raft/v3/raftpb"
+import (
+	"sync/atomic"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
 
 // tailOverhead is what an entry costs in the tail beyond its payload: the
 // Entry struct, its pointer fields and the slice slot (approximate).
@@ -15,7 +19,55 @@ type tail struct {
 	ents  []*raftpb.Entry
 	start uint64
 	bytes int64
-	max   int64 // budget; < 0 disables
+	max   int64 // the group's budget; < 0 disables
+	// shared is the engine's budget for every group's tail, or nil.
+	shared *tailBudget
+}
+
+// tailBudget is the engine's bound on its groups' tails together
+// (EngineOptions.TailCacheBytes): while they hold more, a group that holds
+// more than an equal share gives back its oldest entries as it appends, so
+// that a few busy groups may use much of the budget while many idle ones
+// hold little, and the total stays near the bound.
+type tailBudget struct {
+	max      int64
+	bytes    atomic.Int64 // every group's tail bytes
+	groups   atomic.Int64 // groups whose tail holds entries
+	trimming atomic.Bool  // a trimTails runs
+}
+
+// over reports whether the groups' tails hold more than the budget.
+func (b *tailBudget) over() bool { return b != nil && b.bytes.Load() > b.max }
+
+// addBytes accounts d more (or fewer) bytes to t and to the shared budget.
+func (t *tail) addBytes(d int64) {
+	t.bytes += d
+	if t.shared != nil {
+		t.shared.bytes.Add(d)
+	}
+}
+
+// setEmpty tracks the group count of the shared budget as t's tail goes
+// from holding entries to empty (empty true) or back.
+func (t *tail) setEmpty(wasEmpty, empty bool) {
+	if t.shared == nil || wasEmpty == empty {
+		return
+	}
+	if empty {
+		t.shared.groups.Add(-1)
+	} else {
+		t.shared.groups.Add(1)
+	}
+}
+
+// limit is the group's budget now: its own, or less while the engine's
+// groups together hold more than the engine's budget.
+func (t *tail) limit() int64 {
+	b := t.shared
+	if b == nil || b.bytes.Load() <= b.max {
+		return t.max
+	}
+	return min(t.max, b.max/max(b.groups.Load(), 1))
 }
 
 func entryCost(e *raftpb.Entry) int64 { return int64(len(e.Data)) + tailOverhead }
@@ -41,21 +93,29 @@ func (t *tail) append(ents []*raftpb.Entry) {
 	} else {
 		t.truncate(first)
 	}
+	wasEmpty := len(t.ents) == 0
+	var d int64
 	for _, e := range ents {
-		t.bytes += entryCost(e)
+		d += entryCost(e)
 	}
+	t.addBytes(d)
 	t.ents = append(t.ents, ents...)
+	t.setEmpty(wasEmpty, false)
 	t.evict()
 }
 
 // truncate drops the entries at index i and after.
 func (t *tail) truncate(i uint64) {
 	keep := int(i - t.start)
+	wasEmpty := len(t.ents) == 0
+	var d int64
 	for j := keep; j < len(t.ents); j++ {
-		t.bytes -= entryCost(t.ents[j])
+		d -= entryCost(t.ents[j])
 		t.ents[j] = nil
 	}
+	t.addBytes(d)
 	t.ents = t.ents[:keep]
+	t.setEmpty(wasEmpty, len(t.ents) == 0)
 }
 
 // compact drops the entries at index i and before.
@@ -69,10 +129,14 @@ func (t *tail) compact(i uint64) {
 
 // evict drops the oldest entries while the tail is over budget, keeping at
 // least the last one.
-func (t *tail) evict() {
+func (t *tail) evict() { t.evictTo(t.limit()) }
+
+// evictTo drops the oldest entries while the tail holds more than limit
+// bytes, keeping at least the last one.
+func (t *tail) evictTo(limit int64) {
 	n := 0
 	b := t.bytes
-	for n < len(t.ents)-1 && b > t.max {
+	for n < len(t.ents)-1 && b > limit {
 		b -= entryCost(t.ents[n])
 		n++
 	}
@@ -80,18 +144,24 @@ func (t *tail) evict() {
 }
 
 func (t *tail) dropFront(n int) {
+	wasEmpty := len(t.ents) == 0
+	var d int64
 	for j := 0; j < n; j++ {
-		t.bytes -= entryCost(t.ents[j])
+		d -= entryCost(t.ents[j])
 		t.ents[j] = nil // let the GC have it; the backing array outlives the slot
 	}
+	t.addBytes(d)
 	t.ents = t.ents[n:]
 	t.start += uint64(n)
 	if len(t.ents) == 0 {
 		t.ents = nil
 	}
+	t.setEmpty(wasEmpty, len(t.ents) == 0)
 }
 
 func (t *tail) reset() {
+	t.setEmpty(len(t.ents) == 0, true)
+	t.addBytes(-t.bytes)
 	clear(t.ents)
-	t.ents, t.start, t.bytes = nil, 0, 0
+	t.ents, t.start = nil, 0
 }

@@ -38,6 +38,9 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if pruned {
 		s.pruneSnapshots() // outside wmu: appends need not wait for it
 	}
+	if s.tail.shared.over() {
+		s.e.trimTails() // outside wmu and mu: it takes every group's mu
+	}
 	return err
 }
 
