@@ -172,6 +172,23 @@ func (h *Host) Mux() *transport.Mux { return h.mux }
 // metrics: Scheduler.Stats).
 func (h *Host) Scheduler() *raft.Scheduler { return h.sched }
 
+// DeleteGroup deletes everything the host's data dir holds of group id
+// (storage.Engine.DeleteGroup), so that the host can run a new replica of
+// the group later under a new replica ID: after its replica here was
+// removed from the group (Group.Done then reports raft.ErrRemoved), or to
+// move it to another host. Never delete the data of a replica the group
+// still lists: remove it from the group first.
+//
+// Errors: ErrGroupRunning (close the group first); ErrHostClosed;
+// storage.ErrNoGroup; the storage's.
+func (h *Host) DeleteGroup(id uint64) error {
+	if err := h.reserve(id); err != nil {
+		return err
+	}
+	defer h.release(id, nil)
+	return h.engine.DeleteGroup(id)
+}
+
 // reserve claims group id for a start; release gives it up.
 func (h *Host) reserve(id uint64) error {
 	h.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/understudy-raft/understudy"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
 )
 
 // slowApply is a kv store whose Apply takes a while: a state machine that
@@ -84,4 +85,33 @@ func TestHostGroupsShareBoundedWorkers(t *testing.T) {
 			}, 10*time.Second, 5*time.Millisecond, "group %d on host %d", g, i)
 		}
 	}
+}
+
+// TestHostDeleteGroupLetsAReplicaComeBack: a host whose replica of a group
+// was removed deletes the group's data and runs a new replica of it, under
+// a new ID, which catches up; a running group's data is never deleted.
+func TestHostDeleteGroupLetsAReplicaComeBack(t *testing.T) {
+	hc := newHosts(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	gs := hc.start(ctx, 1, func() raft.StateMachine { return kv.New() })
+	require.NoError(t, put(ctx, t, gs, "a", "1"))
+	require.ErrorIs(t, hc.hosts[2].DeleteGroup(1), understudy.ErrGroupRunning)
+
+	require.NoError(t, leaderOf(ctx, t, gs).RemoveMember(ctx, replicaID(1, 2)))
+	<-gs[2].Done()
+	require.ErrorIs(t, gs[2].Err(), raft.ErrRemoved)
+	_ = gs[2].Close(ctx) // returns the error it stopped with: ErrRemoved
+	require.NoError(t, hc.hosts[2].DeleteGroup(1))
+	require.ErrorIs(t, hc.hosts[2].DeleteGroup(1), storage.ErrNoGroup)
+
+	newID := replicaID(1, 2) + 50
+	require.NoError(t, leaderOf(ctx, t, gs).AddLearner(ctx, raft.Member{ID: newID, PeerAddr: hc.addrs[2]}))
+	back, err := hc.hosts[2].StartGroup(ctx, understudy.GroupConfig{GroupID: 1, ID: newID, Join: hc.addrs[:2], Raft: fastRaft()}, kv.New())
+	require.NoError(t, err)
+	require.NoError(t, put(ctx, t, gs[:2], "b", "2"))
+	require.Eventually(t, func() bool {
+		v, err := back.StaleRead([]byte("b"))
+		return err == nil && string(v) == "2"
+	}, 20*time.Second, 10*time.Millisecond)
 }

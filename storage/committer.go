@@ -6,6 +6,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/understudy-raft/understudy/internal/diskfault"
 )
 
 // The committer: every write of every group (a Save's puts and deletes,
@@ -132,18 +134,21 @@ func (e *Engine) commitBatch(b *commitBatch) {
 	}
 	start := time.Now()
 	var tx *bolt.Tx
-	err := e.update(func(t *bolt.Tx) error {
-		tx = t
-		for _, r := range b.reqs {
-			if err := r.fn(t); err != nil {
-				if len(b.reqs) == 1 {
-					return err
+	err := diskfault.BeforeCommit(e.dir)
+	if err == nil {
+		err = e.update(func(t *bolt.Tx) error {
+			tx = t
+			for _, r := range b.reqs {
+				if err := r.fn(t); err != nil {
+					if len(b.reqs) == 1 {
+						return err
+					}
+					return fmt.Errorf("the write of group %d in a commit of %d: %w", r.group, len(b.reqs), err)
 				}
-				return fmt.Errorf("the write of group %d in a commit of %d: %w", r.group, len(b.reqs), err)
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	if err != nil {
 		e.fail(err)
 		b.err = err

@@ -422,6 +422,80 @@ func (e *Engine) Groups() ([]uint64, error) {
 	return ids, nil
 }
 
+// DeleteGroup deletes everything the data dir holds of group id — its
+// snapshot files, then its log, hard state, identity and tombstone in one
+// commit — so that the host can run a new replica of the group later (a
+// replica that was removed from the group, or moved to another host). The
+// group must not be open. A crash half-way leaves the group's records
+// without their snapshot files: Group then refuses it as corrupt, and
+// DeleteGroup again finishes the deletion.
+//
+// Errors: ErrGroupOpen (close it first); ErrNoGroup when the data dir holds
+// nothing of id; ErrClosed; ErrFailed; the file system's.
+func (e *Engine) DeleteGroup(id uint64) error {
+	if id == 0 {
+		return errors.New("storage: group ID 0 is invalid")
+	}
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	if _, ok := e.groups[id]; ok {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: group %d in %s", ErrGroupOpen, id, e.dir)
+	}
+	e.groups[id] = nil // reserved: no Group opens it meanwhile
+	e.opening.Add(1)
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.groups, id)
+		e.mu.Unlock()
+		e.opening.Done()
+	}()
+
+	des, err := os.ReadDir(e.snapDir)
+	if err != nil {
+		return fmt.Errorf("storage: read snapshot dir: %w", err)
+	}
+	found := false
+	prefix := fmt.Sprintf("%016x-", id)
+	for _, de := range des {
+		if !strings.HasPrefix(de.Name(), prefix) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(e.snapDir, de.Name())); err != nil {
+			return fmt.Errorf("storage: deleting group %d: %w", id, err)
+		}
+		found = true
+	}
+	if found && !e.opts.NoSync {
+		if err := syncDir(e.snapDir); err != nil {
+			return fmt.Errorf("storage: deleting group %d: %w", id, err)
+		}
+	}
+	_, _, err = e.commit(id, false, func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{stateBucketName(id), logBucketName(id)} {
+			switch err := tx.DeleteBucket(name); {
+			case err == nil:
+				found = true
+			case !errors.Is(err, berrors.ErrBucketNotFound):
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("storage: deleting group %d: %w", id, err)
+	}
+	if !found {
+		return fmt.Errorf("%w: %d in %s", ErrNoGroup, id, e.dir)
+	}
+	e.log.Info("deleted a group's data", "group", id)
+	return nil
+}
+
 // Dir returns the data dir the engine was opened on.
 func (e *Engine) Dir() string { return e.dir }
 

@@ -578,3 +578,55 @@ func TestEngineTailBudget(t *testing.T) {
 		t.Fatalf("closing a group left the tails at %d bytes (were %d)", after, before)
 	}
 }
+
+// TestEngineDeleteGroup: a deleted group leaves nothing (its records and
+// snapshot files go, the other groups stay whole), an open group is not
+// deleted, and the group can be created anew — also after a reopen.
+func TestEngineDeleteGroup(t *testing.T) {
+	dir := t.TempDir()
+	e, err := OpenEngine(dir, EngineOptions{NoSync: true})
+	require.NoError(t, err)
+	s1, err := e.Group(1, GroupOptions{})
+	require.NoError(t, err)
+	s2, err := e.Group(2, GroupOptions{})
+	require.NoError(t, err)
+	require.NoError(t, s1.Save(nil, ents(1, 2, 1), nil))
+	require.NoError(t, s2.Save(nil, ents(1, 20, 1), nil))
+	for i := uint64(1); i <= 2; i++ {
+		_, err := s2.CreateSnapshot(i, confState(1), writeBytes([]byte("b")))
+		require.NoError(t, err)
+	}
+
+	require.ErrorIs(t, e.DeleteGroup(2), ErrGroupOpen)
+	require.NoError(t, s2.Close())
+	require.NoError(t, e.DeleteGroup(2))
+	require.ErrorIs(t, e.DeleteGroup(2), ErrNoGroup)
+	ids, err := e.Groups()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1}, ids)
+	des, err := os.ReadDir(filepath.Join(dir, snapDirName))
+	require.NoError(t, err)
+	for _, de := range des {
+		g, _, _, ok := parseSnapshotFileName(de.Name())
+		require.False(t, ok && g == 2, "group 2's snapshot file %s is left", de.Name())
+	}
+	last, err := s1.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), last, "the other group is untouched")
+
+	// Created anew: empty.
+	s2, err = e.Group(2, GroupOptions{})
+	require.NoError(t, err)
+	last, err = s2.LastIndex()
+	require.NoError(t, err)
+	require.Zero(t, last)
+	require.NoError(t, s2.Close())
+	require.NoError(t, e.DeleteGroup(2))
+	require.NoError(t, e.Close())
+	e, err = OpenEngine(dir, EngineOptions{NoSync: true})
+	require.NoError(t, err)
+	defer func() { _ = e.Close() }()
+	ids, err = e.Groups()
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1}, ids)
+}

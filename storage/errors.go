@@ -55,6 +55,10 @@ var (
 	// open already (close it first).
 	ErrGroupOpen = errors.New("storage: group is already open")
 
+	// ErrNoGroup is returned by Engine.DeleteGroup for a group the data
+	// dir holds nothing of.
+	ErrNoGroup = errors.New("storage: no such group")
+
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("storage: store is closed")
 

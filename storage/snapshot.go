@@ -291,7 +291,13 @@ func (s *Store) syncDir() error {
 	if s.opts.NoSync {
 		return nil
 	}
-	df, err := os.Open(s.snapDir)
+	return syncDir(s.snapDir)
+}
+
+// syncDir fsyncs directory dir (a file created, renamed or removed in it
+// is durable after).
+func syncDir(dir string) error {
+	df, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("storage: sync snapshot dir: %w", err)
 	}

@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/internal/diskfault"
 	"github.com/understudy-raft/understudy/internal/netproxy"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
@@ -32,6 +34,68 @@ type hostsRig struct {
 	proxies []*netproxy.Proxy
 	lns     []string                   // listen addresses
 	sess    map[uint64]*clientSessions // per group
+	// spare is a fourth host, behind spareProxy, that runs no group but
+	// the learners the nemesis adds and removes (membership churn).
+	spare      *understudy.Host
+	spareProxy *netproxy.Proxy
+	churnIDs   uint64 // the last replica ID the nemesis added (never reused)
+}
+
+// dataDir is host i's data dir.
+func (r *hostsRig) dataDir(i int) string { return filepath.Join(r.dir, strconv.Itoa(i)) }
+
+// churn adds a read-only learner of group g on the spare host, lets it
+// catch up for a while, then removes it and deletes its data there (so
+// that a later churn may add the group again). It reports what happened.
+func (r *hostsRig) churn(ctx context.Context, g uint64, hold time.Duration) string {
+	leader := r.leaderOf(g)
+	if leader == nil {
+		return fmt.Sprintf("group %d: no leader, no churn", g)
+	}
+	r.churnIDs++
+	id := r.churnIDs
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := leader.AddLearner(cctx, raft.Member{ID: id, PeerAddr: r.spareProxy.Addr(), ReadOnly: true}); err != nil {
+		return fmt.Sprintf("group %d: adding learner %d: %v", g, id, err)
+	}
+	var join []string
+	for _, p := range r.proxies {
+		join = append(join, p.Addr())
+	}
+	rep, err := r.spare.StartGroup(cctx, understudy.GroupConfig{GroupID: g, ID: id, Join: join, Raft: r.raftConfig()}, kv.New())
+	if err != nil {
+		r.t.Logf("group %d: learner %d did not start: %v", g, id, err)
+	}
+	time.Sleep(hold)
+	removed := false
+	for end := time.Now().Add(10 * time.Second); !removed && time.Now().Before(end); {
+		if l := r.leaderOf(g); l != nil {
+			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			err := l.RemoveMember(rctx, id)
+			rcancel()
+			removed = err == nil || errors.Is(err, raft.ErrNotMember)
+		}
+		if !removed {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !removed {
+		r.t.Fatalf("group %d: learner %d not removed within 10s", g, id)
+	}
+	if rep != nil {
+		select { // the removed learner learns it and stops
+		case <-rep.Done():
+		case <-time.After(10 * time.Second):
+		}
+		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = rep.Close(sctx)
+		scancel()
+	}
+	if err := r.spare.DeleteGroup(g); err != nil && !errors.Is(err, storage.ErrNoGroup) {
+		r.t.Fatalf("group %d: deleting learner %d's data on the spare host: %v", g, id, err)
+	}
+	return fmt.Sprintf("group %d: learner %d added on the spare host for %v, removed, its data deleted", g, id, hold)
 }
 
 func (r *hostsRig) raftConfig() raft.Config {
@@ -47,7 +111,7 @@ func (r *hostsRig) up(ctx context.Context, i int) {
 		r.t.Fatal(err)
 	}
 	h, err := understudy.NewHost(understudy.HostConfig{
-		DataDir: filepath.Join(r.dir, strconv.Itoa(i)), Listener: ln, AdvertisePeer: r.proxies[i].Addr(),
+		DataDir: r.dataDir(i), Listener: ln, AdvertisePeer: r.proxies[i].Addr(),
 		Storage: storage.EngineOptions{NoSync: true},
 	})
 	if err != nil {
@@ -109,12 +173,17 @@ func (r *hostsRig) pick(g uint64, rng *rand.Rand) Endpoint {
 
 // TestHostsUnderFaults runs 3 hosts × N groups (20; ROBUSTNESS_GROUPS sets
 // it) on loopback, each host reached only through a proxy, while clients
-// put, get, compare-and-swap and delete in every group and a nemesis cuts a
-// host's proxy (every group's replicas there cut off at once) and restarts
-// whole hosts (every group stopped and started from the shared storage
-// engine). Every group's history must be linearizable (porcupine, per
-// group), stale reads must not go backwards within a run of a replica, and
-// afterwards every group must serve a write and every replica catch up.
+// put, get, compare-and-swap and delete in every group and a nemesis, one
+// fault at a time: cuts a host's proxy (every group's replicas there cut
+// off at once); restarts whole hosts (every group stopped and started from
+// the shared storage engine); slows a host's disk (every commit, so every
+// group's appends there); fails a host's fsync (the engine refuses every
+// later write: every group on the host stops, and the host is restarted);
+// and churns a group's membership (a learner added on a fourth host,
+// removed, its data deleted). Every group's history must be linearizable
+// (porcupine, per group), stale reads must not go backwards within a run
+// of a replica, and afterwards every group must serve a write and every
+// replica catch up.
 func TestHostsUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long")
@@ -152,6 +221,7 @@ func TestHostsUnderFaults(t *testing.T) {
 	defer cancel()
 	for i := range 3 {
 		r.up(ctx, i)
+		t.Cleanup(func() { diskfault.Clear(r.dataDir(i)) })
 	}
 	defer func() {
 		for i := range 3 {
@@ -160,6 +230,28 @@ func TestHostsUnderFaults(t *testing.T) {
 			}
 		}
 	}()
+	{
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.spareProxy, err = netproxy.New(ln.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.spareProxy.Close)
+		if r.spare, err = understudy.NewHost(understudy.HostConfig{
+			DataDir: filepath.Join(r.dir, "spare"), Listener: ln, AdvertisePeer: r.spareProxy.Addr(),
+			Storage: storage.EngineOptions{NoSync: true},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer ccancel()
+			_ = r.spare.Close(cctx)
+		}()
+	}
+	r.churnIDs = 100
 
 	hist := map[uint64]*History{}
 	var (
@@ -189,6 +281,7 @@ func TestHostsUnderFaults(t *testing.T) {
 		}()
 	}
 	fault := func(kind, what string) {
+		t.Logf("nemesis %s: %s", kind, what)
 		for _, h := range hist {
 			h.Fault(kind, what)
 		}
@@ -197,7 +290,30 @@ func TestHostsUnderFaults(t *testing.T) {
 	faults := 0
 	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); faults++ {
 		i := rng.Intn(3)
-		if rng.Intn(2) == 0 {
+		switch k := rng.Intn(6); {
+		case k == 4:
+			d := time.Duration(5+rng.Intn(40)) * time.Millisecond
+			fault("slow", fmt.Sprintf("host %d's commits take %v more", i, d))
+			diskfault.SetDelay(r.dataDir(i), d)
+			time.Sleep(time.Duration(300+rng.Intn(700)) * time.Millisecond)
+			diskfault.Clear(r.dataDir(i))
+			fault("fast", fmt.Sprintf("host %d's disk back to speed", i))
+		case k == 5 && rng.Intn(2) == 0:
+			fault("fsync", fmt.Sprintf("host %d's next commit fails: every group there stops", i))
+			diskfault.FailNext(r.dataDir(i), 1)
+			time.Sleep(time.Duration(100+rng.Intn(300)) * time.Millisecond)
+			if !r.anyFailed(i, 5*time.Second) {
+				t.Fatalf("seed %d: host %d's failed commit stopped none of its groups", seed, i)
+			}
+			r.down(i)
+			diskfault.Clear(r.dataDir(i))
+			r.up(ctx, i)
+			fault("restarted", fmt.Sprintf("host %d started again after its failed fsync", i))
+		case k == 5:
+			g := uint64(1 + rng.Intn(groups))
+			fault("churn", fmt.Sprintf("group %d: learner added on the spare host", g))
+			fault("churned", r.churn(ctx, g, time.Duration(200+rng.Intn(600))*time.Millisecond))
+		case k < 2:
 			fault("cut", fmt.Sprintf("host %d's proxy cut", i))
 			r.proxies[i].Cut()
 			time.Sleep(time.Duration(200+rng.Intn(600)) * time.Millisecond)
@@ -205,7 +321,7 @@ func TestHostsUnderFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			fault("heal", fmt.Sprintf("host %d's proxy restored", i))
-		} else {
+		default:
 			fault("restart", fmt.Sprintf("host %d stopped, every group", i))
 			r.down(i)
 			time.Sleep(time.Duration(100+rng.Intn(400)) * time.Millisecond)
@@ -260,6 +376,22 @@ func TestHostsUnderFaults(t *testing.T) {
 	}
 	t.Logf("seed %d: %d groups, %d ops checked (%d ok, %d unknown, %d without effect, %d stale reads), %d faults",
 		seed, groups, ops, total.OK, total.Unknown, total.NoEffect, total.Stale, faults)
+}
+
+// anyFailed waits up to d for a group on host i to stop on a failed
+// storage commit (storage.ErrFailed), and reports whether one did.
+func (r *hostsRig) anyFailed(i int, d time.Duration) bool {
+	r.mu.Lock()
+	reps := r.reps[i]
+	r.mu.Unlock()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, rep := range reps {
+			if errors.Is(rep.Err(), storage.ErrFailed) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (r *hostsRig) leaderOf(g uint64) *understudy.Group {
