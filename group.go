@@ -382,6 +382,12 @@ func (l *lateHandler) Process(m *raftpb.Message) {
 	}
 }
 
+func (l *lateHandler) ProcessBatch(ms []*raftpb.Message) {
+	if h := l.get(); h != nil {
+		h.ProcessBatch(ms)
+	}
+}
+
 func (l *lateHandler) ReportUnreachable(id uint64) {
 	if h := l.get(); h != nil {
 		h.ReportUnreachable(id)

@@ -69,8 +69,14 @@ type Transport interface {
 // node's; it has the method set transport.Handler requires.
 type PeerHandler interface {
 	// Process hands a received raft message to the node. A MsgSnap arrives
-	// only after its data was stored with Storage.ReceiveSnapshot.
+	// only after its data was stored with Storage.ReceiveSnapshot. It never
+	// waits: the node queues the message for its run loop (beyond a bound,
+	// it drops it; raft retransmits), so that a connection other groups
+	// share is never held up by this one.
 	Process(m *raftpb.Message)
+	// ProcessBatch is Process for the messages one read got for the node:
+	// its run loop is woken once.
+	ProcessBatch(ms []*raftpb.Message)
 	// ReportUnreachable tells raft that a message to id could not be sent.
 	ReportUnreachable(id uint64)
 	// ReportSnapshot tells raft how sending a snapshot to id ended.
