@@ -110,6 +110,12 @@ func (b *inbox) take(buf []*raftpb.Message, limit int) []*raftpb.Message {
 	return buf
 }
 
+func (b *inbox) droppedCount() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dropped
+}
+
 func (b *inbox) len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // startLeaderless starts member 1 of a three-member cluster whose other
@@ -99,5 +101,24 @@ func TestForwardNamingSelfIsRetried(t *testing.T) {
 	}
 	if tr.calls.Load() < 2 {
 		t.Fatalf("forwarded %d times, want a retry", tr.calls.Load())
+	}
+}
+
+// The peer inbox never makes its sender wait: beyond its bound it drops
+// (and counts) what raft retransmits, never a snapshot.
+func TestInboxDropsBeyondItsBound(t *testing.T) {
+	var b inbox
+	for i := 0; i < maxQueuedPeerMessages+10; i++ {
+		b.put(&raftpb.Message{Type: raftpb.MsgApp.Enum()})
+	}
+	if !b.put(&raftpb.Message{Type: raftpb.MsgSnap.Enum()}) {
+		t.Fatal("a snapshot message was dropped")
+	}
+	if got := b.droppedCount(); got != 10 {
+		t.Fatalf("dropped %d, want 10", got)
+	}
+	got := b.take(nil, loopInputBatch)
+	if len(got) != loopInputBatch || b.len() != maxQueuedPeerMessages+1-loopInputBatch {
+		t.Fatalf("took %d, %d left", len(got), b.len())
 	}
 }

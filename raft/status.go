@@ -34,6 +34,10 @@ type Status struct {
 
 	// EventsDropped counts events that subscribers were too slow to take.
 	EventsDropped uint64
+	// PeerMessagesDropped counts received raft messages dropped because
+	// more than 4,096 waited for the run loop (raft retransmits; a steady
+	// growth means the host's loop workers cannot keep up).
+	PeerMessagesDropped uint64
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -79,17 +83,18 @@ func (n *Node) status() Status {
 	last := l.ms.lastIndex
 	cfg := confchange.ConfigFromTracker(rs.Config)
 	st := Status{
-		ID:             n.cfg.ID,
-		Role:           l.role,
-		Term:           rs.GetTerm(),
-		Leader:         rs.Lead,
-		Commit:         rs.GetCommit(),
-		Applied:        n.applied.get(),
-		Voters:         cfg.Voters,
-		VotersOutgoing: cfg.VotersOutgoing,
-		Learners:       cfg.Learners,
-		LearnersNext:   cfg.LearnersNext,
-		EventsDropped:  n.events.dropped.Load(),
+		ID:                  n.cfg.ID,
+		Role:                l.role,
+		Term:                rs.GetTerm(),
+		Leader:              rs.Lead,
+		Commit:              rs.GetCommit(),
+		Applied:             n.applied.get(),
+		Voters:              cfg.Voters,
+		VotersOutgoing:      cfg.VotersOutgoing,
+		Learners:            cfg.Learners,
+		LearnersNext:        cfg.LearnersNext,
+		EventsDropped:       n.events.dropped.Load(),
+		PeerMessagesDropped: n.recv.droppedCount(),
 	}
 	if rs.RaftState == etcdraft.StateLeader {
 		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))
