@@ -18,6 +18,11 @@ type Stats struct {
 	Peers []PeerStats
 	// DroppedUnknownPeer counts messages sent to a member that is not a peer.
 	DroppedUnknownPeer uint64
+	// DroppedReceiveQueueFull counts messages received on a host link and
+	// dropped because the group's inbox was full: its Handler (one that is
+	// not a BatchHandler) did not keep up, and a shared link never waits
+	// for one group.
+	DroppedReceiveQueueFull uint64
 	// Refused counts inbound connections this member refused, by reason
 	// (ReasonRemoved, ReasonClusterMismatch, …).
 	Refused map[string]uint64
