@@ -92,18 +92,31 @@ func (m *Mux) join(p *peer, addr string) {
 	}
 	l := m.links[addr]
 	if l == nil {
+		// Its goroutine starts with its first flow, so that its first
+		// connection attempt counts for someone.
 		l = newLink(m, addr, nil, nil)
+		if !l.addFlow(p) {
+			l.cancel()
+			return
+		}
 		m.links[addr] = l
 		m.wg.Add(1)
 		go l.run()
+		return
 	}
+	l.addFlow(p)
+}
+
+// addFlow adds p's host flow to the link. It reports false if p was
+// stopped meanwhile.
+func (l *link) addFlow(p *peer) bool {
 	hf := &flow{p: p, l: l, key: p.key()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
-		return
+		return false
 	}
 	p.host, p.flow = hf, hf
 	p.down = l.failed
@@ -116,6 +129,7 @@ func (m *Mux) join(p *peer, addr string) {
 		l.attach = append(l.attach, hf)
 		l.poke()
 	}
+	return true
 }
 
 // leave takes a peer's host flow off its link; the link closes with its
