@@ -122,15 +122,15 @@ func (m *Mux) serveLink(hs *handshake) {
 	m.mu.Lock()
 	delete(m.inLinks, il)
 	m.mu.Unlock()
-	if err != nil && m.ctx.Err() == nil && !isClosed(err) {
+	if m.ctx.Err() == nil && !isClosed(err) {
 		reason := reasonOf(err)
 		m.errorCounter().add(reason)
 		m.logError("link_"+reason, "inbound link from peer host failed", "remote", remote, "err", err)
 	}
 }
 
-// readLoop reads frames until the connection fails or a frame is bad.
-// What it read before a bad frame is delivered.
+// readLoop reads frames until the connection fails or a frame is bad, and
+// returns why (never nil). What it read before a bad frame is delivered.
 func (il *inLink) readLoop() error {
 	il.dr.timeout = il.m.ls.readTimeout
 	for {
