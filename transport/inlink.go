@@ -41,6 +41,8 @@ type inLink struct {
 
 	// Owned by the reader goroutine.
 	admitted  map[attachKey]admission
+	lastKey   attachKey // the last message's attachment, and its admission
+	last      admission // (zero: none): a run of one flow's messages skips the map
 	pass      []delivery
 	passIdx   map[*Transport]int
 	passMsgs  int
@@ -165,10 +167,18 @@ func (il *inLink) handle(f wire.Frame) error {
 			return err
 		}
 		key := attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()}
-		a, ok := il.admitted[key]
+		a, ok := il.last, il.last.p != nil && key == il.lastKey
+		if !ok {
+			a, ok = il.admitted[key]
+		}
 		if ok && a.p.gone.Load() { // revoked: the sender was removed, the group stopped
 			delete(il.admitted, key)
 			ok = false
+		}
+		if ok {
+			il.lastKey, il.last = key, a
+		} else {
+			il.last = admission{}
 		}
 		if !ok {
 			il.m.droppedUnadmitted.Add(1)
@@ -203,6 +213,7 @@ func (il *inLink) attach(f wire.Frame) error {
 	}
 	key := attachKey{group: f.Group, from: a.From, to: a.To}
 	delete(il.admitted, key) // a new attachment replaces the old one
+	il.last = admission{}
 	reply := wire.AttachReply{From: a.From, To: a.To}
 	t := il.m.group(f.Group)
 	if t == nil {
@@ -251,7 +262,13 @@ func (il *inLink) revoke(p *peer, code wire.Code, why string) {
 
 // add gathers m for t's next delivery.
 func (il *inLink) add(t *Transport, m *raftpb.Message, size int) {
-	i, ok := il.passIdx[t]
+	var i int
+	var ok bool
+	if n := len(il.pass); n > 0 && il.pass[n-1].t == t {
+		i, ok = n-1, true
+	} else {
+		i, ok = il.passIdx[t]
+	}
 	if !ok {
 		i = len(il.pass)
 		il.pass = append(il.pass, delivery{t: t})
