@@ -13,9 +13,6 @@ import (
 )
 
 const (
-	// inLinkBuffer is the read buffer of an inbound host link: one per peer
-	// host, not per group.
-	inLinkBuffer = 128 << 10
 	// maxPassMessages and maxPassBytes bound what the reader gathers before
 	// handing it to the groups.
 	maxPassMessages = 4096
@@ -106,9 +103,9 @@ func (m *Mux) serveLink(hs *handshake) {
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
-	// The handshake's reader may hold frames already: read on from it,
-	// with a larger buffer behind.
-	il.br = bufio.NewReaderSize(hs.br, inLinkBuffer)
+	// The handshake's reader (16 KiB) may hold frames already: read on
+	// with it. A frame larger than it is read straight into its payload.
+	il.br = hs.br
 	il.r = wire.NewReader(il.br, uint32(m.ls.maxFrame))
 	m.mu.Lock()
 	if m.closed {
