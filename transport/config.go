@@ -196,8 +196,12 @@ type Config struct {
 	// WriteTimeout bounds each write to a peer, so a peer that stops
 	// reading cannot stall its sender. Default 10s.
 	WriteTimeout time.Duration
-	// PingInterval is how often the raft stream to each peer is pinged,
-	// for liveness and round-trip time. Default 1s.
+	// PingInterval is how often the link to each peer host is pinged, for
+	// liveness and round-trip time. Default 1s. This and the other
+	// settings of connections (DialTimeout, ReadTimeout, WriteTimeout,
+	// MinBackoff, MaxBackoff) apply to the host links of a private Mux; on
+	// a shared one, the MuxConfig's do (and these to snapshots, requests,
+	// and a group's re-attachments after a refusal).
 	PingInterval time.Duration
 	// SnapshotAckTimeout is how long the sender of a snapshot waits, after
 	// the last byte, for the receiver to store it. Default 1 minute.
