@@ -41,9 +41,9 @@ type sent struct {
 // left from the last round — and lets each write up to a quantum of bytes
 // (deficit round robin: a flow that wrote more than its quantum, one large
 // message, waits until its deficit is repaid), so that one group's backlog
-// delays another group's messages by at most a round. Everything a round
-// encodes goes out in as few writes as possible (one, up to flushSize). A
-// second goroutine reads the peer's pongs and attach replies.
+// delays another group's messages by at most a round. What the rounds
+// encode goes out in writes of flushSize, and at once when the queues run
+// dry. A second goroutine reads the peer's pongs and attach replies.
 func (l *link) serve(c *conn) error {
 	l.mu.Lock()
 	w := &linkWriter{l: l, c: c, gen: l.gen}
@@ -115,6 +115,11 @@ func (l *link) serve(c *conn) error {
 			}
 		}
 		clear(round)
+		if len(next) > 0 && len(w.buf) < flushSize {
+			// More to write at once: the next rounds fill the buffer
+			// (in round order) before a write.
+			continue
+		}
 		if err := w.flush(); err != nil {
 			return err
 		}
