@@ -23,7 +23,19 @@ func (h *countingHandler) Process(*raftpb.Message) {
 	default:
 	}
 }
-func (h *countingHandler) ReportUnreachable(uint64)                   {}
+func (h *countingHandler) ReportUnreachable(uint64) {}
+
+// countingBatchHandler is a countingHandler that takes a link's messages
+// in batches (BatchHandler), as a raft node that does not block would.
+type countingBatchHandler struct{ *countingHandler }
+
+func (h countingBatchHandler) ProcessBatch(ms []*raftpb.Message) {
+	h.n.Add(int64(len(ms)))
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
 func (h *countingHandler) ReportSnapshot(uint64, raft.SnapshotStatus) {}
 func (h *countingHandler) ReportRefused(uint64, error)                {}
 func (h *countingHandler) ServeRequest(context.Context, uint64, []byte) ([]byte, error) {
@@ -32,23 +44,28 @@ func (h *countingHandler) ServeRequest(context.Context, uint64, []byte) ([]byte,
 
 // BenchmarkTransport measures one-way throughput of MsgApp messages, each
 // carrying one entry of 256 bytes, from one transport to another over
-// loopback TCP, plain and with mutual TLS 1.3. The sender hands Send
+// loopback TCP, plain and with mutual TLS 1.3, and plain to a BatchHandler
+// (no inbox between the link and the handler). The sender hands Send
 // batches of 64 messages (as a raft Ready would) and keeps at most 16384
 // messages in flight, so nothing is dropped; bytes/s counts entry data.
 //
 //	go test -run '^$' -bench BenchmarkTransport -benchmem ./transport/
 func BenchmarkTransport(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		tls  bool
-	}{{"plain", false}, {"tls", true}} {
-		b.Run(tc.name+"/256B", func(b *testing.B) { benchStream(b, tc.tls, 256) })
+		name       string
+		tls, batch bool
+	}{{"plain", false, false}, {"tls", true, false}, {"batch-handler", false, true}} {
+		b.Run(tc.name+"/256B", func(b *testing.B) { benchStream(b, tc.tls, tc.batch, 256) })
 	}
 }
 
-func benchStream(b *testing.B, useTLS bool, size int) {
+func benchStream(b *testing.B, useTLS, batchHandler bool, size int) {
 	const batch, window = 64, 16384
 	h := &countingHandler{wake: make(chan struct{}, 1)}
+	var hh Handler = h
+	if batchHandler {
+		hh = countingBatchHandler{h}
+	}
 	var optA, optB []func(*Config)
 	if useTLS {
 		pki := newTestPKI(b, "bench CA")
@@ -58,7 +75,7 @@ func benchStream(b *testing.B, useTLS bool, size int) {
 	}
 	big := func(c *Config) { c.MaxQueueMessages = 2 * window; c.Logger = nil }
 	a := newTestTransport(b, 1, &countingHandler{wake: make(chan struct{}, 1)}, append(optA, big)...)
-	rb := newTestTransport(b, 2, h, append(optB, big)...)
+	rb := newTestTransport(b, 2, hh, append(optB, big)...)
 	connect(a, rb)
 	sendUntil(b, a, []*raftpb.Message{heartbeat(1, 2)}, "a connected stream", func() bool { return h.n.Load() > 0 })
 

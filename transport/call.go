@@ -93,11 +93,11 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 	defer stopConn()
 
 	if _, err := c.Write(wire.AppendFrame(nil, wire.TypeRequest, t.cfg.GroupID, payload)); err != nil {
-		return nil, t.callErr(t.ctxErr(ctx, fmt.Errorf("transport: sending request to %s: %w", addr, err)))
+		return nil, t.callErr(ctxErr(ctx, fmt.Errorf("transport: sending request to %s: %w", addr, err)))
 	}
 	f, err := c.r.Next()
 	if err != nil {
-		return nil, t.callErr(t.ctxErr(ctx, fmt.Errorf("transport: reading response from %s: %w", addr, err)))
+		return nil, t.callErr(ctxErr(ctx, fmt.Errorf("transport: reading response from %s: %w", addr, err)))
 	}
 	if f.Type != wire.TypeResponse {
 		return nil, fmt.Errorf("%w: %s sent a %s frame instead of a response", ErrProtocol, addr, f.Type)

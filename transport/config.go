@@ -19,11 +19,20 @@ import (
 // Handler receives what the transport delivers. Its methods are called
 // from the transport's goroutines, possibly concurrently, and never from
 // within Send; they must not block for long (hand work to the raft loop
-// through a channel), or they hold up the peer they were called for.
+// through a channel).
+//
+// A host link carries every group's messages from a peer host: it never
+// waits for one group. A Handler that is not a BatchHandler gets its
+// messages through a bounded inbox of its own, drained by a goroutine that
+// calls Process (and runs only while the inbox holds messages): a Process
+// that blocks only delays its own group, and what does not fit in the
+// inbox (MaxQueueMessages, MaxQueueBytes) is dropped and counted
+// (Stats.DroppedReceiveQueueFull), as a lossy network would.
 type Handler interface {
 	// Process delivers a raft message received from a peer. Ownership
 	// passes to the handler: the transport keeps no reference. A MsgSnap is
 	// delivered only after SnapshotStore.ReceiveSnapshot stored its file.
+	// It should not block: see BatchHandler.
 	Process(m *raftpb.Message)
 	// ReportUnreachable tells raft a message to the member was dropped (its
 	// queue was full or its connection down), so raft probes it again.
@@ -45,6 +54,22 @@ type Handler interface {
 	// Only ErrRemoved is final: ErrUnknownSender is normal for a moment
 	// while members add each other, and the transport keeps retrying.
 	ReportRefused(id uint64, err error)
+}
+
+// BatchHandler is a Handler that takes the messages a host link read for
+// its group in one pass at once: each group is handed what arrived for it
+// once per read, directly from the link's reader goroutine, with no inbox
+// and no goroutine of its own.
+//
+// ProcessBatch must not block: the link's reader waits for it, and so do
+// the messages of every other group from that peer host. A handler that
+// cannot take the messages now drops them (raft resends), as a lossy
+// network would. Ownership of ms and its messages passes to the handler.
+// Messages of a member's own raft stream (a member of the previous
+// release) and MsgSnap still arrive through Process.
+type BatchHandler interface {
+	Handler
+	ProcessBatch(ms []*raftpb.Message)
 }
 
 // SnapshotStore reads and writes the snapshot files that travel beside
@@ -171,8 +196,12 @@ type Config struct {
 	// WriteTimeout bounds each write to a peer, so a peer that stops
 	// reading cannot stall its sender. Default 10s.
 	WriteTimeout time.Duration
-	// PingInterval is how often the raft stream to each peer is pinged,
-	// for liveness and round-trip time. Default 1s.
+	// PingInterval is how often the link to each peer host is pinged, for
+	// liveness and round-trip time. Default 1s. This and the other
+	// settings of connections (DialTimeout, ReadTimeout, WriteTimeout,
+	// MinBackoff, MaxBackoff) apply to the host links of a private Mux; on
+	// a shared one, the MuxConfig's do (and these to snapshots, requests,
+	// and a group's re-attachments after a refusal).
 	PingInterval time.Duration
 	// SnapshotAckTimeout is how long the sender of a snapshot waits, after
 	// the last byte, for the receiver to store it. Default 1 minute.
@@ -330,4 +359,15 @@ func (c Config) Validate() error {
 		bad("MinBackoff (%v) must not exceed MaxBackoff (%v)", d.MinBackoff, d.MaxBackoff)
 	}
 	return errors.Join(errs...)
+}
+
+// nopHandler is a Handler that does nothing, for validating settings.
+type nopHandler struct{}
+
+func (nopHandler) Process(*raftpb.Message)                    {}
+func (nopHandler) ReportUnreachable(uint64)                   {}
+func (nopHandler) ReportSnapshot(uint64, raft.SnapshotStatus) {}
+func (nopHandler) ReportRefused(uint64, error)                {}
+func (nopHandler) ServeRequest(context.Context, uint64, []byte) ([]byte, error) {
+	return nil, nil
 }

@@ -26,16 +26,58 @@ type conn struct {
 	reply wire.HelloReply
 }
 
+// dialer holds what a handshake needs: the transport's settings, or the
+// mux's for host links.
+type dialer struct {
+	tls                           *tls.Config
+	dialTimeout, handshakeTimeout time.Duration
+	maxFrame                      int
+	lo, hi                        uint16         // protocol versions spoken
+	connErrors                    *reasonCounter // where TLS failures are counted
+	readBuffer                    int            // of the returned conn's reader
+}
+
+func (t *Transport) dialer() *dialer {
+	lo, hi := t.cfg.versions()
+	return &dialer{
+		tls: t.cfg.TLS, dialTimeout: t.cfg.DialTimeout, handshakeTimeout: t.cfg.HandshakeTimeout,
+		maxFrame: t.cfg.MaxFrameSize, lo: lo, hi: hi, connErrors: &t.connErrors,
+		// A dialer reads little (pongs, acknowledgements, answers to
+		// requests: small frames); its buffer is per connection, and a host
+		// of many groups has many.
+		readBuffer: 4 << 10,
+	}
+}
+
 // dial connects to addr, runs the TLS handshake if configured and the
 // hello exchange, and returns the connection once the peer accepted it. A
 // refusal is a *RefusedError. ctx bounds the whole exchange.
 func (t *Transport) dial(ctx context.Context, addr string, kind wire.Kind, to uint64) (*conn, error) {
-	d := net.Dialer{Timeout: t.cfg.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	c, err := t.dialer().dial(ctx, addr, wire.Hello{
+		Kind:    kind,
+		Group:   t.cfg.GroupID,
+		Cluster: t.cluster.Load(),
+		From:    t.cfg.ID,
+		To:      to,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if to != 0 && c.reply.Member != to {
+		_ = c.Close()
+		return nil, fmt.Errorf("%w: dialed member %x at %s, member %x answered", ErrProtocol, to, addr, c.reply.Member)
+	}
+	return c, nil
+}
+
+// dial connects to addr and sends h (its version range set here).
+func (d *dialer) dial(ctx context.Context, addr string, h wire.Hello) (*conn, error) {
+	nd := net.Dialer{Timeout: d.dialTimeout}
+	nc, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dialing %s: %w", addr, err)
 	}
-	c, err := t.handshake(ctx, nc, addr, kind, to)
+	c, err := d.handshake(ctx, nc, addr, h)
 	if err != nil {
 		_ = nc.Close()
 		return nil, err
@@ -43,18 +85,18 @@ func (t *Transport) dial(ctx context.Context, addr string, kind wire.Kind, to ui
 	return c, nil
 }
 
-func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kind wire.Kind, to uint64) (*conn, error) {
-	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+func (d *dialer) handshake(ctx context.Context, nc net.Conn, addr string, h wire.Hello) (*conn, error) {
+	deadline := time.Now().Add(d.handshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
 	}
 	_ = nc.SetDeadline(deadline)
 	raw := nc // nc becomes the TLS connection below
 	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	if t.cfg.TLS != nil {
-		cfg := t.cfg.TLS
+	if d.tls != nil {
+		cfg := d.tls
 		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
 			cfg = cfg.Clone()
 			cfg.ServerName, _, _ = net.SplitHostPort(addr)
@@ -62,32 +104,21 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			err = fmt.Errorf("%w with %s: %w", errTLS, addr, err)
-			t.connErrors.add(reasonOf(err))
+			d.connErrors.add(reasonOf(err))
 			return nil, err
 		}
 		nc = tc
 	}
-	lo, hi := t.cfg.versions()
-	hello := wire.AppendFrame(nil, wire.TypeHello, t.cfg.GroupID, wire.AppendHello(nil, wire.Hello{
-		MinVersion: lo,
-		MaxVersion: hi,
-		Kind:       kind,
-		Group:      t.cfg.GroupID,
-		Cluster:    t.cluster.Load(),
-		From:       t.cfg.ID,
-		To:         to,
-	}))
+	h.MinVersion, h.MaxVersion = d.lo, d.hi
+	hello := wire.AppendFrame(nil, wire.TypeHello, h.Group, wire.AppendHello(nil, h))
 	if _, err := nc.Write(hello); err != nil {
-		return nil, t.ctxErr(ctx, fmt.Errorf("transport: sending hello to %s: %w", addr, err))
+		return nil, ctxErr(ctx, fmt.Errorf("transport: sending hello to %s: %w", addr, err))
 	}
 	dr := &deadlineReader{c: nc}
-	// A dialer reads little (pongs, acknowledgements, answers to requests:
-	// small frames); its buffer is per connection, and a host of many
-	// groups has many.
-	br := bufio.NewReaderSize(dr, 4<<10)
+	br := bufio.NewReaderSize(dr, d.readBuffer)
 	f, err := wire.NewReader(br, helloLimit).Next()
 	if err != nil {
-		return nil, t.ctxErr(ctx, fmt.Errorf("transport: reading hello reply from %s: %w", addr, err))
+		return nil, ctxErr(ctx, fmt.Errorf("transport: reading hello reply from %s: %w", addr, err))
 	}
 	if f.Type != wire.TypeHelloReply {
 		return nil, fmt.Errorf("%w: %s sent a %s frame instead of a hello reply", ErrProtocol, addr, f.Type)
@@ -97,21 +128,18 @@ func (t *Transport) handshake(ctx context.Context, nc net.Conn, addr string, kin
 		return nil, fmt.Errorf("transport: hello reply from %s: %w", addr, err)
 	}
 	if reply.Code != wire.CodeAccepted {
-		return nil, refusedError(to, addr, reply)
+		return nil, refusedError(h.To, addr, reply)
 	}
-	if reply.Version < lo || reply.Version > hi {
+	if reply.Version < d.lo || reply.Version > d.hi {
 		return nil, fmt.Errorf("%w: %s chose protocol version %d", ErrProtocol, addr, reply.Version)
 	}
-	if to != 0 && reply.Member != to {
-		return nil, fmt.Errorf("%w: dialed member %x at %s, member %x answered", ErrProtocol, to, addr, reply.Member)
-	}
 	_ = nc.SetDeadline(time.Time{})
-	return &conn{Conn: nc, dr: dr, r: wire.NewReader(br, uint32(t.cfg.MaxFrameSize)), reply: reply}, nil
+	return &conn{Conn: nc, dr: dr, r: wire.NewReader(br, uint32(d.maxFrame)), reply: reply}, nil
 }
 
 // ctxErr prefers the context's error, so a canceled call reports
 // context.Canceled rather than the I/O error the cancellation caused.
-func (t *Transport) ctxErr(ctx context.Context, err error) error {
+func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}

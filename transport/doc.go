@@ -19,16 +19,35 @@
 //
 // # Connections
 //
-// For each peer there is one long-lived raft stream per direction: member
-// A writes its messages to B on the stream A dialed, B to A on the stream
-// B dialed, so appends pipeline without head-of-line blocking behind
-// responses. A goroutine per peer owns the outgoing stream: it dials (with
-// exponential backoff and jitter between attempts), then drains the peer's
-// queue, encoding every queued message into one buffer and writing it at
-// once — many messages per write under load, flushed as soon as the queue
-// runs dry. It pings every PingInterval; the listener answers with a pong
-// on the same connection, which gives the round-trip time and keeps an
-// idle stream within the listener's ReadTimeout.
+// Raft messages travel on host links: one connection from each host (a
+// Mux: a Transport without one makes its own) to each peer address,
+// shared by every group with a peer there, in each direction — host A
+// writes every group's messages to B on the link A dialed, B to A on the
+// link B dialed, so appends pipeline without head-of-line blocking behind
+// responses. A peer owns no goroutine: Send queues into it, and the
+// link's writer drains the queues of all its groups' peers by deficit
+// round robin (a quantum of 32 KiB per queue per round), so that one
+// group's backlog (a catching-up follower, a learner) delays another
+// group's heartbeats by at most a round; everything a round encodes leaves
+// in one write (up to 256 KiB), flushed as soon as the queues run dry. The
+// writer dials (with exponential backoff and jitter between attempts) and
+// pings every PingInterval; the listener answers with a pong on the same
+// connection, which gives the round-trip time (every group's peers there
+// share it) and keeps an idle link within the listener's ReadTimeout. A
+// link that breaks or cannot connect makes every group's peer there
+// unreachable; it redials at once when the peer host reaches us.
+//
+// Before a group's first message on a link, the writer sends an attachment
+// (group, cluster, sender, receiver): the listener's transport for that
+// group checks it exactly as the hello of a connection (below) and answers
+// on the link; it may also revoke it later (the sender was removed, the
+// group stopped). Messages of what was not admitted are dropped and
+// counted (MuxStats.DroppedUnadmitted), and a refusal is the group's only:
+// the peer retries its attachment on its backoff. The listener hands each
+// group what one read got for it at once: to a BatchHandler directly, to a
+// plain Handler through a bounded inbox drained on demand; it never waits
+// for one group. A host of the previous release, which knows no host
+// links, is reached with a raft stream of the old kind per group.
 //
 // Messages to a learner (SetLearner) are gathered for LearnerBatchDelay
 // after each write, and the contiguous appends among them merged into one:
@@ -39,8 +58,9 @@
 //
 // Send never blocks: each peer's queue is bounded in messages and bytes
 // (a lower byte budget for learners), and a message that does not fit, or
-// whose peer's stream is down, is dropped, counted, and the peer reported
-// to Handler.ReportUnreachable, as raft expects of a lossy network.
+// whose peer's link is down or attachment refused, is dropped, counted,
+// and the peer reported to Handler.ReportUnreachable (from a goroutine
+// started on demand), as raft expects of a lossy network.
 //
 // A MsgSnap travels on a connection of its own, with the file from
 // SnapshotStore.OpenSnapshot streamed behind it in checksummed chunks,
@@ -95,7 +115,8 @@
 //	0      4    payload length, big endian
 //	4      1    type: 1 hello, 2 hello reply, 3 raft message, 4 ping, 5 pong,
 //	            6 snapshot header, 7 snapshot chunk, 8 snapshot end,
-//	            9 snapshot ack, 10 request, 11 response
+//	            9 snapshot ack, 10 request, 11 response, 12 attach,
+//	            13 attach reply
 //	5      3    reserved, zero
 //	8      8    group ID, big endian
 //	16     4    CRC-32C (Castagnoli) of bytes 0..15 and the payload, big endian
@@ -105,7 +126,7 @@
 // payload is used. Payloads:
 //
 //	hello        "USTW", min version u16, max version u16, kind u8 (1 raft
-//	             stream, 2 snapshot, 3 request), 7 reserved bytes, group u64,
+//	             stream, 2 snapshot, 3 request, 4 host link), 7 reserved bytes, group u64,
 //	             cluster u64, sender u64, receiver u64 (48 bytes; later
 //	             versions may append)
 //	hello reply  version u16 (0 if refused), code u8 (0 accepted, 1 version,
@@ -120,8 +141,18 @@
 //	ack/response status u8 (0 ok: the response follows; 1 error: UTF-8 text)
 //	request      the caller's remaining time in nanoseconds u64 (0: none),
 //	             then the request
+//	attach       cluster u64, sender u64, receiver u64 (later versions may append)
+//	attach reply code u8 (as the hello reply's), 7 reserved bytes, sender
+//	             u64, receiver u64, cluster u64, then a UTF-8 reason of up
+//	             to 1 KiB
 //
-// All integers are big endian. On a raft stream, the dialer sends
+// All integers are big endian. On a host link, the dialer sends
+// attachments, messages (the group in the header) and pings (group 0); the
+// listener attach replies and pongs. A link hello names one of the groups
+// it will carry (a host of the previous release then answers bad_hello,
+// "unknown connection kind", which makes the dialer fall back to raft
+// streams; so does group_mismatch); a listener that speaks links ignores
+// its group and IDs. On a raft stream, the dialer sends
 // messages and pings and the listener only pongs; on a snapshot
 // connection, the dialer sends the header, the chunks and the end, the
 // listener the ack; on a request connection, requests and responses

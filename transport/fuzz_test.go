@@ -12,7 +12,8 @@ import (
 // FuzzServeConn feeds arbitrary bytes to the server side of a connection,
 // as a peer would send them: whatever they are, the transport must not
 // panic, must finish with the connection, and may deliver only messages
-// from the member the handshake named, to itself.
+// from the member the handshake (or a host link's attachment) named — the
+// only peer it knows — to itself.
 func FuzzServeConn(f *testing.F) {
 	hello := func(kind wire.Kind) []byte {
 		h := goodHello(kind)
@@ -33,6 +34,15 @@ func FuzzServeConn(f *testing.F) {
 	snap = wire.AppendFrame(snap, wire.TypeSnapshotChunk, 1, []byte("abc"))
 	f.Add(wire.AppendFrame(snap, wire.TypeSnapshotEnd, 1, wire.AppendSnapshotEnd(nil, 3, wire.CRC(0, []byte("abc")))))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	// A host link: attachments (admitted, refused, another group), messages,
+	// a ping.
+	link := hello(wire.KindLink)
+	link = wire.AppendFrame(link, wire.TypeAttach, 1, wire.AppendAttach(nil, wire.Attach{Cluster: testCluster, From: 4, To: 2}))
+	link = wire.AppendFrame(link, wire.TypeAttach, 1, wire.AppendAttach(nil, wire.Attach{Cluster: testCluster, From: 3, To: 2}))
+	link = wire.AppendFrame(link, wire.TypeAttach, 9, wire.AppendAttach(nil, wire.Attach{Cluster: testCluster, From: 4, To: 2}))
+	link = msg(msg(link, 4, 2), 3, 2)
+	link = wire.AppendFrame(link, wire.TypePing, 0, wire.AppendPing(nil, 9))
+	f.Add(msg(link, 4, 2))
 
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h := &fakeHandler{}

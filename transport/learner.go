@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"time"
-
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/internal/wire"
@@ -16,24 +14,6 @@ const learnerFlushBytes = 1 << 20
 // maxMergedBytes bounds the size of an append merged for a learner (or
 // half MaxFrameSize, if smaller).
 const maxMergedBytes = 8 << 20
-
-// gatherFor returns how long the stream writer waits before it takes the
-// queue: 0 unless the peer is a learner whose last write was less than
-// LearnerBatchDelay ago and whose queue holds nothing urgent and not much.
-func (p *peer) gatherFor(lastWrite time.Time) time.Duration {
-	delay := p.t.cfg.LearnerBatchDelay
-	if delay <= 0 || !p.learner.Load() {
-		return 0 // a voter's messages go at once, without taking the lock
-	}
-	p.mu.Lock()
-	gather := !p.urgent && len(p.queue) > 0 &&
-		p.queueBytes < min(learnerFlushBytes, p.t.cfg.MaxLearnerQueueBytes/4)
-	p.mu.Unlock()
-	if !gather {
-		return 0
-	}
-	return delay - time.Since(lastWrite)
-}
 
 // urgentForLearner reports whether a message to a learner is written at
 // once rather than gathered: a read answer (a read on the learner waits

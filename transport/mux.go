@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -19,12 +20,22 @@ import (
 	"github.com/understudy-raft/understudy/internal/wire"
 )
 
-// Mux is the peer listener of a host that runs many raft groups: one port
-// for all of them. It accepts every connection, runs the TLS handshake,
-// reads the hello and hands the connection to the Transport of the hello's
-// group (Config.Mux), which checks the rest of the hello and serves it. A
-// hello for a group the host does not run is refused as ErrGroupMismatch:
-// a message never creates a group, only the host does (as dragonboat's).
+// Mux is the peer side of a host that runs many raft groups: one port for
+// all of them, and one connection per peer host for all their raft
+// messages.
+//
+// It accepts every connection, runs the TLS handshake and reads the hello.
+// A host link (one per peer host, see link.go) it serves itself: each
+// group's sender and receiver are admitted on it by the group's Transport,
+// which checks them exactly as a raft stream's hello. Any other connection
+// (snapshots, requests, and the per-group raft streams of members of the
+// previous release) goes to the Transport of the hello's group
+// (Config.Mux), which checks the rest of the hello and serves it. A group
+// the host does not run is refused as ErrGroupMismatch: a message never
+// creates a group, only the host does (as dragonboat's).
+//
+// Outbound, the groups' peers at one address share one host link, dialed
+// by the mux: its writer drains their queues by deficit round robin.
 //
 // A Transport created without a Mux makes a private one for itself, so one
 // code path serves a single group and many.
@@ -39,14 +50,26 @@ type Mux struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	groups map[uint64]*Transport
-	conns  map[io.Closer]struct{} // connections before their hand-off
+	ls         linkSettings
+	dialer     *dialer
+	start      time.Time     // ping tokens are durations since it
+	quantum    int           // bytes per flow per round of a link's writer
+	legacyHold time.Duration // time on fallback streams before trying a host link again
+	gens       atomic.Uint64 // link connection generations
+
+	mu      sync.Mutex
+	closed  bool
+	groups  map[uint64]*Transport
+	conns   map[io.Closer]struct{} // connections before their hand-off, and inbound links
+	links   map[string]*link       // outbound host links by peer address
+	inLinks map[*inLink]struct{}
+
+	droppedUnadmitted atomic.Uint64
 
 	refused    reasonCounter
 	connErrors reasonCounter
 	refusalLog rateLog
+	logged     sync.Map // linkLogKey of link problems logged at warning level
 
 	// Shared by the groups' transports: the host's snapshot streams are
 	// bounded together, whatever the number of groups.
@@ -79,6 +102,25 @@ type MuxConfig struct {
 	// SnapshotBytesPerSec bounds the rate of all the snapshot streams the
 	// host's groups send together (0: no limit).
 	SnapshotBytesPerSec int64
+
+	// The host links' settings, as Config's of the same names (zero: the
+	// same defaults). TLS above is also used to dial them.
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	PingInterval time.Duration
+	MinBackoff   time.Duration
+	MaxBackoff   time.Duration
+	// MaxFrameSize is the largest frame a host link accepts (a group's
+	// Config.MaxFrameSize bounds what it sends). Default DefaultMaxFrameSize.
+	MaxFrameSize int
+}
+
+// linkSettings are the host links' settings, with defaults.
+type linkSettings struct {
+	dialTimeout, readTimeout, writeTimeout, pingInterval time.Duration
+	minBackoff, maxBackoff                               time.Duration
+	maxFrame                                             int
 }
 
 // NewMux starts listening and serving the groups registered later.
@@ -91,6 +133,15 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 	if cfg.HandshakeTimeout < 0 || cfg.MaxConcurrentSnapshots < 0 || cfg.SnapshotBytesPerSec < 0 {
 		return nil, fmt.Errorf("%w: HandshakeTimeout (%s), MaxConcurrentSnapshots (%d) and SnapshotBytesPerSec (%d) must not be negative",
 			ErrInvalidConfig, cfg.HandshakeTimeout, cfg.MaxConcurrentSnapshots, cfg.SnapshotBytesPerSec)
+	}
+	// The link settings are checked as a Config's.
+	check := Config{
+		ID: 1, Handler: nopHandler{}, ListenAddr: "x",
+		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		PingInterval: cfg.PingInterval, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, MaxFrameSize: cfg.MaxFrameSize,
+	}
+	if err := check.Validate(); err != nil {
+		return nil, err
 	}
 	return newMux(cfg, nil)
 }
@@ -112,17 +163,49 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 	if cfg.MaxConcurrentSnapshots == 0 {
 		cfg.MaxConcurrentSnapshots = DefaultMaxConcurrentSnapshots
 	}
+	d := Config{
+		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		PingInterval: cfg.PingInterval, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, MaxFrameSize: cfg.MaxFrameSize,
+	}.WithDefaults()
 	m := &Mux{
 		ln: ln, tls: cfg.TLS, log: cfg.Logger, timeout: cfg.HandshakeTimeout, private: private,
 		groups: map[uint64]*Transport{}, conns: map[io.Closer]struct{}{},
+		links: map[string]*link{}, inLinks: map[*inLink]struct{}{},
+		ls: linkSettings{
+			dialTimeout: d.DialTimeout, readTimeout: d.ReadTimeout, writeTimeout: d.WriteTimeout,
+			pingInterval: d.PingInterval, minBackoff: d.MinBackoff, maxBackoff: d.MaxBackoff, maxFrame: d.MaxFrameSize,
+		},
+		start: time.Now(), quantum: defaultQuantum, legacyHold: defaultLegacyHold,
 		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		snapRate: snapshotLimiter(Config{SnapshotBytesPerSec: cfg.SnapshotBytesPerSec, SnapshotChunkSize: DefaultSnapshotChunkSize}),
+	}
+	lo, hi := m.versions()
+	m.dialer = &dialer{
+		tls: cfg.TLS, dialTimeout: d.DialTimeout, handshakeTimeout: cfg.HandshakeTimeout,
+		maxFrame: d.MaxFrameSize, lo: lo, hi: hi, connErrors: m.errorCounter(),
+		readBuffer: 4 << 10, // pongs and attach replies
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.wg.Add(1)
 	go m.acceptLoop()
 	return m, nil
+}
+
+// versions returns the protocol versions the mux speaks: its private
+// transport's, or this build's.
+func (m *Mux) versions() (lo, hi uint16) {
+	if m.private != nil {
+		return m.private.cfg.versions()
+	}
+	return wire.MinVersion, wire.MaxVersion
+}
+
+// group returns the transport of group id, nil if the host does not run it.
+func (m *Mux) group(id uint64) *Transport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.groups[id]
 }
 
 // Addr returns the address the mux listens on.
@@ -135,17 +218,51 @@ func (m *Mux) Groups() []uint64 {
 	return slices.Sorted(maps.Keys(m.groups))
 }
 
-// MuxStats are the counters of connections the mux closed before handing
-// them to a group: refused hellos by reason (a group the host does not run:
-// ReasonGroupMismatch) and failed handshakes.
+// MuxStats are the mux's counters and its links.
 type MuxStats struct {
-	Refused    map[string]uint64
+	// Refused counts what the mux refused itself, by reason: hellos and
+	// attachments for a group the host does not run (ReasonGroupMismatch),
+	// link hellos of another protocol version. What a group's transport
+	// refuses is in its own Stats.
+	Refused map[string]uint64
+	// ConnErrors counts connections the mux closed on an error (failed
+	// handshakes, broken host links), by reason.
 	ConnErrors map[string]uint64
+	// Links is the number of outbound host links connected now: one per
+	// peer host, whatever the number of groups.
+	Links int
+	// LegacyLinks is the number of peer hosts reached by a raft stream per
+	// group instead, because they speak no host links (an earlier release).
+	LegacyLinks int
+	// InboundLinks is the number of host links peer hosts keep to this one.
+	InboundLinks int
+	// DroppedUnadmitted counts messages received on a host link for a
+	// (group, sender, receiver) not admitted: never attached, refused or
+	// revoked.
+	DroppedUnadmitted uint64
 }
 
 // Stats returns the mux's counters.
 func (m *Mux) Stats() MuxStats {
-	return MuxStats{Refused: m.refused.snapshot(), ConnErrors: m.connErrors.snapshot()}
+	s := MuxStats{Refused: m.refused.snapshot(), ConnErrors: m.connErrors.snapshot(), DroppedUnadmitted: m.droppedUnadmitted.Load()}
+	m.mu.Lock()
+	links := make([]*link, 0, len(m.links))
+	for _, l := range m.links {
+		links = append(links, l)
+	}
+	s.InboundLinks = len(m.inLinks)
+	m.mu.Unlock()
+	for _, l := range links {
+		l.mu.Lock()
+		switch {
+		case l.legacy:
+			s.LegacyLinks++
+		case l.gen != 0:
+			s.Links++
+		}
+		l.mu.Unlock()
+	}
+	return s
 }
 
 // register adds t as the transport of its group.
@@ -184,11 +301,16 @@ func (m *Mux) Close() error {
 	}
 	m.closed = true
 	conns := slices.Collect(maps.Keys(m.conns))
+	links := slices.Collect(maps.Values(m.links))
+	m.links = map[string]*link{}
 	m.mu.Unlock()
 	m.cancel()
 	err := m.ln.Close()
 	for _, c := range conns {
 		_ = c.Close()
+	}
+	for _, l := range links {
+		l.close()
 	}
 	m.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
@@ -274,6 +396,10 @@ func (m *Mux) serveConn(raw net.Conn) {
 	if hs == nil { // refused and answered
 		m.untrack(raw)
 		_ = raw.Close()
+		return
+	}
+	if hs.hello.Kind == wire.KindLink {
+		m.serveLink(hs) // the mux's own: it keeps the connection tracked
 		return
 	}
 	m.mu.Lock()
@@ -366,6 +492,29 @@ func (m *Mux) logError(reason, msg string, args ...any) {
 	}
 	m.log.Debug(msg, args...)
 }
+
+// linkLog logs a link event at info level, or, for reason (a problem), at
+// warning level once per address and reason and at debug level after
+// that, until the link connects again.
+func (m *Mux) linkLog(addr, reason, msg string, args ...any) {
+	if reason == "" {
+		m.logged.Range(func(k, _ any) bool {
+			if k.(linkLogKey).addr == addr {
+				m.logged.Delete(k)
+			}
+			return true
+		})
+		m.log.Info(msg, args...)
+		return
+	}
+	if _, seen := m.logged.LoadOrStore(linkLogKey{addr, reason}, true); seen {
+		m.log.Debug(msg, args...)
+		return
+	}
+	m.log.Warn(msg, args...)
+}
+
+type linkLogKey struct{ addr, reason string }
 
 // writeReply sends a hello reply.
 func writeReply(nc net.Conn, group uint64, r wire.HelloReply) {

@@ -2,9 +2,7 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -16,56 +14,49 @@ import (
 	"github.com/understudy-raft/understudy/internal/wire"
 )
 
-const (
-	// flushSize is how many encoded bytes the stream writer gathers before
-	// a write when the queue holds more.
-	flushSize = 256 << 10
-	// maxKeptBuffer is the largest write buffer kept between batches.
-	maxKeptBuffer = 4 << 20
-)
-
-// peer is one remote member: its outgoing queue, the goroutine that keeps
-// a raft stream to it and writes the queue, its inbound connections and
-// its counters.
+// peer is one remote member of the group: its outgoing queue (drained by
+// the writer of the link it is routed to), its attachment's state, its
+// inbound connections and its counters. It owns no goroutine.
 type peer struct {
 	t      *Transport
 	id     uint64
 	ctx    context.Context // canceled by stop
 	cancel context.CancelFunc
-	wake   chan struct{} // cap 1: the queue is not empty
 	// learner is set by SetLearner: a smaller queue budget, and messages
-	// gathered (LearnerBatchDelay). Atomic: the stream writer reads it on
+	// gathered (LearnerBatchDelay). Atomic: the link's writer reads it on
 	// every round without the lock.
 	learner atomic.Bool
-	redial  chan struct{} // cap 1: the address changed, or the peer connected to us
-	c       *peerCounters
-	kicked  bool // owned by run: woken through redial
+	// gone is set by stop: admissions of the peer on inbound links are void.
+	gone atomic.Bool
+	c    *peerCounters
 
-	// mu guards the fields below; never held during I/O or Handler calls.
+	// mu guards the fields below; never held during I/O or Handler calls,
+	// and never while taking a link's or the mux's lock.
 	mu         sync.Mutex
 	addr       string
-	urgent     bool // the queue holds a message a learner must get at once
-	down       bool // the stream is down: Send drops rather than queue
+	flow       *flow // where its messages go now: host (or its fallback stream); nil once stopped
+	host       *flow // its flow on the host link of addr
+	urgent     bool  // the queue holds a message a learner must get at once
+	down       bool  // the link is down or the attachment refused: Send drops rather than queue
 	queue      []*raftpb.Message
-	spare      []*raftpb.Message // the previous batch's slice, for reuse
-	queueBytes int64
-	out        net.Conn           // the current outbound stream
-	dialCancel context.CancelFunc // cancels a dial in progress
+	head       int         // queue[head:] is queued
+	queueBytes int64       // of queue[head:]
+	retry      *time.Timer // re-attaches after a refusal
+	bo         backoff     // between re-attachments
 	inbound    map[net.Conn]wire.Kind
-	snapping   bool             // a snapshot to this peer is in flight
-	snapProg   SnapshotProgress // its progress (Index 0: none)
+	inLinks    map[*inLink]struct{} // inbound host links it is admitted on
+	snapping   bool                 // a snapshot to this peer is in flight
+	snapProg   SnapshotProgress     // its progress (Index 0: none)
 	stopped    bool
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
 	p := &peer{
-		t:       t,
-		id:      id,
-		addr:    addr,
-		wake:    make(chan struct{}, 1),
-		redial:  make(chan struct{}, 1),
-		c:       newPeerCounters(),
-		inbound: make(map[net.Conn]wire.Kind),
+		t:    t,
+		id:   id,
+		addr: addr,
+		c:    newPeerCounters(),
+		bo:   backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	return p
@@ -73,62 +64,96 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 
 func (p *peer) hexID() string { return fmt.Sprintf("%x", p.id) }
 
-// stop ends the peer: its goroutines return and its connections close.
-func (p *peer) stop() {
+// key is the peer's attachment on a host link.
+func (p *peer) key() attachKey {
+	return attachKey{group: p.t.cfg.GroupID, from: p.t.cfg.ID, to: p.id}
+}
+
+// start routes the peer to the host link of its address.
+func (p *peer) start() {
+	p.mu.Lock()
+	addr := p.addr
+	p.mu.Unlock()
+	p.t.mux.join(p, addr)
+}
+
+// stop ends the peer: it leaves its link, its inbound connections close,
+// and its admissions on inbound host links are revoked with code and why
+// (the sender learns of them as a refusal) unless code is CodeAccepted.
+func (p *peer) stop(code wire.Code, why string) {
 	p.cancel()
+	p.gone.Store(true)
 	p.mu.Lock()
 	p.stopped = true
-	var conns []net.Conn
-	if p.out != nil {
-		conns = append(conns, p.out)
+	host := p.host
+	p.flow, p.host = nil, nil
+	if p.retry != nil {
+		p.retry.Stop()
 	}
+	conns := make([]net.Conn, 0, len(p.inbound))
 	for c := range p.inbound {
 		conns = append(conns, c)
 	}
-	p.queue, p.spare, p.queueBytes = nil, nil, 0
+	links := make([]*inLink, 0, len(p.inLinks))
+	for il := range p.inLinks {
+		links = append(links, il)
+	}
+	p.inLinks = nil
+	clear(p.queue)
+	p.queue, p.head, p.queueBytes = nil, 0, 0
 	p.mu.Unlock()
+	if host != nil {
+		p.t.mux.leave(host)
+	}
 	for _, c := range conns {
 		_ = c.Close()
 	}
+	if code == wire.CodeAccepted {
+		return
+	}
+	for _, il := range links {
+		il.revoke(p, code, why)
+	}
 }
 
+// setAddr moves the peer to the host link of addr: its queue is dropped,
+// and it attaches there at once.
 func (p *peer) setAddr(addr string) {
 	p.mu.Lock()
-	if addr == p.addr {
+	if addr == p.addr || p.stopped {
 		p.mu.Unlock()
 		return
 	}
 	p.addr = addr
-	out, cancel := p.out, p.dialCancel
+	old := p.host
 	p.mu.Unlock()
 	p.t.log.Info("peer address changed", "peer", p.hexID(), "addr", addr)
-	if out != nil {
-		_ = out.Close()
+	if old != nil {
+		p.t.mux.leave(old)
 	}
-	if cancel != nil {
-		cancel()
-	}
-	select {
-	case p.redial <- struct{}{}:
-	default:
-	}
+	p.dropQueue(false)
+	p.c.connected.Store(false)
+	p.t.mux.join(p, addr)
 }
 
-// enqueue queues m for the stream writer, or drops it. It never blocks.
+// enqueue queues m for the link's writer, or drops it. It never blocks.
 func (p *peer) enqueue(m *raftpb.Message) {
 	size := int64(wire.MessageSize(m))
 	p.mu.Lock()
-	if p.down || p.stopped {
+	f := p.flow
+	if p.down || p.stopped || f == nil {
 		p.mu.Unlock()
 		p.c.dropDown.Add(1)
 		p.t.markUnreachable(p.id)
 		return
 	}
+	learner := p.learner.Load()
 	budget := p.t.cfg.MaxQueueBytes
-	if p.learner.Load() {
+	if learner {
 		budget = p.t.cfg.MaxLearnerQueueBytes
 	}
-	if len(p.queue) >= p.t.cfg.MaxQueueMessages || (len(p.queue) > 0 && p.queueBytes+size > budget) {
+	n := len(p.queue) - p.head
+	if n >= p.t.cfg.MaxQueueMessages || (n > 0 && p.queueBytes+size > budget) {
 		p.mu.Unlock()
 		p.c.dropFull.Add(1)
 		p.t.markUnreachable(p.id)
@@ -136,98 +161,136 @@ func (p *peer) enqueue(m *raftpb.Message) {
 	}
 	p.queue = append(p.queue, m)
 	p.queueBytes += size
-	if p.learner.Load() && urgentForLearner(m) {
-		p.urgent = true
+	poke := false
+	if learner && (urgentForLearner(m) || p.queueBytes >= p.learnerFlushBytes()) {
+		// Ends a learner's gathering early.
+		p.urgent = p.urgent || urgentForLearner(m)
+		poke = true
 	}
+	activate := !f.queued
+	f.queued = true
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	switch {
+	case activate:
+		f.l.activate(f)
+	case poke:
+		f.l.poke()
 	}
 }
 
-// take empties the queue and returns what it held.
-func (p *peer) take() []*raftpb.Message {
+// take pops, for f's writer, the next messages to write, appending them to
+// dst: about limit bytes of them (at least one), or for a gathering
+// learner the whole queue, its appends merged. more reports whether
+// messages are left; if not, f leaves the link's active list (a later
+// enqueue puts it back).
+func (p *peer) take(f *flow, limit int, dst []*raftpb.Message) (out []*raftpb.Message, more bool) {
 	p.mu.Lock()
-	q := p.queue
-	p.queue, p.spare, p.queueBytes, p.urgent = p.spare[:0], nil, 0, false
+	if p.flow != f {
+		f.queued = false
+		p.mu.Unlock()
+		return dst, false
+	}
 	merge := p.learner.Load() && p.t.cfg.LearnerBatchDelay > 0
+	start, n, i := len(dst), 0, p.head
+	for ; i < len(p.queue); i++ {
+		s := wire.MessageSize(p.queue[i])
+		if !merge && i > p.head && n+s > limit {
+			break
+		}
+		n += s
+		dst = append(dst, p.queue[i])
+		p.queue[i] = nil
+	}
+	p.head = i
+	p.queueBytes -= int64(n)
+	if p.head == len(p.queue) {
+		p.resetQueue()
+		p.urgent = false
+		f.queued = false
+	}
+	more = f.queued
 	p.mu.Unlock()
 	if merge { // outside the lock: Send must not wait for it
-		q = mergeAppends(q, min(maxMergedBytes, p.t.cfg.MaxFrameSize/2))
+		dst = append(dst[:start], mergeAppends(dst[start:], min(maxMergedBytes, p.t.cfg.MaxFrameSize/2))...)
 	}
-	return q
+	return dst, more
 }
 
-// recycle keeps a written batch's slice for the next swap.
-func (p *peer) recycle(batch []*raftpb.Message) {
-	clear(batch) // let the messages go
-	p.mu.Lock()
-	if p.spare == nil && !p.stopped {
-		p.spare = batch[:0]
+// resetQueue empties the queue, keeping a small backing array for reuse
+// and freeing a large one (an idle peer holds little). p.mu is held.
+func (p *peer) resetQueue() {
+	if cap(p.queue) > 256 {
+		p.queue = nil
+	} else {
+		clear(p.queue)
+		p.queue = p.queue[:0]
 	}
-	p.mu.Unlock()
+	p.head, p.queueBytes = 0, 0
 }
 
-// run keeps a raft stream to the peer, reconnecting with backoff, until
-// the peer is stopped.
-func (p *peer) run() {
-	defer p.t.wg.Done()
-	bo := backoff{min: p.t.cfg.MinBackoff, max: p.t.cfg.MaxBackoff}
-	for p.ctx.Err() == nil {
-		if p.kicked {
-			// The address changed, or the peer just connected to us (it
-			// restarted): dial at once, and from the shortest backoff.
-			p.kicked = false
-			bo.reset()
-		}
-		c, addr, err := p.connect()
-		if err != nil {
-			if p.ctx.Err() != nil {
-				return
-			}
-			p.connectFailed(addr, err)
-			if !p.wait(bo.next()) {
-				return
-			}
-			continue
-		}
-		connected := time.Now()
-		err = p.stream(c)
-		p.disconnected(c, err)
-		// A stream that breaks at once (a peer crashing in a loop, two
-		// processes claiming one member ID) must not become a dial storm:
-		// only a stream that lived longer than MaxBackoff resets the backoff.
-		if time.Since(connected) > p.t.cfg.MaxBackoff {
-			bo.reset()
-		} else if !p.wait(bo.next()) {
-			return
-		}
-	}
-}
-
-func (p *peer) connect() (*conn, string, error) {
-	ctx, cancel := context.WithCancel(p.ctx)
-	defer cancel()
+// dropQueue drops what is queued (counted as dropped for a down stream)
+// and, if down, makes Send drop until the attachment is accepted again.
+func (p *peer) dropQueue(down bool) {
 	p.mu.Lock()
-	addr := p.addr
-	p.dialCancel = cancel
-	p.mu.Unlock()
-	c, err := p.t.dial(ctx, addr, wire.KindStream, p.id)
-	p.mu.Lock()
-	p.dialCancel = nil
-	if err == nil && (p.stopped || addr != p.addr) {
-		err = errors.New("transport: peer stopped or moved while dialing")
-		_ = c.Close()
+	dropped := len(p.queue) - p.head
+	p.resetQueue()
+	p.urgent = false
+	if p.flow != nil {
+		p.flow.queued = false
 	}
-	if err == nil {
-		p.out = c
+	if down {
+		p.down = true
+	} else if !p.stopped {
 		p.down = false
 	}
 	p.mu.Unlock()
-	if err != nil {
-		return nil, addr, err
+	p.c.dropDown.Add(uint64(dropped))
+}
+
+// linkUp is called when f's link connected: the peer may queue again (its
+// attachment is written first).
+func (p *peer) linkUp(f *flow) {
+	p.mu.Lock()
+	if p.flow == f && !p.stopped {
+		p.down = false
+		if p.retry != nil {
+			p.retry.Stop() // the new connection attaches anew
+		}
 	}
+	p.mu.Unlock()
+}
+
+// linkDown is called when f's link broke or could not connect: the queue
+// is dropped, raft told.
+func (p *peer) linkDown(f *flow, dialFailed bool) {
+	p.mu.Lock()
+	current := p.flow == f
+	p.mu.Unlock()
+	if !current {
+		return
+	}
+	if dialFailed {
+		p.c.dialFailures.Add(1)
+	}
+	p.dropQueue(true)
+	p.c.connected.Store(false)
+	p.t.markUnreachable(p.id)
+}
+
+// accepted is called when f's attachment (or, on a fallback stream, its
+// hello) was accepted.
+func (p *peer) accepted(f *flow, addr string) {
+	p.mu.Lock()
+	if p.flow != f || p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	p.down = false
+	if p.retry != nil {
+		p.retry.Stop()
+	}
+	p.bo.reset()
+	p.mu.Unlock()
 	p.c.dials.Add(1)
 	p.c.connected.Store(true)
 	p.c.lastRefusal.Store(nil) // a refusal before this connection is stale
@@ -235,217 +298,58 @@ func (p *peer) connect() (*conn, string, error) {
 		p.t.log.Info("connected to peer", "peer", p.hexID(), "addr", addr)
 	}
 	p.t.logged.Delete(logKey{p.id, "unreachable"})
-	return c, addr, nil
 }
 
-// connectFailed handles a failed connection attempt: the queue is dropped,
-// raft told, a refusal reported to the handler.
-func (p *peer) connectFailed(addr string, err error) {
-	p.c.dialFailures.Add(1)
-	p.markDown()
-	var re *RefusedError
-	if errors.As(err, &re) {
-		p.c.refusals.Add(1)
-		p.c.lastRefusal.Store(&re.Reason)
-		p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", addr, "detail", re.Detail)
-		p.t.handler.ReportRefused(p.id, err)
-		return
-	}
-	p.t.logOnce(p.id, "unreachable", "cannot connect to peer", "addr", addr, "err", err)
-}
-
-// markDown makes Send drop messages for the peer until it reconnects, and
-// drops what is queued.
-func (p *peer) markDown() {
+// refused is called when the peer refused f's attachment (or hello), or
+// revoked it: the queue is dropped, raft told, the refusal reported. With
+// retry, the attachment is written again after the peer's backoff (a
+// fallback stream or a refused link redials instead).
+func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 	p.mu.Lock()
-	dropped := len(p.queue)
-	clear(p.queue)
-	p.queue, p.queueBytes = p.queue[:0], 0
-	p.down = true
-	p.out = nil
-	p.mu.Unlock()
-	p.c.connected.Store(false)
-	p.c.dropDown.Add(uint64(dropped))
-	p.t.markUnreachable(p.id)
-}
-
-func (p *peer) disconnected(c *conn, err error) {
-	_ = c.Close()
-	p.markDown()
-	if p.ctx.Err() != nil || err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-		p.t.log.Debug("stream to peer closed", "peer", p.hexID(), "err", err)
+	if p.flow != f || p.stopped {
+		p.mu.Unlock()
 		return
 	}
-	reason := reasonOf(err)
-	p.t.connErrors.add(reason)
-	p.t.logOnce(p.id, "stream_"+reason, "stream to peer broke", "err", err)
-}
-
-// wait sleeps for d, or until the address changes. It reports false if
-// the peer stopped.
-func (p *peer) wait(d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-p.ctx.Done():
-		return false
-	case <-p.redial:
-		p.kicked = true
-	case <-timer.C:
+	if retry {
+		if p.retry != nil {
+			p.retry.Stop()
+		}
+		l := f.l
+		p.retry = time.AfterFunc(p.bo.next(), func() { l.requestAttach(f) })
 	}
-	return true
+	p.mu.Unlock()
+	p.dropQueue(true)
+	p.c.connected.Store(false)
+	p.c.dialFailures.Add(1)
+	p.c.refusals.Add(1)
+	p.c.lastRefusal.Store(&re.Reason)
+	p.t.markUnreachable(p.id)
+	p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", re.Addr, "detail", re.Detail)
+	p.t.report(func() { p.t.handler.ReportRefused(p.id, re) })
 }
 
-// stream writes queued messages and pings to c until c breaks or the peer
-// stops. A second goroutine reads the pongs.
-func (p *peer) stream(c *conn) error {
-	readErr := make(chan error, 1)
-	go func() { readErr <- p.readPongs(c) }()
-	defer func() {
-		_ = c.Close()
-		<-readErr
-	}()
-	ticker := time.NewTicker(p.t.cfg.PingInterval)
-	defer ticker.Stop()
-	var (
-		buf       []byte
-		lastWrite time.Time
-		gather    *time.Timer
-	)
-	defer func() {
-		if gather != nil {
-			gather.Stop()
-		}
-	}()
-	ping := true // at once, for a first RTT
-	for {
-		if d := p.gatherFor(lastWrite); d > 0 {
-			// A learner's messages are gathered (see LearnerBatchDelay).
-			if gather == nil {
-				gather = time.NewTimer(d)
-			} else {
-				gather.Reset(d)
-			}
-			select {
-			case <-p.ctx.Done():
-				return nil
-			case err := <-readErr:
-				readErr <- err
-				return err
-			case <-p.wake:
-				// More queued: an urgent message or a full queue ends
-				// the wait early.
-				gather.Stop() // Go 1.23 timers: no stale tick after Stop
-				continue
-			case <-gather.C:
-			}
-		}
-		batch := p.take()
-		if len(batch) > 0 || ping {
-			var err error
-			buf, err = p.writeBatch(c, buf, batch, ping)
-			p.recycle(batch)
-			if err != nil {
-				return err
-			}
-			if len(batch) > 0 {
-				lastWrite = time.Now()
-			}
-			ping = false
-			if cap(buf) > maxKeptBuffer {
-				buf = nil
-			}
-			continue // flush only when the queue runs dry
-		}
-		select {
-		case <-p.ctx.Done():
-			return nil
-		case err := <-readErr:
-			readErr <- err // for the deferred receive
-			return err
-		case <-p.wake:
-		case <-ticker.C:
-			ping = true
-		}
+// kick is called when the peer reached us (it restarted, or learned of
+// us): a link that is down redials at once rather than on its backoff
+// timer, and a refused attachment is tried again at once.
+func (p *peer) kick() {
+	p.mu.Lock()
+	f, down := p.flow, p.down
+	retry := p.retry != nil && p.retry.Stop()
+	p.mu.Unlock()
+	if f == nil {
+		return
+	}
+	if retry {
+		f.l.requestAttach(f)
+	}
+	if down {
+		f.l.kick()
 	}
 }
 
-// writeBatch encodes batch (and a ping) into buf and writes it, in writes
-// of about flushSize bytes.
-func (p *peer) writeBatch(c *conn, buf []byte, batch []*raftpb.Message, ping bool) ([]byte, error) {
-	group := p.t.cfg.GroupID
-	maxFrame := p.t.cfg.MaxFrameSize
-	buf = buf[:0]
-	pending := 0 // messages in buf
-	flush := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
-		_ = c.SetWriteDeadline(time.Now().Add(p.t.cfg.WriteTimeout))
-		if _, err := c.Write(buf); err != nil {
-			return err
-		}
-		p.c.msgsSent.Add(uint64(pending))
-		p.c.bytesSent.Add(uint64(len(buf)))
-		buf, pending = buf[:0], 0
-		return nil
-	}
-	if ping {
-		buf = wire.AppendFrame(buf, wire.TypePing, group, wire.AppendPing(nil, uint64(time.Since(p.t.epoch()))))
-	}
-	for i, m := range batch {
-		start := len(buf)
-		var err error
-		buf, err = wire.AppendMessageFrame(buf, group, m)
-		switch {
-		case err != nil:
-			p.c.dropLarge.Add(1)
-			p.t.logOnce(p.id, "encode", "cannot encode message", "type", m.GetType().String(), "err", err)
-			continue
-		case len(buf)-start-wire.HeaderSize > maxFrame:
-			buf = buf[:start]
-			p.c.dropLarge.Add(1)
-			p.t.logOnce(p.id, "too_large", "message larger than MaxFrameSize dropped", "type", m.GetType().String(), "bytes", len(buf)-start)
-			continue
-		}
-		pending++
-		if len(buf) >= flushSize {
-			if err := flush(); err != nil {
-				p.c.dropDown.Add(uint64(pending + len(batch) - i - 1))
-				return buf, err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		p.c.dropDown.Add(uint64(pending))
-		return buf, err
-	}
-	return buf, nil
-}
-
-// readPongs reads the listener's pongs on the outbound stream, recording
-// round-trip times, until the connection fails. A listener that stops
-// answering is cut off after ReadTimeout.
-func (p *peer) readPongs(c *conn) error {
-	c.dr.timeout = p.t.cfg.ReadTimeout
-	for {
-		f, err := c.r.Next()
-		if err != nil {
-			return err
-		}
-		if f.Type != wire.TypePong || f.Group != p.t.cfg.GroupID {
-			return fmt.Errorf("%w: %s frame on an outbound stream", ErrProtocol, f.Type)
-		}
-		tok, err := wire.ParsePing(f.Payload)
-		if err != nil {
-			return err
-		}
-		rtt := time.Since(p.t.epoch()) - time.Duration(tok)
-		if rtt >= 0 {
-			p.c.rtt.Store(int64(rtt))
-			p.c.rttHist.observe(rtt)
-		}
-	}
+// learnerFlushBytes is the queue size that ends a learner's gathering.
+func (p *peer) learnerFlushBytes() int64 {
+	return min(learnerFlushBytes, p.t.cfg.MaxLearnerQueueBytes/4)
 }
 
 func (p *peer) stats() PeerStats {
@@ -454,7 +358,7 @@ func (p *peer) stats() PeerStats {
 		ID:             p.id,
 		Addr:           p.addr,
 		Learner:        p.learner.Load(),
-		QueuedMessages: len(p.queue),
+		QueuedMessages: len(p.queue) - p.head,
 		QueuedBytes:    p.queueBytes,
 	}
 	p.mu.Unlock()
@@ -494,16 +398,15 @@ func (p *peer) addInbound(c net.Conn, kind wire.Kind) bool {
 			}
 		}
 	}
+	if p.inbound == nil {
+		p.inbound = make(map[net.Conn]wire.Kind)
+	}
 	p.inbound[c] = kind
-	down := p.down || p.out == nil
 	p.mu.Unlock()
-	if kind == wire.KindStream && down {
-		// The peer reached us while our stream to it is down: it is up
-		// again (a restart), so redial now rather than on the backoff timer.
-		select {
-		case p.redial <- struct{}{}:
-		default:
-		}
+	if kind == wire.KindStream {
+		// The peer reached us: if our link to it is down, it is up again (a
+		// restart), so redial now rather than on the backoff timer.
+		p.kick()
 	}
 	for _, oc := range old {
 		_ = oc.Close()
@@ -514,6 +417,29 @@ func (p *peer) addInbound(c net.Conn, kind wire.Kind) bool {
 func (p *peer) removeInbound(c net.Conn) {
 	p.mu.Lock()
 	delete(p.inbound, c)
+	p.mu.Unlock()
+}
+
+// addInLink records that the peer is admitted on inbound host link il. It
+// reports false if the peer was stopped.
+func (p *peer) addInLink(il *inLink) bool {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return false
+	}
+	if p.inLinks == nil {
+		p.inLinks = make(map[*inLink]struct{})
+	}
+	p.inLinks[il] = struct{}{}
+	p.mu.Unlock()
+	p.kick()
+	return true
+}
+
+func (p *peer) removeInLink(il *inLink) {
+	p.mu.Lock()
+	delete(p.inLinks, il)
 	p.mu.Unlock()
 }
 

@@ -200,6 +200,13 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 	return version, p, wire.CodeAccepted, ""
 }
 
+// checkAttach decides whether to admit an attachment on a host link of
+// protocol version v, with exactly the checks of a raft stream's hello.
+func (t *Transport) checkAttach(group uint64, a wire.Attach, v uint16) (*peer, wire.Code, string) {
+	_, p, code, why := t.check(wire.Hello{MinVersion: v, MaxVersion: v, Kind: wire.KindStream, Group: group, Cluster: a.Cluster, From: a.From, To: a.To})
+	return p, code, why
+}
+
 // serveStream reads raft messages from a peer's stream and hands them to
 // the Handler, answering pings, until the stream closes or stays silent
 // for ReadTimeout.

@@ -18,6 +18,11 @@ type Stats struct {
 	Peers []PeerStats
 	// DroppedUnknownPeer counts messages sent to a member that is not a peer.
 	DroppedUnknownPeer uint64
+	// DroppedReceiveQueueFull counts messages received on a host link and
+	// dropped because the group's inbox was full: its Handler (one that is
+	// not a BatchHandler) did not keep up, and a shared link never waits
+	// for one group.
+	DroppedReceiveQueueFull uint64
 	// Refused counts inbound connections this member refused, by reason
 	// (ReasonRemoved, ReasonClusterMismatch, …).
 	Refused map[string]uint64
@@ -32,22 +37,22 @@ type PeerStats struct {
 	ID        uint64
 	Addr      string
 	Learner   bool
-	Connected bool // the outbound raft stream is up
+	Connected bool // its attachment on the host link (or its raft stream) is accepted
 
 	MessagesSent, BytesSent         uint64 // raft messages written (frames included in bytes)
-	MessagesReceived, BytesReceived uint64 // raft messages read from the peer's stream
+	MessagesReceived, BytesReceived uint64 // raft messages read from the peer (its host link or stream)
 	DroppedQueueFull                uint64 // messages dropped because the queue was full
-	DroppedDisconnected             uint64 // messages dropped because the stream was down or broke
+	DroppedDisconnected             uint64 // messages dropped because the link was down or broke, or the attachment refused
 	DroppedTooLarge                 uint64 // messages over MaxFrameSize, never sent
 	QueuedMessages                  int    // in the queue now
 	QueuedBytes                     int64  // in the queue now, as counted against the budget
 
-	Dials        uint64 // successful connections of the raft stream (the first one included)
+	Dials        uint64 // accepted attachments on the host link, or connections of a raft stream (the first one included)
 	DialFailures uint64 // failed attempts: dial, TLS, refusal
 	Refusals     uint64 // attempts the peer refused (any connection kind)
 	LastRefusal  string // the reason of the last refusal since the last connection, "" if none
 
-	RTT        time.Duration // last measured round trip (ping to pong on the raft stream)
+	RTT        time.Duration // last measured round trip (ping to pong on the host link, shared by its groups)
 	RTTHistory Histogram
 
 	SnapshotsSent, SnapshotsFailed, SnapshotsReceived uint64

@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/time/rate"
+
+	"github.com/understudy-raft/understudy/internal/wire"
 )
 
 // Transport carries raft messages, snapshots and member-to-member requests
@@ -48,7 +50,13 @@ type Transport struct {
 	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
 	snapRecv chan struct{} // semaphore: snapshots being received
 
-	unreachable unreachableSet
+	events events // reports to the Handler, on a goroutine of their own
+	inbox  inbox  // received messages for a Handler that is no BatchHandler
+
+	// hmu makes Close wait for a BatchHandler call of a host link's reader
+	// in progress; hclosed stops new ones.
+	hmu     sync.RWMutex
+	hclosed bool
 
 	// Counters not tied to a peer.
 	droppedUnknown atomic.Uint64
@@ -88,8 +96,20 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.cluster.Store(cfg.ClusterID)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.unreachable.wake = make(chan struct{}, 1)
 	t.peers.Store(&map[uint64]*peer{})
+	if t.mux == nil {
+		mux, err := newMux(MuxConfig{
+			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
+			HandshakeTimeout: cfg.HandshakeTimeout, DialTimeout: cfg.DialTimeout,
+			ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, PingInterval: cfg.PingInterval,
+			MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, MaxFrameSize: cfg.MaxFrameSize,
+		}, t)
+		if err != nil {
+			t.cancel()
+			return nil, err
+		}
+		t.mux, t.ownMux = mux, true
+	}
 	for _, id := range cfg.Removed {
 		t.RemovePeer(id)
 	}
@@ -98,27 +118,14 @@ func New(cfg Config) (*Transport, error) {
 			t.AddPeer(id, addr)
 		}
 	}
-	if t.mux == nil {
-		mux, err := newMux(MuxConfig{Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger, HandshakeTimeout: cfg.HandshakeTimeout}, t)
-		if err != nil {
-			t.cancel()
-			return nil, err
-		}
-		t.mux, t.ownMux = mux, true
-	}
 	if !t.ownMux {
 		// A host's groups share its snapshot budget.
 		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
 	}
 	if err := t.mux.register(t); err != nil {
-		t.cancel()
-		if t.ownMux {
-			_ = t.mux.Close()
-		}
+		_ = t.Close()
 		return nil, err
 	}
-	t.wg.Add(1)
-	go t.reportUnreachableLoop()
 	t.log.Info("transport serving", "addr", t.mux.Addr().String(), "group", cfg.GroupID, "tls", cfg.TLS != nil)
 	return t, nil
 }
@@ -153,17 +160,29 @@ func (t *Transport) Close() error {
 	t.mu.Unlock()
 
 	t.cancel()
+	t.events.close()
+	t.inbox.close()
 	t.mux.unregister(t)
+	// On a shared mux, the host goes on without the group: the peers hosts'
+	// attachments for it are revoked, as a new attempt would be refused. A
+	// private mux closes with the transport, and its links with it.
+	code, why := wire.CodeGroupMismatch, fmt.Sprintf("group %d is not run by this host", t.cfg.GroupID)
+	if t.ownMux {
+		code = wire.CodeAccepted
+	}
+	for _, p := range peers {
+		p.stop(code, why)
+	}
 	var err error
 	if t.ownMux {
 		err = t.mux.Close()
 	}
-	for _, p := range peers {
-		p.stop()
-	}
 	for _, c := range conns {
 		_ = c.Close()
 	}
+	t.hmu.Lock()
+	t.hclosed = true
+	t.hmu.Unlock()
 	t.wg.Wait()
 	t.log.Info("transport closed")
 	if errors.Is(err, net.ErrClosed) {
@@ -230,14 +249,13 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 	next := maps.Clone(*t.peers.Load())
 	next[id] = p
 	t.peers.Store(&next)
-	t.wg.Add(1)
-	go p.run()
 	t.mu.Unlock()
+	p.start()
 	t.log.Info("peer added", "peer", fmt.Sprintf("%x", id), "addr", addr)
 }
 
-// UpdatePeer changes the address of member id: the raft stream reconnects
-// to the new address at once. Unknown members are ignored.
+// UpdatePeer changes the address of member id: its messages go to the
+// host link of the new address at once. Unknown members are ignored.
 func (t *Transport) UpdatePeer(id uint64, addr string) {
 	if p := t.peer(id); p != nil {
 		p.setAddr(addr)
@@ -251,9 +269,11 @@ func (t *Transport) UpdatePeer(id uint64, addr string) {
 func (t *Transport) SetLearner(id uint64, learner bool) {
 	if p := t.peer(id); p != nil {
 		p.learner.Store(learner)
-		select { // a promoted learner's gathered messages leave at once
-		case p.wake <- struct{}{}:
-		default:
+		p.mu.Lock()
+		f := p.flow
+		p.mu.Unlock()
+		if f != nil {
+			f.l.poke() // a promoted learner's gathered messages leave at once
 		}
 	}
 }
@@ -280,7 +300,7 @@ func (t *Transport) RemovePeer(id uint64) {
 	}
 	t.mu.Unlock()
 	if p != nil {
-		p.stop()
+		p.stop(wire.CodeRemoved, fmt.Sprintf("member %x was removed from the cluster", id))
 		t.log.Info("peer removed", "peer", fmt.Sprintf("%x", id))
 	}
 }
@@ -341,10 +361,11 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 func (t *Transport) Stats() Stats {
 	peers := *t.peers.Load()
 	s := Stats{
-		DroppedUnknownPeer: t.droppedUnknown.Load(),
-		Refused:            t.refused.snapshot(),
-		ConnErrors:         t.connErrors.snapshot(),
-		Peers:              make([]PeerStats, 0, len(peers)),
+		DroppedUnknownPeer:      t.droppedUnknown.Load(),
+		DroppedReceiveQueueFull: t.inbox.droppedCount(),
+		Refused:                 t.refused.snapshot(),
+		ConnErrors:              t.connErrors.snapshot(),
+		Peers:                   make([]PeerStats, 0, len(peers)),
 	}
 	for _, p := range peers {
 		s.Peers = append(s.Peers, p.stats())
@@ -376,54 +397,6 @@ func (t *Transport) logOnce(peer uint64, reason, msg string, args ...any) {
 type logKey struct {
 	peer   uint64
 	reason string
-}
-
-// epoch is the transport's monotonic time origin; ping tokens are
-// durations since it.
-func (t *Transport) epoch() time.Time { return t.start }
-
-// unreachableSet collects members to report unreachable, so that Send
-// never calls the Handler: one goroutine reports them, each once per batch.
-type unreachableSet struct {
-	mu   sync.Mutex
-	ids  map[uint64]struct{}
-	wake chan struct{}
-}
-
-func (t *Transport) markUnreachable(id uint64) {
-	u := &t.unreachable
-	u.mu.Lock()
-	if u.ids == nil {
-		u.ids = make(map[uint64]struct{})
-	}
-	u.ids[id] = struct{}{}
-	u.mu.Unlock()
-	select {
-	case u.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (t *Transport) reportUnreachableLoop() {
-	defer t.wg.Done()
-	u := &t.unreachable
-	for {
-		select {
-		case <-t.ctx.Done():
-			return
-		case <-u.wake:
-		}
-		u.mu.Lock()
-		ids := u.ids
-		u.ids = nil
-		u.mu.Unlock()
-		for id := range ids {
-			if t.ctx.Err() != nil {
-				return
-			}
-			t.handler.ReportUnreachable(id)
-		}
-	}
 }
 
 // Refusal returns the reason member id gave for refusing this member's

@@ -45,6 +45,7 @@ const (
 	KindStream   Kind = 1 // raft messages, dialer to listener, with pings both ways
 	KindSnapshot Kind = 2 // one MsgSnap and its file, then the listener's ack
 	KindRequest  Kind = 3 // member-to-member requests and their responses
+	KindLink     Kind = 4 // a host link: every group's raft messages from one host to another
 )
 
 func (k Kind) String() string {
@@ -55,6 +56,8 @@ func (k Kind) String() string {
 		return "snapshot"
 	case KindRequest:
 		return "request"
+	case KindLink:
+		return "link"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

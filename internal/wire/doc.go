@@ -10,7 +10,7 @@
 //	0      4    payload length in bytes (header not counted), big endian
 //	4      1    frame type (Type)
 //	5      3    reserved, zero
-//	8      8    group ID, big endian (1 today; reserved for many raft groups per process)
+//	8      8    group ID, big endian (0 on a host link's pings and pongs)
 //	16     4    CRC-32C (Castagnoli) of header bytes 0..15 then the payload, big endian
 //
 // The reader checks the length against its maximum before it allocates
@@ -36,6 +36,11 @@
 //     one TypeSnapshotAck status once the file is stored, and both close.
 //   - KindRequest: TypeRequest frames (the caller's time budget and an
 //     opaque request), each answered by one TypeResponse status.
+//   - KindLink: a host link, one per ordered pair of hosts, carrying the
+//     raft messages of every group: TypeAttach frames admit a group's
+//     (sender, receiver) and are answered by TypeAttachReply frames, which
+//     also refuse or revoke; TypeMessage frames of any admitted group;
+//     pings and pongs in group 0 (see link.go).
 //
 // # Messages
 //

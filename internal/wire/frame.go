@@ -28,8 +28,10 @@ const (
 	TypeSnapshotAck   Type = 9  // Status: the receiver stored (or failed to store) the snapshot.
 	TypeRequest       Type = 10 // Request: a member-to-member call.
 	TypeResponse      Type = 11 // Status: the answer to a TypeRequest.
+	TypeAttach        Type = 12 // Attach: on a host link, admits a group's sender and receiver before its messages.
+	TypeAttachReply   Type = 13 // AttachReply: on a host link, accepts or refuses (or revokes) an attachment.
 
-	maxType = TypeResponse
+	maxType = TypeAttachReply
 )
 
 var typeNames = [...]string{
@@ -44,6 +46,8 @@ var typeNames = [...]string{
 	TypeSnapshotAck:   "snapshot-ack",
 	TypeRequest:       "request",
 	TypeResponse:      "response",
+	TypeAttach:        "attach",
+	TypeAttachReply:   "attach-reply",
 }
 
 func (t Type) String() string {

@@ -1,0 +1,350 @@
+package transport
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/internal/wire"
+)
+
+const (
+	// maxPassMessages and maxPassBytes bound what the reader gathers before
+	// handing it to the groups.
+	maxPassMessages = 4096
+	maxPassBytes    = 8 << 20
+	// maxControlBacklog bounds the pongs and attach replies waiting for a
+	// peer host that does not read them: past it, the link closes.
+	maxControlBacklog = 1 << 20
+)
+
+// inLink is an inbound host link: the raft messages of every group from
+// one peer host. Its reader admits attachments (each checked by its
+// group's transport exactly as a raft stream's hello), drops the messages
+// of what it did not admit, and hands what one read pass got to each group
+// once; a second goroutine writes pongs and attach replies.
+type inLink struct {
+	m       *Mux
+	raw, nc net.Conn
+	dr      *deadlineReader
+	br      *bufio.Reader
+	r       *wire.Reader
+	version uint16
+	remote  string
+
+	// Owned by the reader goroutine.
+	admitted  map[attachKey]admission
+	lastKey   attachKey // the last message's attachment, and its admission
+	last      admission // (zero: none): a run of one flow's messages skips the map
+	pass      []delivery
+	passIdx   map[*Transport]int
+	passMsgs  int
+	passBytes int
+
+	mu     sync.Mutex
+	out    []byte // control frames to write
+	closed bool
+	wake   chan struct{} // cap 1: out is not empty
+	done   chan struct{} // closed when the link ends
+}
+
+// admission is an accepted attachment: the receiving group's transport and
+// its peer for the sender.
+type admission struct {
+	t *Transport
+	p *peer
+}
+
+// delivery is what one read pass got for one group.
+type delivery struct {
+	t    *Transport
+	msgs []*raftpb.Message
+}
+
+// serveLink serves an inbound host link whose hello the mux read, until
+// it closes.
+func (m *Mux) serveLink(hs *handshake) {
+	defer m.untrack(hs.raw)
+	defer func() { _ = hs.raw.Close() }()
+	h := hs.hello
+	remote := hs.raw.RemoteAddr().String()
+	lo, hi := m.versions()
+	version := min(h.MaxVersion, hi)
+	if version < max(h.MinVersion, lo) || h.MinVersion > h.MaxVersion {
+		why := fmt.Sprintf("peer speaks protocol versions %d..%d, this member %d..%d (members of different versions refuse each other: upgrade one member at a time)", h.MinVersion, h.MaxVersion, lo, hi)
+		m.refusedCounter().add(ReasonVersion)
+		m.logError("refused_"+ReasonVersion, "refused inbound connection", "kind", h.Kind.String(), "remote", remote, "detail", why)
+		r := wire.HelloReply{Code: wire.CodeVersion, Reason: why}
+		if m.private != nil {
+			r.Cluster, r.Member = m.private.cluster.Load(), m.private.cfg.ID
+		}
+		writeReply(hs.nc, h.Group, r)
+		return
+	}
+	r := wire.HelloReply{Version: version}
+	if m.private != nil {
+		r.Cluster, r.Member = m.private.cluster.Load(), m.private.cfg.ID
+	}
+	if _, err := hs.nc.Write(wire.AppendFrame(nil, wire.TypeHelloReply, h.Group, wire.AppendHelloReply(nil, r))); err != nil {
+		if m.ctx.Err() == nil {
+			m.errorCounter().add(reasonOf(err))
+		}
+		return
+	}
+	_ = hs.raw.SetDeadline(time.Time{})
+	il := &inLink{
+		m: m, raw: hs.raw, nc: hs.nc, dr: hs.dr, version: version, remote: remote,
+		admitted: make(map[attachKey]admission),
+		passIdx:  make(map[*Transport]int),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	// The handshake's reader (16 KiB) may hold frames already: read on
+	// with it. A frame larger than it is read straight into its payload.
+	il.br = hs.br
+	il.r = wire.NewReader(il.br, uint32(m.ls.maxFrame))
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.inLinks[il] = struct{}{}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go il.writeLoop()
+	err := il.readLoop()
+	il.shutdown()
+	m.mu.Lock()
+	delete(m.inLinks, il)
+	m.mu.Unlock()
+	if m.ctx.Err() == nil && !isClosed(err) {
+		reason := reasonOf(err)
+		m.errorCounter().add(reason)
+		m.logError("link_"+reason, "inbound link from peer host failed", "remote", remote, "err", err)
+	}
+}
+
+// readLoop reads frames until the connection fails or a frame is bad, and
+// returns why (never nil). What it read before a bad frame is delivered.
+func (il *inLink) readLoop() error {
+	il.dr.timeout = il.m.ls.readTimeout
+	for {
+		if il.passMsgs > 0 && !il.frameBuffered() {
+			il.deliver() // the next read waits for the network
+		}
+		f, err := il.r.Next()
+		if err == nil {
+			err = il.handle(f)
+		}
+		if err != nil {
+			il.deliver()
+			return err
+		}
+		if il.passMsgs >= maxPassMessages || il.passBytes >= maxPassBytes {
+			il.deliver()
+		}
+	}
+}
+
+// frameBuffered reports whether the next frame is already in the buffer.
+func (il *inLink) frameBuffered() bool {
+	b, _ := il.br.Peek(il.br.Buffered())
+	return wire.FrameBuffered(b)
+}
+
+func (il *inLink) handle(f wire.Frame) error {
+	switch f.Type {
+	case wire.TypeMessage:
+		m, err := wire.UnmarshalMessage(f.Payload)
+		if err != nil {
+			return err
+		}
+		key := attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()}
+		a, ok := il.last, il.last.p != nil && key == il.lastKey
+		if !ok {
+			a, ok = il.admitted[key]
+		}
+		if ok && a.p.gone.Load() { // revoked: the sender was removed, the group stopped
+			delete(il.admitted, key)
+			ok = false
+		}
+		if ok {
+			il.lastKey, il.last = key, a
+		} else {
+			il.last = admission{}
+		}
+		if !ok {
+			il.m.droppedUnadmitted.Add(1)
+			return nil
+		}
+		if m.GetType() == raftpb.MsgSnap {
+			return fmt.Errorf("%w: MsgSnap on a host link", ErrProtocol)
+		}
+		size := wire.HeaderSize + len(f.Payload)
+		a.p.c.msgsRecv.Add(1)
+		a.p.c.bytesRecv.Add(uint64(size))
+		il.add(a.t, m, size)
+	case wire.TypeAttach:
+		return il.attach(f)
+	case wire.TypePing:
+		if _, err := wire.ParsePing(f.Payload); err != nil {
+			return err
+		}
+		il.send(wire.TypePong, f.Group, f.Payload)
+	default:
+		return fmt.Errorf("%w: %s frame on a host link", ErrProtocol, f.Type)
+	}
+	return nil
+}
+
+// attach checks an attachment with its group's transport and answers it.
+// A group the host does not run is refused (and never created).
+func (il *inLink) attach(f wire.Frame) error {
+	a, err := wire.ParseAttach(f.Payload)
+	if err != nil {
+		return err
+	}
+	key := attachKey{group: f.Group, from: a.From, to: a.To}
+	delete(il.admitted, key) // a new attachment replaces the old one
+	il.last = admission{}
+	reply := wire.AttachReply{From: a.From, To: a.To}
+	t := il.m.group(f.Group)
+	if t == nil {
+		reply.Code = wire.CodeGroupMismatch
+		reply.Reason = fmt.Sprintf("group %d is not run by this host", f.Group)
+		if pt := il.m.private; pt != nil { // a single group's member says who it is, as before
+			reply.Cluster = pt.cluster.Load()
+			reply.Reason = fmt.Sprintf("group %d, this member serves group %d", f.Group, pt.cfg.GroupID)
+		}
+		il.m.refusedCounter().add(ReasonGroupMismatch)
+		il.m.logError("refused_"+ReasonGroupMismatch, "refused attachment", "remote", il.remote, "detail", reply.Reason)
+		il.reply(f.Group, reply)
+		return nil
+	}
+	p, code, why := t.checkAttach(f.Group, a, il.version)
+	if code == wire.CodeAccepted && !p.addInLink(il) {
+		code, why = wire.CodeUnknownSender, fmt.Sprintf("member %x is not a member known to member %x", a.From, t.cfg.ID)
+	}
+	reply.Cluster = t.cluster.Load()
+	if code != wire.CodeAccepted {
+		reason := codeErrors[code].reason
+		t.refused.add(reason)
+		t.logRefusal(wire.Hello{Kind: wire.KindLink, Group: f.Group, Cluster: a.Cluster, From: a.From, To: a.To}, reason, il.remote, why)
+		reply.Code, reply.Reason = code, why
+		il.reply(f.Group, reply)
+		return nil
+	}
+	il.admitted[key] = admission{t: t, p: p}
+	il.reply(f.Group, reply)
+	return nil
+}
+
+func (il *inLink) reply(group uint64, r wire.AttachReply) {
+	il.send(wire.TypeAttachReply, group, wire.AppendAttachReply(nil, r))
+}
+
+// revoke tells the peer host that peer p's attachment (p of the receiving
+// group: the sender) is no longer admitted.
+func (il *inLink) revoke(p *peer, code wire.Code, why string) {
+	t := p.t
+	if code == wire.CodeRemoved {
+		t.refused.add(ReasonRemoved)
+	}
+	il.reply(t.cfg.GroupID, wire.AttachReply{Code: code, From: p.id, To: t.cfg.ID, Cluster: t.cluster.Load(), Reason: why})
+}
+
+// add gathers m for t's next delivery.
+func (il *inLink) add(t *Transport, m *raftpb.Message, size int) {
+	var i int
+	var ok bool
+	if n := len(il.pass); n > 0 && il.pass[n-1].t == t {
+		i, ok = n-1, true
+	} else {
+		i, ok = il.passIdx[t]
+	}
+	if !ok {
+		i = len(il.pass)
+		il.pass = append(il.pass, delivery{t: t})
+		il.passIdx[t] = i
+	}
+	il.pass[i].msgs = append(il.pass[i].msgs, m)
+	il.passMsgs++
+	il.passBytes += size
+}
+
+// deliver hands each group what the pass got for it, once.
+func (il *inLink) deliver() {
+	for i := range il.pass {
+		d := &il.pass[i]
+		d.t.deliver(d.msgs)
+		*d = delivery{}
+	}
+	il.pass = il.pass[:0]
+	clear(il.passIdx)
+	il.passMsgs, il.passBytes = 0, 0
+}
+
+// send queues a control frame for the writer. It never blocks.
+func (il *inLink) send(typ wire.Type, group uint64, payload []byte) {
+	il.mu.Lock()
+	if il.closed {
+		il.mu.Unlock()
+		return
+	}
+	il.out = wire.AppendFrame(il.out, typ, group, payload)
+	stuck := len(il.out) > maxControlBacklog
+	il.mu.Unlock()
+	if stuck { // the peer host reads nothing
+		_ = il.raw.Close()
+		return
+	}
+	select {
+	case il.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes the control frames until the link ends.
+func (il *inLink) writeLoop() {
+	defer il.m.wg.Done()
+	var buf []byte
+	for {
+		select {
+		case <-il.wake:
+		case <-il.done:
+			return
+		}
+		il.mu.Lock()
+		buf, il.out = il.out, buf[:0]
+		il.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		_ = il.nc.SetWriteDeadline(time.Now().Add(il.m.ls.writeTimeout))
+		if _, err := il.nc.Write(buf); err != nil {
+			_ = il.raw.Close()
+			return
+		}
+		if cap(buf) > 64<<10 {
+			buf = nil
+		}
+	}
+}
+
+// shutdown ends the link's writer and forgets its admissions.
+func (il *inLink) shutdown() {
+	il.mu.Lock()
+	il.closed = true
+	il.out = nil
+	il.mu.Unlock()
+	close(il.done)
+	_ = il.raw.Close()
+	for _, a := range il.admitted {
+		a.p.removeInLink(il)
+	}
+	clear(il.admitted)
+}
