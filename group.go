@@ -296,6 +296,7 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	if err != nil {
 		return nil, err
 	}
+	tr.SetAdvertiseAddr(advert) // peer hosts learn from it where this one is now
 	node, err := raft.NewNode(rcfg, sm, store)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
@@ -115,15 +116,31 @@ func NewHost(cfg HostConfig) (*Host, error) {
 			return nil, fmt.Errorf("understudy: listening for peers: %w", err)
 		}
 	}
+	// The mux reports a change from a link's goroutine: each save writes
+	// the book as it is then, one at a time (so the last write is newest).
+	var (
+		bookMu  sync.Mutex
+		bookMux atomic.Pointer[transport.Mux]
+	)
 	mux, err := transport.NewMux(transport.MuxConfig{
 		Listener: ln, TLS: cfg.TLS, Logger: cfg.Logger,
 		MaxConcurrentSnapshots: cfg.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.SnapshotBytesPerSec,
+		Addresses: loadAddressBook(cfg.DataDir, cfg.Logger),
+		OnAddressesChanged: func(book map[string]string) {
+			bookMu.Lock()
+			defer bookMu.Unlock()
+			if m := bookMux.Load(); m != nil {
+				book = m.Addresses()
+			}
+			saveAddressBook(cfg.DataDir, book, cfg.Logger)
+		},
 	})
 	if err != nil {
 		_ = ln.Close()
 		_ = engine.Close()
 		return nil, err
 	}
+	bookMux.Store(mux)
 	// The address a replica with no record is recorded with: the listen
 	// address as given, or the port the system picked.
 	listenAddr := cfg.ListenPeer

@@ -116,6 +116,13 @@ type Config struct {
 	Listener net.Listener
 	// ListenAddr is a TCP host:port to listen on, if Listener is nil.
 	ListenAddr string
+	// AdvertiseAddr is the address the other members dial to reach this
+	// one (its host's advertised peer address). It travels in the
+	// attachments of the host links, so that a host that moved is dialed at
+	// its new address by every group of every peer host at once (see
+	// Mux.Addresses). Empty: not sent (Transport.SetAdvertiseAddr sets it
+	// later).
+	AdvertiseAddr string
 	// TLS, when set, wraps every connection in TLS with this configuration,
 	// used both to serve and to dial (see NewMutualTLS). nil is plain TCP.
 	TLS *tls.Config

@@ -240,6 +240,12 @@ func (il *inLink) attach(f wire.Frame) error {
 	}
 	il.admitted[key] = admission{t: t, p: p}
 	il.reply(f.Group, reply)
+	if a.Addr != "" {
+		p.mu.Lock()
+		recorded := p.recorded
+		p.mu.Unlock()
+		il.m.learnAddress(recorded, a.Addr)
+	}
 	return nil
 }
 

@@ -66,6 +66,12 @@ type Mux struct {
 
 	droppedUnadmitted atomic.Uint64
 
+	// The address book (addresses.go).
+	bookMu       sync.Mutex
+	book         map[string]string
+	onAddress    func(map[string]string)
+	addrsLearned atomic.Uint64
+
 	refused    reasonCounter
 	connErrors reasonCounter
 	refusalLog rateLog
@@ -114,6 +120,15 @@ type MuxConfig struct {
 	// MaxFrameSize is the largest frame a host link accepts (a group's
 	// Config.MaxFrameSize bounds what it sends). Default DefaultMaxFrameSize.
 	MaxFrameSize int
+
+	// Addresses is the address book to start with (as Mux.Addresses
+	// returned it before): peer addresses that member records name, mapped
+	// to where those hosts are now.
+	Addresses map[string]string
+	// OnAddressesChanged, if set, is called with the whole book each time
+	// the mux learns that a peer host moved (to keep it across restarts).
+	// It must not call the mux.
+	OnAddressesChanged func(map[string]string)
 }
 
 // linkSettings are the host links' settings, with defaults.
@@ -176,9 +191,16 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 			pingInterval: d.PingInterval, minBackoff: d.MinBackoff, maxBackoff: d.MaxBackoff, maxFrame: d.MaxFrameSize,
 		},
 		start: time.Now(), quantum: defaultQuantum, legacyHold: defaultLegacyHold,
-		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
-		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
-		snapRate: snapshotLimiter(Config{SnapshotBytesPerSec: cfg.SnapshotBytesPerSec, SnapshotChunkSize: DefaultSnapshotChunkSize}),
+		snapSend:  make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapRecv:  make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapRate:  snapshotLimiter(Config{SnapshotBytesPerSec: cfg.SnapshotBytesPerSec, SnapshotChunkSize: DefaultSnapshotChunkSize}),
+		book:      map[string]string{},
+		onAddress: cfg.OnAddressesChanged,
+	}
+	for from, to := range cfg.Addresses {
+		if from != to && dialable(to) {
+			m.book[from] = to
+		}
 	}
 	lo, hi := m.versions()
 	m.dialer = &dialer{
@@ -240,11 +262,15 @@ type MuxStats struct {
 	// (group, sender, receiver) not admitted: never attached, refused or
 	// revoked.
 	DroppedUnadmitted uint64
+	// AddressesLearned counts the peer hosts' moves the address book
+	// learned (Mux.Addresses).
+	AddressesLearned uint64
 }
 
 // Stats returns the mux's counters.
 func (m *Mux) Stats() MuxStats {
-	s := MuxStats{Refused: m.refused.snapshot(), ConnErrors: m.connErrors.snapshot(), DroppedUnadmitted: m.droppedUnadmitted.Load()}
+	s := MuxStats{Refused: m.refused.snapshot(), ConnErrors: m.connErrors.snapshot(), DroppedUnadmitted: m.droppedUnadmitted.Load(),
+		AddressesLearned: m.addrsLearned.Load()}
 	m.mu.Lock()
 	links := make([]*link, 0, len(m.links))
 	for _, l := range m.links {

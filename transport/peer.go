@@ -33,11 +33,12 @@ type peer struct {
 	// mu guards the fields below; never held during I/O or Handler calls,
 	// and never while taking a link's or the mux's lock.
 	mu         sync.Mutex
-	addr       string
-	flow       *flow // where its messages go now: host (or its fallback stream); nil once stopped
-	host       *flow // its flow on the host link of addr
-	urgent     bool  // the queue holds a message a learner must get at once
-	down       bool  // the link is down or the attachment refused: Send drops rather than queue
+	recorded   string // the address the node gave (AddPeer, UpdatePeer)
+	addr       string // where it is dialed: recorded, through the mux's address book
+	flow       *flow  // where its messages go now: host (or its fallback stream); nil once stopped
+	host       *flow  // its flow on the host link of addr
+	urgent     bool   // the queue holds a message a learner must get at once
+	down       bool   // the link is down or the attachment refused: Send drops rather than queue
 	queue      []*raftpb.Message
 	head       int         // queue[head:] is queued
 	queueBytes int64       // of queue[head:]
@@ -52,11 +53,12 @@ type peer struct {
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
 	p := &peer{
-		t:    t,
-		id:   id,
-		addr: addr,
-		c:    newPeerCounters(),
-		bo:   backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
+		t:        t,
+		id:       id,
+		recorded: addr,
+		addr:     t.mux.resolve(addr),
+		c:        newPeerCounters(),
+		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	return p
@@ -118,6 +120,15 @@ func (p *peer) stop(code wire.Code, why string) {
 
 // setAddr moves the peer to the host link of addr: its queue is dropped,
 // and it attaches there at once.
+// setRecorded sets the address the node gives the peer, and dials it
+// where the mux's address book says that host is now.
+func (p *peer) setRecorded(addr string) {
+	p.mu.Lock()
+	p.recorded = addr
+	p.mu.Unlock()
+	p.setAddr(p.t.mux.resolve(addr))
+}
+
 func (p *peer) setAddr(addr string) {
 	p.mu.Lock()
 	if addr == p.addr || p.stopped {

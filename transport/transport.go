@@ -30,6 +30,7 @@ type Transport struct {
 	mux     *Mux // the listener, shared by a host's groups or private
 	ownMux  bool // the mux is this transport's own: Close closes it
 	cluster atomic.Uint64
+	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -95,6 +96,7 @@ func New(cfg Config) (*Transport, error) {
 		start:    time.Now(),
 	}
 	t.cluster.Store(cfg.ClusterID)
+	t.advert.Store(&cfg.AdvertiseAddr)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.peers.Store(&map[uint64]*peer{})
 	if t.mux == nil {
@@ -136,6 +138,11 @@ func (t *Transport) Addr() net.Addr { return t.mux.Addr() }
 // SetClusterID sets the cluster ID once a joiner has learned it. Inbound
 // raft and snapshot connections are refused until it is set.
 func (t *Transport) SetClusterID(id uint64) { t.cluster.Store(id) }
+
+// SetAdvertiseAddr sets the address sent in this transport's attachments
+// (Config.AdvertiseAddr), for a member that learns it after New (a
+// joiner's recorded address). Attachments made before keep the old one.
+func (t *Transport) SetAdvertiseAddr(addr string) { t.advert.Store(&addr) }
 
 // ClusterID returns the cluster ID, 0 if not known yet.
 func (t *Transport) ClusterID() uint64 { return t.cluster.Load() }
@@ -242,7 +249,7 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 	delete(t.removed, id)
 	if p := (*t.peers.Load())[id]; p != nil {
 		t.mu.Unlock()
-		p.setAddr(addr)
+		p.setRecorded(addr)
 		return
 	}
 	p := newPeer(t, id, addr)
@@ -258,7 +265,7 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 // host link of the new address at once. Unknown members are ignored.
 func (t *Transport) UpdatePeer(id uint64, addr string) {
 	if p := t.peer(id); p != nil {
-		p.setAddr(addr)
+		p.setRecorded(addr)
 	}
 }
 

@@ -29,9 +29,13 @@ import (
 // refusing TypeAttachReply at any time for an attachment it accepted
 // before (a revocation: the sender was removed, the group stopped).
 
-// AttachSize is the size of an encoded Attach. Later versions may append
-// fields; decoders ignore bytes past AttachSize.
+// AttachSize is the size of the fixed part of an encoded Attach. Later
+// versions may append fields; decoders ignore bytes past the fields they
+// know.
 const AttachSize = 24
+
+// MaxAttachAddr bounds the address an Attach carries.
+const MaxAttachAddr = 512
 
 // Attach is the payload of a TypeAttach frame; the group is the frame's.
 //
@@ -39,19 +43,31 @@ const AttachSize = 24
 //	0      8    cluster ID of the sender's group
 //	8      8    sender member ID (in the group)
 //	16     8    receiver member ID (in the group)
+//	24     2    n, the length of the address (optional: absent means 0)
+//	26     n    the sender's advertised peer address: where its host is
+//	            reachable now (UTF-8, at most MaxAttachAddr bytes)
 //
 // All integers are big endian.
 type Attach struct {
 	Cluster uint64
 	From    uint64
 	To      uint64
+	// Addr is the address the sender's host advertises, "" if unknown:
+	// the listener learns from it that a peer host moved.
+	Addr string
 }
 
-// AppendAttach appends the payload of a to b.
+// AppendAttach appends the payload of a to b. An address longer than
+// MaxAttachAddr is left out.
 func AppendAttach(b []byte, a Attach) []byte {
 	b = binary.BigEndian.AppendUint64(b, a.Cluster)
 	b = binary.BigEndian.AppendUint64(b, a.From)
-	return binary.BigEndian.AppendUint64(b, a.To)
+	b = binary.BigEndian.AppendUint64(b, a.To)
+	if a.Addr == "" || len(a.Addr) > MaxAttachAddr {
+		return b
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(a.Addr)))
+	return append(b, a.Addr...)
 }
 
 // ParseAttach decodes an Attach payload.
@@ -59,11 +75,22 @@ func ParseAttach(p []byte) (Attach, error) {
 	if len(p) < AttachSize {
 		return Attach{}, fmt.Errorf("%w: attach of %d bytes, want at least %d", ErrMalformed, len(p), AttachSize)
 	}
-	return Attach{
+	a := Attach{
 		Cluster: binary.BigEndian.Uint64(p[0:8]),
 		From:    binary.BigEndian.Uint64(p[8:16]),
 		To:      binary.BigEndian.Uint64(p[16:24]),
-	}, nil
+	}
+	if rest := p[AttachSize:]; len(rest) > 0 {
+		if len(rest) < 2 {
+			return Attach{}, fmt.Errorf("%w: attach address length cut short", ErrMalformed)
+		}
+		n := int(binary.BigEndian.Uint16(rest))
+		if n > MaxAttachAddr || len(rest) < 2+n || !utf8.Valid(rest[2:2+n]) {
+			return Attach{}, fmt.Errorf("%w: attach address of %d bytes in %d", ErrMalformed, n, len(rest)-2)
+		}
+		a.Addr = string(rest[2 : 2+n])
+	}
+	return a, nil
 }
 
 // AttachReplySize is the fixed part of an AttachReply.

@@ -13,12 +13,29 @@ func TestAttachRoundTrip(t *testing.T) {
 	if err != nil || got != a {
 		t.Fatalf("got %+v, %v; want %+v", got, err, a)
 	}
-	// Later versions may append fields.
-	if got, err := ParseAttach(append(AppendAttach(nil, a), 9, 9)); err != nil || got != a {
-		t.Fatalf("with trailing bytes: %+v, %v", got, err)
-	}
 	if _, err := ParseAttach(AppendAttach(nil, a)[:AttachSize-1]); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("short attach: %v", err)
+	}
+	// With the sender's address; later versions may append fields after it.
+	a.Addr = "10.0.0.7:7001"
+	got, err = ParseAttach(append(AppendAttach(nil, a), 9, 9))
+	if err != nil || got != a {
+		t.Fatalf("with an address and trailing bytes: got %+v, %v; want %+v", got, err, a)
+	}
+	for _, bad := range [][]byte{
+		append(AppendAttach(nil, Attach{}), 0),                // length cut short
+		append(AppendAttach(nil, Attach{}), 0, 5, 'a'),        // address cut short
+		append(AppendAttach(nil, Attach{}), 0x02, 0x01),       // longer than MaxAttachAddr
+		append(AppendAttach(nil, Attach{}), 0, 2, 0xff, 0xfe), // not UTF-8
+	} {
+		if _, err := ParseAttach(bad); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("attach %x: %v, want ErrMalformed", bad, err)
+		}
+	}
+	// Too long to send: left out.
+	long := Attach{From: 1, Addr: strings.Repeat("a", MaxAttachAddr+1)}
+	if got, err := ParseAttach(AppendAttach(nil, long)); err != nil || got.Addr != "" {
+		t.Fatalf("an over-long address: %+v, %v", got, err)
 	}
 }
 
@@ -68,6 +85,7 @@ func TestFrameBuffered(t *testing.T) {
 // frame sequence decodes to frames or an error, never a panic.
 func FuzzLinkRecords(f *testing.F) {
 	f.Add(AppendAttach(nil, Attach{Cluster: 1, From: 2, To: 3}))
+	f.Add(AppendAttach(nil, Attach{Cluster: 1, From: 2, To: 3, Addr: "127.0.0.1:7001"}))
 	f.Add(AppendAttachReply(nil, AttachReply{Code: CodeUnknownSender, From: 2, To: 3, Cluster: 1, Reason: "who?"}))
 	link := AppendFrame(nil, TypeHello, 1, AppendHello(nil, Hello{MinVersion: Version, MaxVersion: Version, Kind: KindLink, Group: 1}))
 	link = AppendFrame(link, TypeAttach, 7, AppendAttach(nil, Attach{Cluster: 1, From: 2, To: 3}))
@@ -77,7 +95,7 @@ func FuzzLinkRecords(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if a, err := ParseAttach(p); err == nil {
-			if again := AppendAttach(nil, a); !bytes.Equal(again, p[:AttachSize]) {
+			if again := AppendAttach(nil, a); !bytes.HasPrefix(p, again) {
 				t.Fatalf("attach %+v re-encodes to %x, input %x", a, again, p)
 			}
 		}
