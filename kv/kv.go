@@ -95,7 +95,9 @@ type shard struct {
 type Store struct {
 	mu     sync.RWMutex
 	seed   maphash.Seed
-	shards [numShards]*shard
+	// shards points to emptyShards until the first write (an idle store of
+	// a host's many groups holds no array of its own).
+	shards *[numShards]*shard
 	n      int // keys
 	// Applied counts applied commands, for tests.
 	applied uint64
@@ -105,13 +107,18 @@ type Store struct {
 // frozen, never written (a host of many groups has many idle stores).
 var emptyShard = &shard{frozen: true}
 
+// emptyShards is the shards of every new store until its first write.
+var emptyShards = func() (a [numShards]*shard) {
+	for i := range a {
+		a[i] = emptyShard
+	}
+	return a
+}()
+
 // New returns an empty store.
 func New() *Store {
-	s := &Store{seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i] = emptyShard
-	}
-	return s
+	e := &emptyShards
+	return &Store{seed: maphash.MakeSeed(), shards: e}
 }
 
 var _ raft.StateMachine = (*Store)(nil)
@@ -130,6 +137,10 @@ func (s *Store) read(key string) (string, bool) {
 // the write lock).
 func (s *Store) writable(key string) *shard {
 	i := s.shardOf(key)
+	if s.shards == &emptyShards {
+		own := emptyShards
+		s.shards = &own
+	}
 	sh := s.shards[i]
 	if sh.frozen {
 		m := maps.Clone(sh.m)
@@ -340,6 +351,6 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.shards, s.n, s.applied = shards, keys, 0
+	s.shards, s.n, s.applied = &shards, keys, 0
 	return nil
 }

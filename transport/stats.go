@@ -142,12 +142,35 @@ type peerCounters struct {
 	snapsSent, snapsFailed, snapsRecv        atomic.Uint64
 	snapBytesSent, snapBytesRecv             atomic.Uint64
 	lastRefusal                              atomic.Pointer[string]
-	rttHist, snapHist                        *histogram
+	rttHist                                  *histogram
+	snapHist                                 lazyHistogram // snapshots are rare: allocated with the first
 	connected                                atomic.Bool
 }
 
 func newPeerCounters() *peerCounters {
-	return &peerCounters{rttHist: newHistogram(rttBounds), snapHist: newHistogram(snapshotBounds)}
+	return &peerCounters{rttHist: newHistogram(rttBounds), snapHist: lazyHistogram{bounds: snapshotBounds}}
+}
+
+// lazyHistogram is a histogram allocated with its first observation.
+type lazyHistogram struct {
+	bounds []time.Duration
+	h      atomic.Pointer[histogram]
+}
+
+func (l *lazyHistogram) observe(d time.Duration) {
+	h := l.h.Load()
+	if h == nil {
+		l.h.CompareAndSwap(nil, newHistogram(l.bounds))
+		h = l.h.Load()
+	}
+	h.observe(d)
+}
+
+func (l *lazyHistogram) snapshot() Histogram {
+	if h := l.h.Load(); h != nil {
+		return h.snapshot()
+	}
+	return (&histogram{bounds: l.bounds, counts: make([]atomic.Uint64, len(l.bounds)+1)}).snapshot()
 }
 
 // reasonCounter counts by reason.
