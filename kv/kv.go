@@ -93,8 +93,8 @@ type shard struct {
 
 // Store is the state machine. The zero value is not usable; call New.
 type Store struct {
-	mu     sync.RWMutex
-	seed   maphash.Seed
+	mu   sync.RWMutex
+	seed maphash.Seed
 	// shards points to emptyShards until the first write (an idle store of
 	// a host's many groups holds no array of its own).
 	shards *[numShards]*shard
