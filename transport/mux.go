@@ -79,7 +79,7 @@ type Mux struct {
 
 	// Shared by the groups' transports: the host's snapshot streams are
 	// bounded together, whatever the number of groups.
-	snapSend chan struct{}
+	snapSend *slots
 	snapRecv chan struct{}
 	snapRate *rate.Limiter
 }
@@ -100,7 +100,9 @@ type MuxConfig struct {
 	// Default DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// MaxConcurrentSnapshots bounds the snapshots the host's groups send at
-	// once, together, and separately those they receive at once (further
+	// once, together (further ones wait, and a freed slot goes to a
+	// learner's snapshot first: a learner's catch-up is what a membership
+	// change waits for), and separately those they receive at once (further
 	// ones are refused as busy and retried by raft). Default
 	// DefaultMaxConcurrentSnapshots. The groups' own Config values do not
 	// apply on a shared Mux.
@@ -191,7 +193,7 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 			pingInterval: d.PingInterval, minBackoff: d.MinBackoff, maxBackoff: d.MaxBackoff, maxFrame: d.MaxFrameSize,
 		},
 		start: time.Now(), quantum: defaultQuantum, legacyHold: defaultLegacyHold,
-		snapSend:  make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapSend:  newSlots(cfg.MaxConcurrentSnapshots),
 		snapRecv:  make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		snapRate:  snapshotLimiter(Config{SnapshotBytesPerSec: cfg.SnapshotBytesPerSec, SnapshotChunkSize: DefaultSnapshotChunkSize}),
 		book:      map[string]string{},

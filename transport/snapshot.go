@@ -69,12 +69,10 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 // streamSnapshot sends m and its file, and waits for the receiver's ack.
 func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
-	select {
-	case t.snapSend <- struct{}{}:
-	case <-p.ctx.Done():
-		return 0, p.ctx.Err()
+	if err := t.snapSend.acquire(p.ctx, p.learner.Load()); err != nil {
+		return 0, err
 	}
-	defer func() { <-t.snapSend }()
+	defer t.snapSend.release()
 
 	var file io.Reader = eofReader{}
 	var size int64

@@ -47,7 +47,7 @@ type Transport struct {
 	removed map[uint64]bool
 	conns   map[io.Closer]struct{} // every open connection, closed by Close
 
-	snapSend chan struct{} // semaphore: snapshots being sent
+	snapSend *slots        // snapshots being sent (learners first)
 	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
 	snapRecv chan struct{} // semaphore: snapshots being received
 
@@ -90,7 +90,7 @@ func New(cfg Config) (*Transport, error) {
 		mux:      cfg.Mux,
 		removed:  make(map[uint64]bool),
 		conns:    make(map[io.Closer]struct{}),
-		snapSend: make(chan struct{}, cfg.MaxConcurrentSnapshots),
+		snapSend: newSlots(cfg.MaxConcurrentSnapshots),
 		snapRate: snapshotLimiter(cfg),
 		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		start:    time.Now(),
