@@ -127,11 +127,6 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		log:   cfg.Logger.With(slog.Uint64("member", cfg.ID)),
 		sm:    sm,
 		store: store,
-		// The queues into the loop are small: the loop drains each in
-		// batches, keeps its own bounded backlog (MaxPendingProposals,
-		// maxPendingReads), and a full queue only makes the sender wait.
-		// Their buffers are most of an idle replica's memory on a host of
-		// many groups.
 		loopDone:   make(chan struct{}),
 		appendDone: make(chan struct{}),
 		stopc:      make(chan struct{}),
@@ -144,6 +139,11 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		n.sched = NewScheduler(SchedulerConfig{Workers: 1, IOWorkers: 1, ApplyWorkers: 1})
 		n.ownSched = true
 	}
+	// The queues into the loop are small and allocated with their first
+	// item: the loop drains each in batches and keeps its own bounded
+	// backlog (MaxPendingProposals, maxPendingReads); a full queue only
+	// makes the sender wait. An idle replica of a host's many groups holds
+	// no buffer.
 	n.props.max = min(cfg.MaxPendingProposals, 512)
 	n.reads.max = 256
 	n.loopTask = n.sched.loops.NewTask(n.runLoop)
