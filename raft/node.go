@@ -123,10 +123,10 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:   cfg,
-		log:   cfg.Logger.With(slog.Uint64("member", cfg.ID)),
-		sm:    sm,
-		store: store,
+		cfg:        cfg,
+		log:        cfg.Logger.With(slog.Uint64("member", cfg.ID)),
+		sm:         sm,
+		store:      store,
 		loopDone:   make(chan struct{}),
 		appendDone: make(chan struct{}),
 		stopc:      make(chan struct{}),
