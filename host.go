@@ -274,14 +274,21 @@ func (h *Host) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	// The scheduler's goroutines exit once the groups' work is done; a
+	// The scheduler's goroutines exit once the groups' work is done. A
 	// group that did not stop within ctx (a state machine that does not
-	// return) may hold one: wait no longer than ctx.
-	done := make(chan struct{})
-	go func() { h.sched.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	// return) may hold one: then wait for them in the background only.
+	stuck := false
+	for _, g := range gs {
+		select {
+		case <-g.Done():
+		default:
+			stuck = true
+		}
+	}
+	if stuck {
+		go h.sched.Close()
+	} else {
+		h.sched.Close()
 	}
 	errs = append(errs, h.mux.Close())
 	// A group whose node did not stop in time closes its store once it
