@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,30 +16,12 @@ import (
 	"time"
 )
 
-var (
-	hostBinOnce sync.Once
-	hostBin     string // the hostproc binary
-	hostBinErr  error
-)
+var hostBin string // the hostproc binary
 
-// buildHostProc builds internal/robustness/hostproc (with the race
-// detector) once per test binary.
+// buildHostProc builds internal/robustness/hostproc once per test binary.
 func buildHostProc(t *testing.T) {
 	t.Helper()
-	hostBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "robustness-hostproc")
-		if err != nil {
-			hostBinErr = err
-			return
-		}
-		hostBin = filepath.Join(dir, "hostproc")
-		if out, err := exec.Command("go", "build", "-race", "-o", hostBin, "github.com/understudy-raft/understudy/internal/robustness/hostproc").CombinedOutput(); err != nil {
-			hostBinErr = fmt.Errorf("building hostproc: %v\n%s", err, out)
-		}
-	})
-	if hostBinErr != nil {
-		t.Fatal(hostBinErr)
-	}
+	hostBin = buildBinary(t, "github.com/understudy-raft/understudy/internal/robustness/hostproc")
 }
 
 // hostProc is one process running a host of many groups.
@@ -180,9 +161,10 @@ func TestHostProcessesSurviveKill(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	mu.Lock()
 	live[2] = false
+	before := len(acked)
 	mu.Unlock()
 	ps[2].kill()
-	t.Logf("host 3 killed with SIGKILL; %d writes acknowledged so far", len(acked))
+	t.Logf("host 3 killed with SIGKILL; %d writes acknowledged so far", before)
 	time.Sleep(500 * time.Millisecond)
 	ps[2].start()
 	waitReady(ps[2])

@@ -23,29 +23,44 @@ import (
 )
 
 var (
-	binOnce sync.Once
-	bin     string // the kvserver binary
-	binErr  error
+	bin    string // the kvserver binary
+	builds sync.Map
 )
 
-// buildKVServer builds examples/kvserver (with the race detector) once per
-// test binary.
-func buildKVServer(t *testing.T) {
+// built is one binary built for the tests.
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildBinary builds package pkg (with the race detector) once per test
+// binary and returns the binary's path.
+func buildBinary(t *testing.T, pkg string) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "robustness-kvserver")
+	v, _ := builds.LoadOrStore(pkg, &built{})
+	b := v.(*built)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "robustness-bin")
 		if err != nil {
-			binErr = err
+			b.err = err
 			return
 		}
-		bin = filepath.Join(dir, "kvserver")
-		if out, err := exec.Command("go", "build", "-race", "-o", bin, "github.com/understudy-raft/understudy/examples/kvserver").CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("building kvserver: %v\n%s", err, out)
+		b.path = filepath.Join(dir, filepath.Base(pkg))
+		if out, err := exec.Command("go", "build", "-race", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
+	return b.path
+}
+
+// buildKVServer builds examples/kvserver once per test binary.
+func buildKVServer(t *testing.T) {
+	t.Helper()
+	bin = buildBinary(t, "github.com/understudy-raft/understudy/examples/kvserver")
 }
 
 // freePort returns a loopback address nobody listens on, below the
