@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
@@ -48,11 +49,27 @@ type HostConfig struct {
 	// SnapshotBytesPerSec bounds the rate of all they send (0: none).
 	MaxConcurrentSnapshots int
 	SnapshotBytesPerSec    int64
+	// Links tunes the host links (one connection per peer host, carrying
+	// every group's raft messages): as transport.MuxConfig's fields of the
+	// same names; zero fields take the transport's defaults.
+	Links LinkSettings
+
 	// Scheduler bounds the goroutines that run every group's raft work
 	// (raft.Scheduler: the run loops, the appends, the applies). Zero
 	// fields take the defaults: GOMAXPROCS loop workers, 32 I/O workers,
 	// 16 apply workers.
 	Scheduler raft.SchedulerConfig
+}
+
+// LinkSettings tune a host's links to its peer hosts (see
+// transport.MuxConfig): how long a dial and a link's reads and writes may
+// take, how often a link is pinged, the backoff between dials, and the
+// largest frame a link accepts. Zero fields take the transport's defaults.
+type LinkSettings struct {
+	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+	PingInterval                           time.Duration
+	MinBackoff, MaxBackoff                 time.Duration
+	MaxFrameSize                           int
 }
 
 // Host runs raft groups in one process: it owns the storage engine (one
@@ -125,7 +142,10 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	mux, err := transport.NewMux(transport.MuxConfig{
 		Listener: ln, TLS: cfg.TLS, Logger: cfg.Logger,
 		MaxConcurrentSnapshots: cfg.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.SnapshotBytesPerSec,
-		Addresses: loadAddressBook(cfg.DataDir, cfg.Logger),
+		DialTimeout: cfg.Links.DialTimeout, ReadTimeout: cfg.Links.ReadTimeout, WriteTimeout: cfg.Links.WriteTimeout,
+		PingInterval: cfg.Links.PingInterval, MinBackoff: cfg.Links.MinBackoff, MaxBackoff: cfg.Links.MaxBackoff,
+		MaxFrameSize: cfg.Links.MaxFrameSize,
+		Addresses:    loadAddressBook(cfg.DataDir, cfg.Logger),
 		OnAddressesChanged: func(book map[string]string) {
 			bookMu.Lock()
 			defer bookMu.Unlock()

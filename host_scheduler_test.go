@@ -13,6 +13,7 @@ import (
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // slowApply is a kv store whose Apply takes a while: a state machine that
@@ -117,4 +118,18 @@ func TestHostDeleteGroupLetsAReplicaComeBack(t *testing.T) {
 		v, err := back.StaleRead([]byte("b"))
 		return err == nil && string(v) == "2"
 	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// TestHostLinkSettings: HostConfig.Links reach the host's links; a
+// negative one is refused and leaves nothing open (the data dir opens
+// again).
+func TestHostLinkSettings(t *testing.T) {
+	dir := t.TempDir()
+	_, err := understudy.NewHost(understudy.HostConfig{DataDir: dir, ListenPeer: "127.0.0.1:0",
+		Links: understudy.LinkSettings{PingInterval: -time.Second}})
+	require.ErrorIs(t, err, transport.ErrInvalidConfig)
+	h, err := understudy.NewHost(understudy.HostConfig{DataDir: dir, ListenPeer: "127.0.0.1:0",
+		Links: understudy.LinkSettings{PingInterval: 50 * time.Millisecond, ReadTimeout: time.Second}})
+	require.NoError(t, err)
+	require.NoError(t, h.Close(context.Background()))
 }

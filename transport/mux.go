@@ -151,6 +151,11 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 		return nil, fmt.Errorf("%w: HandshakeTimeout (%s), MaxConcurrentSnapshots (%d) and SnapshotBytesPerSec (%d) must not be negative",
 			ErrInvalidConfig, cfg.HandshakeTimeout, cfg.MaxConcurrentSnapshots, cfg.SnapshotBytesPerSec)
 	}
+	if cfg.DialTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 || cfg.PingInterval < 0 ||
+		cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 || cfg.MaxFrameSize < 0 {
+		return nil, fmt.Errorf("%w: the link settings (DialTimeout %s, ReadTimeout %s, WriteTimeout %s, PingInterval %s, MinBackoff %s, MaxBackoff %s, MaxFrameSize %d) must not be negative",
+			ErrInvalidConfig, cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.PingInterval, cfg.MinBackoff, cfg.MaxBackoff, cfg.MaxFrameSize)
+	}
 	// The link settings are checked as a Config's.
 	check := Config{
 		ID: 1, Handler: nopHandler{}, ListenAddr: "x",

@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/understudy-raft/understudy/internal/wire"
 )
@@ -126,5 +129,14 @@ func TestMuxSharesTheSnapshotBudget(t *testing.T) {
 	p2 := dialRaw(t, m.Addr().String())
 	if r := p2.hello(hello(2)); r.Code != wire.CodeBusy {
 		t.Fatalf("group 2's snapshot while group 1's is open: %+v, want busy", r)
+	}
+}
+
+// Negative link settings are refused with the fields named, never used (a
+// negative ping interval would panic a ticker).
+func TestMuxRefusesNegativeLinkSettings(t *testing.T) {
+	_, err := NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", PingInterval: -time.Second})
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "PingInterval -1s") {
+		t.Fatalf("got %v, want ErrInvalidConfig naming PingInterval", err)
 	}
 }
