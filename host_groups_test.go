@@ -34,13 +34,18 @@ func newHosts(t *testing.T, n int) *hostsCluster {
 
 // newHostsWith is newHosts with the hosts' scheduler bounds.
 func newHostsWith(t *testing.T, n int, sc raft.SchedulerConfig) *hostsCluster {
+	return newHostsOn(t, n, sc, "")
+}
+
+// newHostsOn is newHostsWith on a storage backend ("": the default).
+func newHostsOn(t *testing.T, n int, sc raft.SchedulerConfig, backend storage.Backend) *hostsCluster {
 	t.Helper()
 	hc := &hostsCluster{t: t, dir: t.TempDir()}
 	for i := range n {
 		ln := listen(t)
 		h, err := understudy.NewHost(understudy.HostConfig{
 			DataDir: filepath.Join(hc.dir, fmt.Sprint(i)), Listener: ln, AdvertisePeer: ln.Addr().String(),
-			Storage: storage.EngineOptions{NoSync: true}, Scheduler: sc,
+			Storage: storage.EngineOptions{NoSync: true, Backend: backend}, Scheduler: sc,
 		})
 		require.NoError(t, err)
 		hc.hosts = append(hc.hosts, h)
@@ -131,11 +136,18 @@ func (p panicky) Restore(r io.Reader) error { return p.Store.Restore(r) }
 // many groups' appends; a hello for a group a host does not run is refused
 // and creates nothing; a group whose state machine panics stops on its own
 // while the others keep serving; a group stopped and started again on a
-// running host catches up.
+// running host catches up. It runs on each storage backend.
 func TestHostRunsManyGroups(t *testing.T) {
+	for _, b := range []storage.Backend{storage.BackendBolt, storage.BackendPebble} {
+		t.Run(string(b), func(t *testing.T) { testHostRunsManyGroups(t, b) })
+	}
+}
+
+func testHostRunsManyGroups(t *testing.T, backend storage.Backend) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	hc := newHosts(t, 3)
+	hc := newHostsOn(t, 3, raft.SchedulerConfig{}, backend)
+	require.Equal(t, backend, hc.hosts[0].Engine().Backend())
 	const groups = 20
 	all := map[uint64][]*understudy.Group{}
 	for g := uint64(1); g <= groups; g++ {

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/understudy-raft/understudy/internal/diskfault"
 )
 
@@ -34,7 +32,7 @@ import (
 type commitReq struct {
 	group uint64
 	save  bool
-	fn    func(*bolt.Tx) error
+	fn    func(kvTx) error
 }
 
 // commitBatch is the writes one transaction carries. err, dur and writeTime
@@ -66,7 +64,7 @@ func (e *Engine) stopCommitter() {
 // commit queues fn, a write of group, for the next commit and waits for it.
 // It returns the batch's error (the same for every write of the batch) and
 // the commit's durations.
-func (e *Engine) commit(group uint64, save bool, fn func(*bolt.Tx) error) (dur, writeTime time.Duration, err error) {
+func (e *Engine) commit(group uint64, save bool, fn func(kvTx) error) (dur, writeTime time.Duration, err error) {
 	req := commitReq{group: group, save: save, fn: fn}
 	e.c.mu.Lock()
 	if e.c.stopped {
@@ -133,11 +131,10 @@ func (e *Engine) commitBatch(b *commitBatch) {
 		return
 	}
 	start := time.Now()
-	var tx *bolt.Tx
+	var writeTime time.Duration
 	err := diskfault.BeforeCommit(e.dir)
 	if err == nil {
-		err = e.update(func(t *bolt.Tx) error {
-			tx = t
+		writeTime, err = e.update(func(t kvTx) error {
 			for _, r := range b.reqs {
 				if err := r.fn(t); err != nil {
 					if len(b.reqs) == 1 {
@@ -166,10 +163,10 @@ func (e *Engine) commitBatch(b *commitBatch) {
 	e.m.saves.Add(uint64(saves))
 	e.m.commitDur.observe(b.dur)
 	if !e.opts.NoSync {
-		// bbolt's write time of the commit: its pages written and
-		// fdatasynced, then its meta page written and fdatasynced.
-		st := tx.Stats()
-		b.writeTime = st.GetWriteTime()
+		// The backend's write time of the commit: bbolt's pages written
+		// and fdatasynced, then its meta page written and fdatasynced;
+		// Pebble's batch committed to its WAL and synced.
+		b.writeTime = writeTime
 		e.m.syncDur.observe(b.writeTime)
 	}
 	for {

@@ -195,7 +195,7 @@ func TestCorruptOldEntryDetectedOnRead(t *testing.T) {
 	path := filepath.Join(dir, dbFileName)
 	db := openRaw(t, path)
 	var v []byte
-	require.NoError(t, db.View(func(tx *boltTx) error {
+	require.NoError(t, db.View(func(tx *rawTx) error {
 		v = bytes.Clone(tx.Bucket(logBucketName(1)).Get(indexKey(nil, 210)))
 		return nil
 	}))
@@ -223,7 +223,7 @@ func TestMissingEntry(t *testing.T) {
 	populate(t, dir)
 	path := filepath.Join(dir, dbFileName)
 	db := openRaw(t, path)
-	require.NoError(t, db.Update(func(tx *boltTx) error { return tx.Bucket(logBucketName(1)).Delete(indexKey(nil, 220)) }))
+	require.NoError(t, db.Update(func(tx *rawTx) error { return tx.Bucket(logBucketName(1)).Delete(indexKey(nil, 220)) }))
 	require.NoError(t, db.Close())
 	s := open(t, dir, Options{NoSync: true, TailCacheBytes: -1})
 	_, err := s.Entries(215, 225, raftNoLimit)
@@ -234,6 +234,7 @@ func TestMissingEntry(t *testing.T) {
 }
 
 func TestGarbageFile(t *testing.T) {
+	boltOnly(t)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, dbFileName), bytes.Repeat([]byte("not a bbolt file"), 1000), 0o600))
 	_, err := Open(dir, testOpts())
@@ -297,7 +298,7 @@ func TestHiddenSubtree(t *testing.T) {
 	// freelist hands out pages in map order).
 	free := map[int]bool{}
 	db := openRaw(t, path)
-	require.NoError(t, db.View(func(tx *boltTx) error {
+	require.NoError(t, db.View(func(tx *rawTx) error {
 		for id := 2; ; id++ {
 			info, err := tx.Page(id)
 			if err != nil || info == nil {

@@ -53,7 +53,7 @@ func TestCrashRestart(t *testing.T) {
 		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
 
-		s, err := Open(dir, Options{})
+		s, err := Open(dir, Options{Backend: testBackend})
 		require.NoError(t, err, "round %d", round)
 		verifyCrashed(t, s, ackedLast)
 		require.NoError(t, s.Close())
@@ -94,7 +94,7 @@ func TestCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestCrashRestart")
 	}
-	s, err := Open(dir, Options{})
+	s, err := Open(dir, Options{Backend: testBackend})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestEngineCrashRestart(t *testing.T) {
 		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
 
-		e, err := OpenEngine(dir, EngineOptions{})
+		e, err := OpenEngine(dir, EngineOptions{Backend: testBackend})
 		require.NoError(t, err, "round %d", round)
 		for g := uint64(1); g <= groups; g++ {
 			s, err := e.Group(g, GroupOptions{})
@@ -189,7 +189,7 @@ func TestEngineCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestEngineCrashRestart")
 	}
-	e, err := OpenEngine(dir, EngineOptions{})
+	e, err := OpenEngine(dir, EngineOptions{Backend: testBackend})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestDifferential(t *testing.T) {
 				t:    t,
 				rng:  rand.New(rand.NewPCG(seed, 0x5eed)),
 				mem:  raft.NewMemoryStorage(),
-				opts: Options{NoSync: true, TailCacheBytes: tailBytes},
+				opts: Options{Backend: testBackend, NoSync: true, TailCacheBytes: tailBytes},
 				dir:  t.TempDir(),
 				data: map[uint64][]byte{},
 			}

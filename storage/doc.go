@@ -22,11 +22,32 @@
 // 3-3.9k either way. Open is an Engine with one group, which
 // the Store owns.
 //
+// # Backends: bbolt and Pebble
+//
+// The records live in buckets of keys, in one of two key-value stores
+// (EngineOptions.Backend). BackendBolt, the default, is one bbolt file: a
+// B+tree whose commit copies every page it touches (about three 4 KiB pages
+// per group in the commit) and syncs twice. BackendPebble is a Pebble
+// database (github.com/cockroachdb/pebble/v2, the LSM CockroachDB runs on,
+// whose write-ahead log dragonboat also uses for many groups): a commit is
+// appended to its log and synced once, so it costs its bytes, whatever
+// number of groups it carries; a bucket is a key prefix there ('b' name
+// marks a bucket, 'k' name 0x00 key holds a key), and deleting a log is one
+// range deletion. The Store, its checks and its records are the same on
+// both; only the commit and the reads differ. Choose Pebble for a host with
+// many active groups (benchmarks/README.md has the figures); bbolt for one
+// group, where its commit is as fast and the data dir is one file. A data
+// dir keeps the backend it was created with: the zero Backend opens the one
+// it holds (bbolt for a new dir), and asking for the other returns
+// ErrBackend; there is no conversion between them. The package's tests run
+// on either (UNDERSTUDY_STORAGE_BACKEND=pebble).
+//
 // # On-disk layout
 //
 // A data dir holds:
 //
-//	understudy.db                 the bbolt file (format below)
+//	understudy.db                 the bbolt file (format below), or
+//	pebble/, pebble.lock          the Pebble database and the data dir's lock
 //	snap/<group>-<term>-<index>.snap
 //	                              snapshot files, three 16-digit hex numbers
 //	snap/<name>.tmp-<random>      a snapshot being written; removed by

@@ -40,8 +40,10 @@ type Engine struct {
 	dir, dbPath, snapDir string
 	opts                 EngineOptions
 	log                  *slog.Logger
-	db                   *bolt.DB
-	file                 *os.File // bbolt's file, closed directly if bbolt panicked
+	db                   *bolt.DB  // BackendBolt
+	file                 *os.File  // bbolt's file, closed directly if bbolt panicked
+	pdb                  *pebbleDB // BackendPebble
+	lockFile             *os.File  // BackendPebble: the data dir's lock
 
 	// poisoned is set when bbolt panicked: its locks may be held and its
 	// state is unknown, so no later call enters bbolt (they return the
@@ -93,15 +95,42 @@ func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
 	if err := os.MkdirAll(e.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data dir: %w", err)
 	}
-	db, file, err := openBolt(e.dbPath, opts)
+	hasBolt, hasPebble, err := dirHolds(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	e.db, e.file = db, file
-	if !opts.NoOpenCheck {
-		if err := checkBoltStructure(file); err != nil {
-			_ = e.closeDB()
-			return nil, &CorruptError{File: e.dbPath, Detail: "damaged page structure", Err: err}
+	if e.opts.Backend == "" {
+		e.opts.Backend = BackendBolt
+		if hasPebble && !hasBolt {
+			e.opts.Backend = BackendPebble
+		}
+	}
+	if e.opts.Backend == BackendPebble {
+		if hasBolt {
+			return nil, fmt.Errorf("%w: %s holds a bbolt file (%s); open it with Backend %q", ErrBackend, dir, dbFileName, BackendBolt)
+		}
+		e.dbPath = filepath.Join(dir, pebbleDirName)
+		if e.lockFile, err = lockDir(filepath.Join(dir, pebbleLockName), opts.LockTimeout); err != nil {
+			return nil, err
+		}
+		if e.pdb, err = openPebble(e.dbPath, opts, e.log); err != nil {
+			_ = releaseLock(e.lockFile)
+			return nil, err
+		}
+	} else {
+		if hasPebble {
+			return nil, fmt.Errorf("%w: %s holds a Pebble database (%s/); open it with Backend %q", ErrBackend, dir, pebbleDirName, BackendPebble)
+		}
+		db, file, err := openBolt(e.dbPath, opts)
+		if err != nil {
+			return nil, err
+		}
+		e.db, e.file = db, file
+		if !opts.NoOpenCheck {
+			if err := checkBoltStructure(file); err != nil {
+				_ = e.closeDB()
+				return nil, &CorruptError{File: e.dbPath, Detail: "damaged page structure", Err: err}
+			}
 		}
 	}
 	if err := e.check(); err != nil {
@@ -159,10 +188,10 @@ func openBolt(path string, opts EngineOptions) (db *bolt.DB, file *os.File, err 
 // check checks the format version and the names of every bucket and key in
 // the file. A file without the format version must be empty (a new one).
 func (e *Engine) check() error {
-	return e.view(func(tx *bolt.Tx) error {
+	return e.view(func(tx kvTx) error {
 		mb := tx.Bucket(metaBucket)
 		if mb == nil {
-			if err := tx.ForEach(func([]byte, *bolt.Bucket) error { return errNotEmpty }); err != nil {
+			if err := tx.ForEachBucket(func([]byte, kvBucket) error { return errNotEmpty }); err != nil {
 				return e.corrupt(string(metaBucket), "missing format version in a non-empty file", nil)
 			}
 			return nil
@@ -176,7 +205,7 @@ func (e *Engine) check() error {
 
 // readVersion reads the format version in mb and checks that a reader of
 // versions up to newest knows it.
-func (e *Engine) readVersion(mb *bolt.Bucket, newest uint64) (uint64, error) {
+func (e *Engine) readVersion(mb kvBucket, newest uint64) (uint64, error) {
 	v := mb.Get(versionKey)
 	if v == nil {
 		return 0, e.corrupt(string(metaBucket)+"/"+string(versionKey), "missing format version", nil)
@@ -198,8 +227,8 @@ var errNotEmpty = errors.New("not empty")
 // format writes, for every group. bbolt has no page checksums, so a damaged
 // key would otherwise make a record (the hard state, say) silently
 // disappear.
-func (e *Engine) checkNames(tx *bolt.Tx) error {
-	err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+func (e *Engine) checkNames(tx kvTx) error {
+	err := tx.ForEachBucket(func(name []byte, b kvBucket) error {
 		if string(name) == string(metaBucket) {
 			return checkKeys(b, versionKey)
 		}
@@ -217,7 +246,7 @@ func (e *Engine) checkNames(tx *bolt.Tx) error {
 	return nil
 }
 
-func checkKeys(b *bolt.Bucket, known ...[]byte) error {
+func checkKeys(b kvBucket, known ...[]byte) error {
 	return b.ForEach(func(k, _ []byte) error {
 		for _, kk := range known {
 			if string(k) == string(kk) {
@@ -253,7 +282,7 @@ func parseGroupBucket(name []byte) (group uint64, kind string, ok bool) {
 // FormatVersion when the file already holds another group, so that a
 // release that reads only version 1 refuses a shared file instead of opening
 // one group of it as its own. It runs in the committer's transaction.
-func (e *Engine) createGroupBuckets(tx *bolt.Tx, id uint64) error {
+func (e *Engine) createGroupBuckets(tx kvTx, id uint64) error {
 	mb, err := tx.CreateBucketIfNotExists(metaBucket)
 	if err != nil {
 		return err
@@ -266,7 +295,11 @@ func (e *Engine) createGroupBuckets(tx *bolt.Tx, id uint64) error {
 		stored = true
 	}
 	if version < formatVersionManyGroups {
-		if k, _ := tx.Cursor().Seek([]byte("group/")); k != nil && bytes.HasPrefix(k, []byte("group/")) {
+		names, err := tx.BucketsFrom([]byte("group/"), 1)
+		if err != nil {
+			return err
+		}
+		if len(names) > 0 {
 			version = formatVersionManyGroups
 			stored = false
 			e.log.Info("the data dir now holds more than one group: format version raised; releases that read only version 1 cannot open it",
@@ -406,14 +439,14 @@ func (e *Engine) Groups() ([]uint64, error) {
 		return nil, ErrClosed
 	}
 	var ids []uint64
-	err := e.view(func(tx *bolt.Tx) error {
-		c := tx.Cursor()
-		for k, _ := c.Seek([]byte("group/")); k != nil && bytes.HasPrefix(k, []byte("group/")); k, _ = c.Next() {
+	err := e.view(func(tx kvTx) error {
+		names, err := tx.BucketsFrom([]byte("group/"), 0)
+		for _, k := range names {
 			if id, kind, ok := parseGroupBucket(k); ok && kind == "state" {
 				ids = append(ids, id)
 			}
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -475,12 +508,12 @@ func (e *Engine) DeleteGroup(id uint64) error {
 			return fmt.Errorf("storage: deleting group %d: %w", id, err)
 		}
 	}
-	_, _, err = e.commit(id, false, func(tx *bolt.Tx) error {
+	_, _, err = e.commit(id, false, func(tx kvTx) error {
 		for _, name := range [][]byte{stateBucketName(id), logBucketName(id)} {
 			switch err := tx.DeleteBucket(name); {
 			case err == nil:
 				found = true
-			case !errors.Is(err, berrors.ErrBucketNotFound):
+			case !errors.Is(err, errBucketNotFound):
 				return err
 			}
 		}
@@ -498,6 +531,9 @@ func (e *Engine) DeleteGroup(id uint64) error {
 
 // Dir returns the data dir the engine was opened on.
 func (e *Engine) Dir() string { return e.dir }
+
+// Backend returns the backend the engine runs on.
+func (e *Engine) Backend() Backend { return e.opts.Backend }
 
 // Close closes every group's Store still open (their later calls return
 // ErrClosed; Close waits for their running calls, as Store.Close does), then
@@ -531,6 +567,13 @@ func (e *Engine) Close() error {
 // locks may then be held, so DB.Close could block forever. The file lock is
 // released; bbolt's memory map stays mapped until the process exits.
 func (e *Engine) closeDB() error {
+	if e.pdb != nil {
+		err := e.pdb.close()
+		if lerr := releaseLock(e.lockFile); err == nil && lerr != nil {
+			err = fmt.Errorf("storage: unlock %s: %w", e.dir, lerr)
+		}
+		return err
+	}
 	if e.poisoned.Load() != nil {
 		_ = unlockFile(e.file)
 		if err := e.file.Close(); err != nil {
@@ -544,34 +587,51 @@ func (e *Engine) closeDB() error {
 	return nil
 }
 
-// view runs fn in a bbolt read transaction, turning a bbolt panic into a
-// *CorruptError.
-func (e *Engine) view(fn func(*bolt.Tx) error) (err error) {
+// view runs fn in a read transaction of the backend, turning a panic of the
+// backend into a *CorruptError.
+func (e *Engine) view(fn func(kvTx) error) (err error) {
 	if p := e.poisoned.Load(); p != nil {
 		return p
 	}
 	defer e.recoverCorrupt(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	return e.db.View(fn)
+	if e.pdb != nil {
+		return e.pdb.view(fn)
+	}
+	return e.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
 }
 
-// update runs fn in a bbolt write transaction and commits it, turning a bbolt
-// panic into a *CorruptError. Only the committer (commitBatch) calls it.
-func (e *Engine) update(fn func(*bolt.Tx) error) (err error) {
+// update runs fn in a write transaction of the backend and commits it,
+// turning a panic of the backend into a *CorruptError. It returns the time
+// the backend took to write and sync the commit (zero with NoSync). Only the
+// committer (commitBatch) calls it.
+func (e *Engine) update(fn func(kvTx) error) (writeTime time.Duration, err error) {
 	if p := e.poisoned.Load(); p != nil {
-		return p
+		return 0, p
 	}
 	defer e.recoverCorrupt(&err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	return e.db.Update(fn)
+	if e.pdb != nil {
+		return e.pdb.update(fn)
+	}
+	var tx *bolt.Tx
+	err = e.db.Update(func(t *bolt.Tx) error {
+		tx = t
+		return fn(boltTx{t})
+	})
+	if err == nil && !e.opts.NoSync {
+		st := tx.Stats()
+		writeTime = st.GetWriteTime()
+	}
+	return writeTime, err
 }
 
 func (e *Engine) recoverCorrupt(err *error) {
 	if r := recover(); r != nil {
-		ce := &CorruptError{File: e.dbPath, Detail: fmt.Sprintf("bbolt panicked: %v", r)}
+		ce := &CorruptError{File: e.dbPath, Detail: fmt.Sprintf("%s panicked: %v", e.opts.Backend, r)}
 		e.poisoned.CompareAndSwap(nil, ce)
 		*err = ce
-		e.log.Error("bbolt panicked; the engine will not use bbolt again", "file", e.dbPath, "panic", r)
+		e.log.Error("the storage backend panicked; the engine will not use it again", "file", e.dbPath, "backend", e.opts.Backend, "panic", r)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 func BenchmarkEngineGroupCommit(b *testing.B) {
 	for _, g := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("engine/groups=%d", g), func(b *testing.B) {
-			e, err := OpenEngine(b.TempDir(), EngineOptions{})
+			e, err := OpenEngine(b.TempDir(), EngineOptions{Backend: testBackend})
 			if err != nil {
 				b.Fatal(err)
 			}

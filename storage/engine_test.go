@@ -40,7 +40,7 @@ func holdCommitter(t testing.TB, e *Engine) (release func()) {
 	running, unblock := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := e.commit(0, false, func(*bolt.Tx) error {
+		_, _, err := e.commit(0, false, func(kvTx) error {
 			close(running)
 			<-unblock
 			return nil
@@ -85,7 +85,7 @@ func storedVersion(t testing.TB, dir string) uint64 {
 func TestEngineGroupCommit(t *testing.T) {
 	const groups, saves = 50, 20
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{NoSync: true})
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	stores := make([]*Store, groups)
 	for g := range stores {
 		stores[g] = group(t, e, uint64(g+1))
@@ -149,7 +149,7 @@ func TestEngineGroupCommit(t *testing.T) {
 	}
 	check(e)
 	require.NoError(t, e.Close())
-	check(openEngine(t, dir, EngineOptions{NoSync: true}))
+	check(openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true}))
 }
 
 // TestEngineFailedCommitIsAllOrNothing: one write of a commit fails after
@@ -160,7 +160,7 @@ func TestEngineGroupCommit(t *testing.T) {
 func TestEngineFailedCommitIsAllOrNothing(t *testing.T) {
 	const groups = 5
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{NoSync: true})
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	stores := make([]*Store, groups)
 	for g := range stores {
 		stores[g] = group(t, e, uint64(g+1))
@@ -176,7 +176,7 @@ func TestEngineFailedCommitIsAllOrNothing(t *testing.T) {
 	injected := errors.New("injected write failure")
 	failing := make(chan error, 1)
 	go func() {
-		_, _, err := e.commit(99, false, func(*bolt.Tx) error { return injected })
+		_, _, err := e.commit(99, false, func(kvTx) error { return injected })
 		failing <- err
 	}()
 	waitPending(t, e, groups+1)
@@ -185,7 +185,7 @@ func TestEngineFailedCommitIsAllOrNothing(t *testing.T) {
 	for range groups {
 		err := <-results
 		require.ErrorIs(t, err, injected)
-		require.ErrorContains(t, err, dbFileName)
+		require.ErrorContains(t, err, e.dbPath)
 	}
 
 	for g, s := range stores {
@@ -200,7 +200,7 @@ func TestEngineFailedCommitIsAllOrNothing(t *testing.T) {
 	require.ErrorIs(t, err, ErrFailed)
 	require.NoError(t, e.Close())
 
-	e = openEngine(t, dir, EngineOptions{NoSync: true})
+	e = openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	for g := range groups {
 		s := group(t, e, uint64(g+1))
 		li, _ := s.LastIndex()
@@ -216,10 +216,10 @@ func TestEngineFailedCommitIsAllOrNothing(t *testing.T) {
 // engine, so a commit's writes fail (EBADF): the Save fails, and every
 // group's writes then return ErrFailed.
 func TestEngineWriteErrorStopsEveryGroup(t *testing.T) {
-	e := openEngine(t, t.TempDir(), EngineOptions{NoSync: true})
+	e := openEngine(t, t.TempDir(), EngineOptions{Backend: testBackend, NoSync: true})
 	a, b := group(t, e, 1), group(t, e, 2)
 	require.NoError(t, a.Save(nil, ents(1, 2, 1), nil))
-	require.NoError(t, e.file.Close())
+	breakDisk(t, e)
 	require.Error(t, a.Save(nil, ents(2, 3, 1), nil))
 	require.ErrorIs(t, b.Save(nil, ents(1, 2, 1), nil), ErrFailed)
 	require.ErrorIs(t, a.MarkRemoved(), ErrFailed)
@@ -231,6 +231,7 @@ func TestEngineWriteErrorStopsEveryGroup(t *testing.T) {
 // which a reader of version 1 (the previous release) refuses with
 // ErrVersion, and which Open still opens.
 func TestEngineOpensSingleGroupDir(t *testing.T) {
+	boltOnly(t) // the single-group data dirs of earlier releases are bbolt files
 	dir := t.TempDir()
 	s, err := Open(dir, testOpts())
 	require.NoError(t, err)
@@ -241,7 +242,7 @@ func TestEngineOpensSingleGroupDir(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.EqualValues(t, formatVersionOneGroup, storedVersion(t, dir))
 
-	e := openEngine(t, dir, EngineOptions{NoSync: true})
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	ids, err := e.Groups()
 	require.NoError(t, err)
 	require.Equal(t, []uint64{1}, ids)
@@ -265,7 +266,7 @@ func TestEngineOpensSingleGroupDir(t *testing.T) {
 	require.NoError(t, e.Close())
 	require.EqualValues(t, formatVersionOneGroup, storedVersion(t, dir), "opening changes nothing")
 
-	e = openEngine(t, dir, EngineOptions{NoSync: true})
+	e = openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	group(t, e, 2)
 	ids, err = e.Groups()
 	require.NoError(t, err)
@@ -276,7 +277,7 @@ func TestEngineOpensSingleGroupDir(t *testing.T) {
 	// The previous release's check: it read version 1 only.
 	db := openRaw(t, filepath.Join(dir, dbFileName))
 	old := &Engine{dbPath: filepath.Join(dir, dbFileName)}
-	err = db.View(func(tx *bolt.Tx) error { _, err := old.readVersion(tx.Bucket(metaBucket), 1); return err })
+	err = db.View(func(tx *bolt.Tx) error { _, err := old.readVersion(boltTx{tx}.Bucket(metaBucket), 1); return err })
 	require.ErrorIs(t, err, ErrVersion)
 	require.ErrorContains(t, err, "format version 2, this code reads 1 to 1")
 	require.NoError(t, db.Close())
@@ -286,7 +287,7 @@ func TestEngineOpensSingleGroupDir(t *testing.T) {
 	li, _ := s.LastIndex()
 	require.EqualValues(t, 5, li)
 	require.NoError(t, s.Close())
-	s, err = Open(dir, Options{NoSync: true, GroupID: 2})
+	s, err = Open(dir, Options{Backend: testBackend, NoSync: true, GroupID: 2})
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 }
@@ -296,7 +297,7 @@ func TestEngineOpensSingleGroupDir(t *testing.T) {
 // groups still open and refuses later calls.
 func TestEngineGroupLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{NoSync: true})
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	a := group(t, e, 1)
 	_, err := e.Group(1, GroupOptions{})
 	require.ErrorIs(t, err, ErrGroupOpen)
@@ -306,7 +307,7 @@ func TestEngineGroupLifecycle(t *testing.T) {
 	require.ErrorContains(t, err, "KeepSnapshots (-1)")
 	_, err = Open(dir, testOpts())
 	require.ErrorIs(t, err, ErrLocked)
-	_, err = OpenEngine(dir, EngineOptions{LockTimeout: -1})
+	_, err = OpenEngine(dir, EngineOptions{Backend: testBackend, LockTimeout: -1})
 	require.ErrorContains(t, err, "LockTimeout")
 
 	require.NoError(t, a.Save(nil, ents(1, 3, 1), nil))
@@ -340,7 +341,7 @@ func TestEngineGroupLifecycle(t *testing.T) {
 // succeeded is there after reopening.
 func TestEngineCloseWhileSaving(t *testing.T) {
 	dir := t.TempDir()
-	e, err := OpenEngine(dir, EngineOptions{NoSync: true})
+	e, err := OpenEngine(dir, EngineOptions{Backend: testBackend, NoSync: true})
 	require.NoError(t, err)
 	const groups = 8
 	acked := make([]uint64, groups)
@@ -372,7 +373,7 @@ func TestEngineCloseWhileSaving(t *testing.T) {
 	}
 	require.NoError(t, e.Close())
 	wg.Wait()
-	e = openEngine(t, dir, EngineOptions{NoSync: true})
+	e = openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	for g := range groups {
 		li, _ := group(t, e, uint64(g+1)).LastIndex()
 		require.GreaterOrEqual(t, li, acked[g])
@@ -383,7 +384,7 @@ func TestEngineCloseWhileSaving(t *testing.T) {
 // not, and Groups lists them all.
 func TestEngineTombstoneIsPerGroup(t *testing.T) {
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{NoSync: true})
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	a, b := group(t, e, 1), group(t, e, 2)
 	require.NoError(t, a.MarkRemoved())
 	require.NoError(t, b.Save(nil, ents(1, 2, 1), nil))
@@ -394,7 +395,7 @@ func TestEngineTombstoneIsPerGroup(t *testing.T) {
 	require.ErrorIs(t, err, ErrRemoved, "a refused group is not left reserved")
 	require.NoError(t, e.Close())
 
-	e = openEngine(t, dir, EngineOptions{NoSync: true})
+	e = openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	_, err = e.Group(1, GroupOptions{})
 	require.ErrorIs(t, err, ErrRemoved)
 	b = group(t, e, 2)
@@ -411,7 +412,7 @@ func TestEngineTombstoneIsPerGroup(t *testing.T) {
 // newest files.
 func TestEngineSnapshotFilesPerGroup(t *testing.T) {
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{NoSync: true})
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	a, b := group(t, e, 1), group(t, e, 2)
 	require.NoError(t, a.Save(nil, ents(1, 20, 1), nil))
 	require.NoError(t, b.Save(nil, ents(1, 20, 1), nil))
@@ -434,7 +435,7 @@ func TestEngineSnapshotFilesPerGroup(t *testing.T) {
 
 	tmp1 := filepath.Join(dir, snapDirName, SnapshotFileName(1, 1, 9)+tmpMarker+"2")
 	require.NoError(t, os.WriteFile(tmp1, []byte("partial"), 0o600))
-	e = openEngine(t, dir, EngineOptions{NoSync: true})
+	e = openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
 	require.ElementsMatch(t, want, snapFiles(t, group(t, e, 2)), "OpenEngine removed every group's temporary files")
 }
 
@@ -442,6 +443,7 @@ func TestEngineSnapshotFilesPerGroup(t *testing.T) {
 // bucket this format does not write, and a group with only one of its two
 // buckets.
 func TestEngineRefusesUnknownBuckets(t *testing.T) {
+	boltOnly(t) // it edits the bbolt file
 	for name, bucket := range map[string][]byte{
 		"unknown":  []byte("group/0000000000000001/other"),
 		"not hex":  []byte("group/000000000000000g/state"),
@@ -454,7 +456,7 @@ func TestEngineRefusesUnknownBuckets(t *testing.T) {
 			db := openRaw(t, filepath.Join(dir, dbFileName))
 			require.NoError(t, db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket(bucket); return err }))
 			require.NoError(t, db.Close())
-			e, err := OpenEngine(dir, EngineOptions{NoSync: true})
+			e, err := OpenEngine(dir, EngineOptions{Backend: testBackend, NoSync: true})
 			if name != "one only" {
 				require.ErrorIs(t, err, ErrCorrupt)
 				return
@@ -473,7 +475,7 @@ func TestEngineRefusesUnknownBuckets(t *testing.T) {
 // all it wrote.
 func TestEngineGroupsOpenAndCloseConcurrently(t *testing.T) {
 	const groups, rounds = 6, 15
-	e := openEngine(t, t.TempDir(), EngineOptions{NoSync: true})
+	e := openEngine(t, t.TempDir(), EngineOptions{Backend: testBackend, NoSync: true})
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Add(1)
@@ -529,7 +531,7 @@ func TestEngineGroupsOpenAndCloseConcurrently(t *testing.T) {
 // more than an equal share while the others are idle, and the entries the
 // tails gave back are still read (from bbolt).
 func TestEngineTailBudget(t *testing.T) {
-	e, err := OpenEngine(t.TempDir(), EngineOptions{NoSync: true, TailCacheBytes: 64 << 10})
+	e, err := OpenEngine(t.TempDir(), EngineOptions{Backend: testBackend, NoSync: true, TailCacheBytes: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +586,7 @@ func TestEngineTailBudget(t *testing.T) {
 // deleted, and the group can be created anew — also after a reopen.
 func TestEngineDeleteGroup(t *testing.T) {
 	dir := t.TempDir()
-	e, err := OpenEngine(dir, EngineOptions{NoSync: true})
+	e, err := OpenEngine(dir, EngineOptions{Backend: testBackend, NoSync: true})
 	require.NoError(t, err)
 	s1, err := e.Group(1, GroupOptions{})
 	require.NoError(t, err)
@@ -623,7 +625,7 @@ func TestEngineDeleteGroup(t *testing.T) {
 	require.NoError(t, s2.Close())
 	require.NoError(t, e.DeleteGroup(2))
 	require.NoError(t, e.Close())
-	e, err = OpenEngine(dir, EngineOptions{NoSync: true})
+	e, err = OpenEngine(dir, EngineOptions{Backend: testBackend, NoSync: true})
 	require.NoError(t, err)
 	defer func() { _ = e.Close() }()
 	ids, err = e.Groups()

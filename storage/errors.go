@@ -51,6 +51,10 @@ var (
 	// version this code does not know (a newer release wrote it).
 	ErrVersion = errors.New("storage: unsupported format version")
 
+	// ErrBackend means the data dir holds the files of another backend than
+	// the one asked for (EngineOptions.Backend).
+	ErrBackend = errors.New("storage: the data dir holds another backend")
+
 	// ErrGroupOpen is returned by Engine.Group when the group's Store is
 	// open already (close it first).
 	ErrGroupOpen = errors.New("storage: group is already open")

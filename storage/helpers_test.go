@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/understudy-raft/understudy/internal/diskfault"
 	"hash/crc32"
 	"io"
+	"os"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,7 +27,21 @@ func open(t testing.TB, dir string, opts Options) *Store {
 	return s
 }
 
-func testOpts() Options { return Options{NoSync: true} }
+func testOpts() Options { return Options{NoSync: true, Backend: testBackend} }
+
+// testBackend is the backend the package's tests run on:
+// UNDERSTUDY_STORAGE_BACKEND (bbolt or pebble; .ci/run runs the package
+// under both), bbolt by default.
+var testBackend = Backend(os.Getenv("UNDERSTUDY_STORAGE_BACKEND"))
+
+// boltOnly skips a test that looks inside the bbolt file when the package's
+// tests run on another backend.
+func boltOnly(t testing.TB) {
+	t.Helper()
+	if testBackend != "" && testBackend != BackendBolt {
+		t.Skipf("inspects the bbolt file; the tests run on %s", testBackend)
+	}
+}
 
 // ent builds an entry with every field set.
 func ent(index, term uint64, data string) *raftpb.Entry {
@@ -109,13 +125,27 @@ func rewriteKey(t testing.TB, path string, bucket, key, value []byte) {
 	require.NoError(t, db.Close())
 }
 
-type boltTx = bolt.Tx
+type rawTx = bolt.Tx
 
 func openRaw(t testing.TB, path string) *bolt.DB {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
 	return db
+}
+
+// breakDisk makes e's commits fail from now on: with bbolt, by closing its
+// file (its writes fail with EBADF); with Pebble, through diskfault. heal
+// ends the fault (for a reopen).
+func breakDisk(t testing.TB, e *Engine) (heal func()) {
+	t.Helper()
+	if e.pdb == nil {
+		require.NoError(t, e.file.Close())
+		return func() {}
+	}
+	diskfault.FailNext(e.dir, 1<<30)
+	t.Cleanup(func() { diskfault.Clear(e.dir) })
+	return func() { diskfault.Clear(e.dir) }
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }

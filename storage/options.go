@@ -58,6 +58,11 @@ type Options struct {
 	// as ErrCorrupt instead of crashing bbolt, which can descend a corrupt
 	// tree forever. Skip it only for very large files you trust.
 	NoOpenCheck bool
+
+	// Backend is the key-value store under the data dir (see
+	// EngineOptions.Backend). Zero means the one the data dir holds
+	// (BackendBolt for a new one).
+	Backend Backend
 }
 
 // Validate reports every invalid field of o, each naming the field and its
@@ -69,6 +74,9 @@ func (o Options) Validate() error {
 	}
 	if o.KeepSnapshots < 0 {
 		errs = append(errs, fmt.Errorf("storage: KeepSnapshots (%d) must be >= 0", o.KeepSnapshots))
+	}
+	if err := (EngineOptions{Backend: o.Backend}).Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -92,7 +100,7 @@ func (o Options) withDefaults() Options {
 
 // engine and group split o into what OpenEngine and Engine.Group take.
 func (o Options) engine() EngineOptions {
-	return EngineOptions{NoSync: o.NoSync, Logger: o.Logger, LockTimeout: o.LockTimeout, NoOpenCheck: o.NoOpenCheck}
+	return EngineOptions{NoSync: o.NoSync, Logger: o.Logger, LockTimeout: o.LockTimeout, NoOpenCheck: o.NoOpenCheck, Backend: o.Backend}
 }
 
 func (o Options) group() GroupOptions {
@@ -126,13 +134,40 @@ type EngineOptions struct {
 	// oldest entries as it appends. Zero means DefaultEngineTailCacheBytes
 	// (256 MiB); negative means no bound beyond the groups' own.
 	TailCacheBytes int64
+
+	// Backend is the key-value store under the engine: BackendBolt or
+	// BackendPebble. A data dir holds one backend's files for good:
+	// OpenEngine refuses a data dir written by the other with ErrBackend.
+	// Zero means the backend the data dir holds, and BackendBolt for a new
+	// one.
+	Backend Backend
 }
+
+// Backend names the key-value store an Engine keeps its records in.
+type Backend string
+
+const (
+	// BackendBolt keeps the records in one bbolt file (understudy.db):
+	// a B+tree, each commit copying the pages it touches and syncing
+	// twice. The default: the fastest for one group, and one file.
+	BackendBolt Backend = "bbolt"
+	// BackendPebble keeps them in a Pebble database (the pebble directory):
+	// each commit appended to its write-ahead log and synced once, so a
+	// commit costs its bytes whatever number of groups it carries. For a
+	// host with many active groups (see docs/architecture.md).
+	BackendPebble Backend = "pebble"
+)
 
 // Validate reports every invalid field of o, each naming the field and its
 // value. Zero values are valid.
 func (o EngineOptions) Validate() error {
 	if o.LockTimeout < 0 {
 		return fmt.Errorf("storage: LockTimeout (%v) must be >= 0", o.LockTimeout)
+	}
+	switch o.Backend {
+	case "", BackendBolt, BackendPebble:
+	default:
+		return fmt.Errorf("storage: Backend (%q) must be %q or %q", o.Backend, BackendBolt, BackendPebble)
 	}
 	return nil
 }

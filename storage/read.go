@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -92,7 +91,7 @@ func (s *Store) termLocked(i uint64) (uint64, error) {
 	}
 	s.m.tailMisses.Add(1)
 	var term uint64
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		var key [8]byte
 		v := tx.Bucket(s.logBucket).Get(indexKey(key[:0], i))
 		if v == nil {
@@ -147,7 +146,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 			end = s.tail.start
 		}
 		stop := false
-		err := s.view(func(tx *bolt.Tx) error {
+		err := s.view(func(tx kvTx) error {
 			var key [8]byte
 			var a entryAlloc
 			c := tx.Bucket(s.logBucket).Cursor()

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -93,7 +92,7 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io
 		s.wmu.Unlock()
 		return nil, ErrSnapOutOfDate
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		return tx.Bucket(s.stateBucket).Put(snapshotKey, rec)
 	})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -140,7 +139,7 @@ func Open(dir string, opts Options) (*Store, error) {
 // the format version and the names of every bucket and key at OpenEngine.
 func (s *Store) load() error {
 	fresh := false
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx kvTx) error {
 		// A group seen for the first time has neither bucket; one without
 		// the other is damage, not a new group.
 		hasState, hasLog := tx.Bucket(s.stateBucket) != nil, tx.Bucket(s.logBucket) != nil
@@ -154,12 +153,12 @@ func (s *Store) load() error {
 		return err
 	}
 	if fresh {
-		err := s.update(func(tx *bolt.Tx) error { return s.e.createGroupBuckets(tx, s.opts.GroupID) })
+		err := s.update(func(tx kvTx) error { return s.e.createGroupBuckets(tx, s.opts.GroupID) })
 		if err != nil {
 			return fmt.Errorf("storage: initialise group %d in %s: %w", s.opts.GroupID, s.dbPath, err)
 		}
 	}
-	err = s.view(func(tx *bolt.Tx) error {
+	err = s.view(func(tx kvTx) error {
 		sb := tx.Bucket(s.stateBucket)
 		if sb.Get(removedKey) != nil {
 			return fmt.Errorf("%w: %s (group %d)", ErrRemoved, s.dir, s.opts.GroupID)
@@ -213,7 +212,7 @@ func (s *Store) load() error {
 }
 
 // loadLog finds the last index and fills the tail from the end of the log.
-func (s *Store) loadLog(tx *bolt.Tx) error {
+func (s *Store) loadLog(tx kvTx) error {
 	c := tx.Bucket(s.logBucket).Cursor()
 	// Entries at or below s.dummy are compacted entries not deleted yet
 	// (see Compact): ignored, and deleted by the next Saves.
@@ -294,17 +293,17 @@ func (s *Store) GroupID() uint64 { return s.opts.GroupID }
 
 // view runs fn in a bbolt read transaction, turning a bbolt panic into a
 // *CorruptError.
-func (s *Store) view(fn func(*bolt.Tx) error) error { return s.e.view(fn) }
+func (s *Store) view(fn func(kvTx) error) error { return s.e.view(fn) }
 
 // update has the engine's committer run fn in its next transaction and
 // waits for the commit. The caller holds wmu (or is opening the group).
-func (s *Store) update(fn func(*bolt.Tx) error) error {
+func (s *Store) update(fn func(kvTx) error) error {
 	return s.updateAs(false, fn)
 }
 
 // updateAs is update; save says whether fn is a Save's (for the engine's
 // metrics).
-func (s *Store) updateAs(save bool, fn func(*bolt.Tx) error) error {
+func (s *Store) updateAs(save bool, fn func(kvTx) error) error {
 	dur, writeTime, err := s.e.commit(s.opts.GroupID, save, fn)
 	if err == nil {
 		s.m.commits.Add(1)

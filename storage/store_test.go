@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -65,7 +64,7 @@ func TestSaveAndReopen(t *testing.T) {
 
 func TestEntriesMaxSize(t *testing.T) {
 	for _, tailBytes := range []int64{-1, 300, 0} {
-		s := open(t, t.TempDir(), Options{NoSync: true, TailCacheBytes: tailBytes})
+		s := open(t, t.TempDir(), Options{Backend: testBackend, NoSync: true, TailCacheBytes: tailBytes})
 		es := ents(1, 11, 1)
 		require.NoError(t, s.Save(nil, es, nil))
 		one := uint64(proto.Size(es[0]))
@@ -209,13 +208,13 @@ func TestMarkRemoved(t *testing.T) {
 	_, err = Open(dir, testOpts())
 	require.ErrorIs(t, err, ErrRemoved)
 	// Another group in the same file is not removed.
-	s = open(t, dir, Options{NoSync: true, GroupID: 2})
+	s = open(t, dir, Options{Backend: testBackend, NoSync: true, GroupID: 2})
 	require.NoError(t, s.Close())
 }
 
 func TestGroupsAreSeparate(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir, Options{NoSync: true, GroupID: 5})
+	s := open(t, dir, Options{Backend: testBackend, NoSync: true, GroupID: 5})
 	require.NoError(t, s.Save(hardState(1, 0, 0), ents(1, 4, 1), nil))
 	require.NoError(t, s.Close())
 	s = open(t, dir, testOpts())
@@ -224,6 +223,7 @@ func TestGroupsAreSeparate(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	boltOnly(t) // it edits the bbolt file
 	dir := t.TempDir()
 	s, err := Open(dir, testOpts())
 	require.NoError(t, err)
@@ -235,12 +235,12 @@ func TestVersion(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	err := Options{LockTimeout: -1, KeepSnapshots: -2}.Validate()
+	err := Options{Backend: testBackend, LockTimeout: -1, KeepSnapshots: -2}.Validate()
 	require.ErrorContains(t, err, "LockTimeout (-1ns)")
 	require.ErrorContains(t, err, "KeepSnapshots (-2)")
-	_, err = Open(t.TempDir(), Options{KeepSnapshots: -1})
+	_, err = Open(t.TempDir(), Options{Backend: testBackend, KeepSnapshots: -1})
 	require.Error(t, err)
-	require.NoError(t, Options{}.Validate())
+	require.NoError(t, Options{Backend: testBackend}.Validate())
 }
 
 func TestOpenNotADir(t *testing.T) {
@@ -253,7 +253,7 @@ func TestOpenNotADir(t *testing.T) {
 // TestConcurrent runs the node's three kinds of callers at once; -race checks
 // the locking, the assertions check that readers never see a torn state.
 func TestConcurrent(t *testing.T) {
-	s := open(t, t.TempDir(), Options{NoSync: true, TailCacheBytes: 4 << 10})
+	s := open(t, t.TempDir(), Options{Backend: testBackend, NoSync: true, TailCacheBytes: 4 << 10})
 	const n = 600
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -353,10 +353,10 @@ func TestFailedCommitStopsWrites(t *testing.T) {
 	s, err := Open(dir, testOpts())
 	require.NoError(t, err)
 	require.NoError(t, s.Save(hardState(1, 1, 2), ents(1, 3, 1), nil))
-	require.NoError(t, s.e.file.Close())
+	heal := breakDisk(t, s.e)
 	err = s.Save(hardState(1, 1, 3), ents(3, 4, 1), nil)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), dbFileName)
+	require.Contains(t, err.Error(), s.e.dbPath)
 	for _, err := range []error{
 		s.Save(nil, ents(3, 4, 1), nil),
 		s.Compact(1),
@@ -371,6 +371,7 @@ func TestFailedCommitStopsWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), li, "the failed Save is not visible")
 	_ = s.Close() // bbolt's Close reports the closed file
+	heal()
 
 	s = open(t, dir, testOpts())
 	hs, _, err := s.InitialState()
@@ -398,10 +399,11 @@ func TestApplySnapshotAndMetrics(t *testing.T) {
 // closed.
 func logKeys(t *testing.T, s *Store) []uint64 {
 	t.Helper()
-	db := openRaw(t, s.dbPath)
-	defer db.Close()
+	e, err := OpenEngine(s.dir, EngineOptions{Backend: testBackend, NoSync: true})
+	require.NoError(t, err)
+	defer e.Close()
 	var keys []uint64
-	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+	require.NoError(t, e.view(func(tx kvTx) error {
 		return tx.Bucket(s.logBucket).ForEach(func(k, _ []byte) error {
 			keys = append(keys, binary.BigEndian.Uint64(k))
 			return nil

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -126,7 +125,7 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 
 	garbage := s.garbage
 	commit := func() error {
-		return s.updateAs(true, func(tx *bolt.Tx) error {
+		return s.updateAs(true, func(tx kvTx) error {
 			sb := tx.Bucket(s.stateBucket)
 			if hasSnap {
 				if err := sb.Put(snapshotKey, snapRec); err != nil {
@@ -142,7 +141,7 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 				}
 			}
 			lb := tx.Bucket(s.logBucket)
-			lb.FillPercent = 1 // keys only ever grow: pack the pages
+			lb.Append() // keys only ever grow: pack the pages
 			if s.garbage != 0 {
 				if hasSnap && s.last > s.dummy {
 					garbage = 0 // the bucket was emptied
@@ -272,7 +271,7 @@ func (s *Store) Compact(index uint64) error {
 	s.dummy, s.dummyTerm = index, term
 	s.tail.compact(index)
 	s.mu.Unlock()
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx kvTx) error {
 		return tx.Bucket(s.stateBucket).Put(boundsKey, appendUvarints(nil, index, term, last))
 	})
 	if err != nil {
@@ -293,7 +292,7 @@ const garbagePerSave = 64
 // deleteGarbage deletes, in a Save's transaction, up to budget of the
 // compacted entries still in bbolt, oldest first, and returns the next
 // value of s.garbage. The caller holds wmu.
-func (s *Store) deleteGarbage(lb *bolt.Bucket, dummy uint64, budget int) (uint64, error) {
+func (s *Store) deleteGarbage(lb kvBucket, dummy uint64, budget int) (uint64, error) {
 	if s.garbage == 0 || s.garbage > dummy {
 		return 0, nil
 	}
@@ -344,7 +343,7 @@ func (s *Store) SetIdentity(id Identity) error {
 	if cur == id {
 		return nil
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		return tx.Bucket(s.stateBucket).Put(identityKey, appendUvarints(nil, id.ClusterID, id.MemberID))
 	})
 	if err != nil {
@@ -365,7 +364,7 @@ func (s *Store) MarkRemoved() error {
 	if err := s.writable(); err != nil {
 		return err
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx kvTx) error {
 		return tx.Bucket(s.stateBucket).Put(removedKey, seal([]byte("removed"), 0))
 	})
 	if err != nil {

@@ -112,7 +112,7 @@ func (r *hostsRig) up(ctx context.Context, i int) {
 	}
 	h, err := understudy.NewHost(understudy.HostConfig{
 		DataDir: r.dataDir(i), Listener: ln, AdvertisePeer: r.proxies[i].Addr(),
-		Storage: storage.EngineOptions{NoSync: true},
+		Storage: storage.EngineOptions{NoSync: true, Backend: storageBackend},
 	})
 	if err != nil {
 		r.t.Fatal(err)
@@ -241,7 +241,7 @@ func TestHostsUnderFaults(t *testing.T) {
 		t.Cleanup(r.spareProxy.Close)
 		if r.spare, err = understudy.NewHost(understudy.HostConfig{
 			DataDir: filepath.Join(r.dir, "spare"), Listener: ln, AdvertisePeer: r.spareProxy.Addr(),
-			Storage: storage.EngineOptions{NoSync: true},
+			Storage: storage.EngineOptions{NoSync: true, Backend: storageBackend},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -404,3 +404,7 @@ func (r *hostsRig) leaderOf(g uint64) *understudy.Group {
 	}
 	return nil
 }
+
+// storageBackend is the hosts' storage backend: UNDERSTUDY_STORAGE_BACKEND
+// (.ci/run runs TestHostsUnderFaults on Pebble as well), or the default.
+var storageBackend = storage.Backend(os.Getenv("UNDERSTUDY_STORAGE_BACKEND"))

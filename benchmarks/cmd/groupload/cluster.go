@@ -38,6 +38,8 @@ type clusterOptions struct {
 	tick time.Duration
 	// tailCache is storage.GroupOptions.TailCacheBytes (0: the default).
 	tailCache int64
+	// backend is storage.EngineOptions.Backend (empty: the default).
+	backend storage.Backend
 	// startParallel bounds the StartGroup / Start calls in flight per host.
 	startParallel int
 	logger        *slog.Logger
@@ -106,6 +108,7 @@ func (c *cluster) startHosts(ctx context.Context, n int, dir string, o clusterOp
 			Listener:      ln,
 			AdvertisePeer: ln.Addr().String(),
 			Logger:        o.logger,
+			Storage:       storage.EngineOptions{Backend: o.backend},
 		})
 		if err != nil {
 			return fmt.Errorf("host %d: %w", i, err)
@@ -179,7 +182,7 @@ func (c *cluster) startProcesses(ctx context.Context, n int, dir string, o clust
 			ClusterToken:   fmt.Sprintf("groupload-%d", groupID(g)),
 			Logger:         o.logger,
 			Raft:           c.raftConfig(o),
-			Storage:        storage.Options{TailCacheBytes: o.tailCache},
+			Storage:        storage.Options{TailCacheBytes: o.tailCache, Backend: o.backend},
 		}, kv.New())
 	})
 	mu.Lock()

@@ -62,6 +62,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/understudy-raft/understudy/storage"
 	"io"
 	"log/slog"
 	"os"
@@ -86,6 +87,7 @@ type config struct {
 	idle          time.Duration
 	tick          time.Duration
 	tailCache     int64
+	backend       string
 	startParallel int
 	startTimeout  time.Duration
 	cpuProfile    string
@@ -110,6 +112,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
+	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
@@ -247,7 +250,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, tailCache: cfg.tailCache, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 	})
 	cancel()
 	if err != nil {

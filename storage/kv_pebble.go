@@ -1,0 +1,372 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The Pebble backend: an LSM whose write-ahead log takes every commit, so
+// that a commit costs its bytes and one fsync whatever number of groups it
+// carries (bbolt copies a few pages per group touched and syncs twice). The
+// engine keeps its committer: one commit (one indexed batch) at a time,
+// carrying every group's queued writes.
+//
+// Buckets become key prefixes:
+//
+//	'b' name              a bucket (empty value)
+//	'k' name 0x00 key     a key of bucket name (bucket names hold no 0x00)
+//
+// so a bucket's keys are one contiguous range, deleted with one range
+// deletion, and the buckets are listed without reading their keys.
+
+// pebbleDirName is the Pebble database inside a data dir.
+const (
+	pebbleDirName  = "pebble"
+	pebbleLockName = "pebble.lock"
+)
+
+// pebbleDB is an open Pebble database and how its commits are synced.
+type pebbleDB struct {
+	db    *pebble.DB
+	write *pebble.WriteOptions
+	path  string
+}
+
+// openPebble opens (creating it if needed) the Pebble database of a data dir.
+func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, error) {
+	po := &pebble.Options{
+		Logger:       pebbleLogger{log},
+		MemTableSize: 32 << 20,
+	}
+	db, err := pebble.Open(path, po)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	w := pebble.Sync
+	if opts.NoSync {
+		w = pebble.NoSync
+	}
+	return &pebbleDB{db: db, write: w, path: path}, nil
+}
+
+func (p *pebbleDB) close() error {
+	if err := p.db.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", p.path, err)
+	}
+	return nil
+}
+
+// view runs fn over the database's committed state. The Store's locks, not
+// a snapshot, keep a reader from keys a concurrent commit changes (see
+// Store.mu), as they do with bbolt.
+func (p *pebbleDB) view(fn func(kvTx) error) error {
+	t := &pebbleTx{r: p.db}
+	err := fn(t)
+	if cerr := t.closeIters(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// update runs fn in an indexed batch (it sees its own writes) and commits it,
+// synced unless NoSync. It returns the time the commit took.
+func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
+	b := p.db.NewIndexedBatch()
+	defer b.Close()
+	t := &pebbleTx{r: b, b: b}
+	err := fn(t)
+	if cerr := t.closeIters(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := b.Commit(p.write); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// pebbleTx is a transaction: reads from r (the DB, or the batch, which
+// reads through it), writes to b (nil in a view).
+type pebbleTx struct {
+	r     pebble.Reader
+	b     *pebble.Batch
+	iters []*pebble.Iterator
+}
+
+var errReadOnly = errors.New("write in a read-only transaction")
+
+func bucketKey(name []byte) []byte {
+	k := make([]byte, 0, 1+len(name))
+	return append(append(k, 'b'), name...)
+}
+
+// dataPrefix returns 'k' name 0x00, the prefix of bucket name's keys.
+func dataPrefix(name []byte) []byte {
+	k := make([]byte, 0, 2+len(name))
+	return append(append(append(k, 'k'), name...), 0)
+}
+
+// prefixEnd returns the first key after every key with prefix p (p ends in
+// a byte below 0xff, as dataPrefix's and bucketKey's do).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	end[len(end)-1]++
+	return end
+}
+
+func (t *pebbleTx) get(key []byte) ([]byte, error) {
+	v, closer, err := t.r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := append(make([]byte, 0, len(v)), v...)
+	return out, closer.Close()
+}
+
+func (t *pebbleTx) exists(name []byte) bool {
+	v, err := t.get(bucketKey(name))
+	return err == nil && v != nil
+}
+
+func (t *pebbleTx) Bucket(name []byte) kvBucket {
+	if !t.exists(name) {
+		return nil
+	}
+	return &pebbleBucket{t: t, prefix: dataPrefix(name)}
+}
+
+func (t *pebbleTx) CreateBucket(name []byte) (kvBucket, error) {
+	if t.b == nil {
+		return nil, errReadOnly
+	}
+	if t.exists(name) {
+		return nil, fmt.Errorf("bucket %q exists", name)
+	}
+	if err := t.b.Set(bucketKey(name), []byte{}, nil); err != nil {
+		return nil, err
+	}
+	return &pebbleBucket{t: t, prefix: dataPrefix(name)}, nil
+}
+
+func (t *pebbleTx) CreateBucketIfNotExists(name []byte) (kvBucket, error) {
+	if b := t.Bucket(name); b != nil {
+		return b, nil
+	}
+	return t.CreateBucket(name)
+}
+
+func (t *pebbleTx) DeleteBucket(name []byte) error {
+	if t.b == nil {
+		return errReadOnly
+	}
+	if !t.exists(name) {
+		return errBucketNotFound
+	}
+	p := dataPrefix(name)
+	if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
+		return err
+	}
+	return t.b.Delete(bucketKey(name), nil)
+}
+
+func (t *pebbleTx) iter(lower, upper []byte) (*pebble.Iterator, error) {
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	t.iters = append(t.iters, it)
+	return it, nil
+}
+
+func (t *pebbleTx) closeIters() error {
+	var first error
+	for _, it := range t.iters {
+		if err := it.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	t.iters = nil
+	return first
+}
+
+func (t *pebbleTx) ForEachBucket(fn func(name []byte, b kvBucket) error) error {
+	it, err := t.iter([]byte{'b'}, []byte{'b' + 1})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		name := append([]byte(nil), it.Key()[1:]...)
+		if err := fn(name, &pebbleBucket{t: t, prefix: dataPrefix(name)}); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+func (t *pebbleTx) BucketsFrom(prefix []byte, limit int) ([][]byte, error) {
+	lower := bucketKey(prefix)
+	it, err := t.iter(lower, []byte{'b' + 1})
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for ok := it.First(); ok && hasPrefix(it.Key(), lower); ok = it.Next() {
+		out = append(out, append([]byte(nil), it.Key()[1:]...))
+		if limit > 0 && len(out) == limit {
+			break
+		}
+	}
+	return out, it.Error()
+}
+
+// pebbleBucket is a bucket: the keys under prefix.
+type pebbleBucket struct {
+	t      *pebbleTx
+	prefix []byte
+	buf    []byte
+}
+
+func (b *pebbleBucket) key(k []byte) []byte {
+	b.buf = append(append(b.buf[:0], b.prefix...), k...)
+	return b.buf
+}
+
+func (b *pebbleBucket) Get(key []byte) []byte {
+	v, err := b.t.get(b.key(key))
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+func (b *pebbleBucket) Put(key, value []byte) error {
+	if b.t.b == nil {
+		return errReadOnly
+	}
+	return b.t.b.Set(b.key(key), value, nil)
+}
+
+func (b *pebbleBucket) Delete(key []byte) error {
+	if b.t.b == nil {
+		return errReadOnly
+	}
+	return b.t.b.Delete(b.key(key), nil)
+}
+
+func (b *pebbleBucket) Append() {}
+
+func (b *pebbleBucket) Cursor() kvCursor {
+	it, err := b.t.iter(b.prefix, prefixEnd(b.prefix))
+	return &pebbleCursor{it: it, err: err, n: len(b.prefix), b: b}
+}
+
+func (b *pebbleBucket) ForEach(fn func(k, v []byte) error) error {
+	c := b.Cursor().(*pebbleCursor)
+	if c.err != nil {
+		return c.err
+	}
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return c.it.Error()
+}
+
+// pebbleCursor is a bucket's iterator; its keys are returned without the
+// bucket's prefix.
+type pebbleCursor struct {
+	it  *pebble.Iterator
+	err error
+	n   int
+	b   *pebbleBucket
+	buf []byte
+}
+
+func (c *pebbleCursor) at(ok bool) ([]byte, []byte) {
+	if !ok {
+		return nil, nil
+	}
+	return c.it.Key()[c.n:], c.it.Value()
+}
+
+func (c *pebbleCursor) First() ([]byte, []byte) {
+	if c.err != nil {
+		return nil, nil
+	}
+	return c.at(c.it.First())
+}
+
+func (c *pebbleCursor) Last() ([]byte, []byte) {
+	if c.err != nil {
+		return nil, nil
+	}
+	return c.at(c.it.Last())
+}
+
+func (c *pebbleCursor) Seek(key []byte) ([]byte, []byte) {
+	if c.err != nil {
+		return nil, nil
+	}
+	c.buf = append(append(c.buf[:0], c.b.prefix...), key...)
+	return c.at(c.it.SeekGE(c.buf))
+}
+
+func (c *pebbleCursor) Next() ([]byte, []byte) {
+	if c.err != nil {
+		return nil, nil
+	}
+	return c.at(c.it.Next())
+}
+
+func (c *pebbleCursor) Prev() ([]byte, []byte) {
+	if c.err != nil {
+		return nil, nil
+	}
+	return c.at(c.it.Prev())
+}
+
+// pebbleLogger sends Pebble's log lines to the engine's logger: its
+// informational lines (flushes, compactions) at debug level.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.log.Error("pebble: fatal: " + msg)
+	panic("pebble: " + msg)
+}
+
+// dirHolds reports which backends' files the data dir dir holds.
+func dirHolds(dir string) (bolt, peb bool, err error) {
+	if fi, err := os.Stat(filepath.Join(dir, dbFileName)); err == nil {
+		bolt = fi.Size() > 0
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, false, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, pebbleDirName)); err == nil {
+		peb = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, false, err
+	}
+	return bolt, peb, nil
+}
