@@ -39,15 +39,21 @@
 // group, where its commit is as fast and the data dir is one file. A data
 // dir keeps the backend it was created with: the zero Backend opens the one
 // it holds (bbolt for a new dir), and asking for the other returns
-// ErrBackend; there is no conversion between them. The package's tests run
+// ErrBackend; there is no conversion between them. A Pebble data dir's
+// bbolt file holds format version 100, which releases that know only bbolt
+// refuse (ErrVersion) rather than start afresh beside the records. The package's tests run
 // on either (UNDERSTUDY_STORAGE_BACKEND=pebble).
 //
 // # On-disk layout
 //
 // A data dir holds:
 //
-//	understudy.db                 the bbolt file (format below), or
-//	pebble/, pebble.lock          the Pebble database and the data dir's lock
+//	understudy.db                 the bbolt file (format below); with
+//	                              BackendPebble, only a marker (format
+//	                              version 100: the records are in pebble/)
+//	                              and the data dir's lock
+//	pebble/                       BackendPebble: the Pebble database, whose
+//	                              keys hold the buckets below
 //	snap/<group>-<term>-<index>.snap
 //	                              snapshot files, three 16-digit hex numbers
 //	snap/<name>.tmp-<random>      a snapshot being written; removed by

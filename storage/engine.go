@@ -40,10 +40,9 @@ type Engine struct {
 	dir, dbPath, snapDir string
 	opts                 EngineOptions
 	log                  *slog.Logger
-	db                   *bolt.DB  // BackendBolt
+	db                   *bolt.DB  // the records (BackendBolt), or the marker of a Pebble data dir
 	file                 *os.File  // bbolt's file, closed directly if bbolt panicked
-	pdb                  *pebbleDB // BackendPebble
-	lockFile             *os.File  // BackendPebble: the data dir's lock
+	pdb                  *pebbleDB // BackendPebble: the records
 
 	// poisoned is set when bbolt panicked: its locks may be held and its
 	// state is unknown, so no later call enters bbolt (they return the
@@ -95,41 +94,38 @@ func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
 	if err := os.MkdirAll(e.snapDir, 0o750); err != nil {
 		return nil, fmt.Errorf("storage: create data dir: %w", err)
 	}
-	hasBolt, hasPebble, err := dirHolds(dir)
+	// The bbolt file is always there: it holds the records (BackendBolt),
+	// or only a marker saying they are in the Pebble database. Either way
+	// it is the data dir's lock, and a release that knows only bbolt
+	// refuses a Pebble data dir with ErrVersion instead of starting afresh
+	// beside it.
+	db, file, err := openBolt(e.dbPath, opts)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+		return nil, err
 	}
-	if e.opts.Backend == "" {
-		e.opts.Backend = BackendBolt
-		if hasPebble && !hasBolt {
-			e.opts.Backend = BackendPebble
+	e.db, e.file = db, file
+	if !opts.NoOpenCheck {
+		if err := checkBoltStructure(file); err != nil {
+			_ = e.closeDB()
+			return nil, &CorruptError{File: e.dbPath, Detail: "damaged page structure", Err: err}
 		}
+	}
+	mark, err := e.chooseBackend()
+	if err != nil {
+		_ = e.closeDB()
+		return nil, err
 	}
 	if e.opts.Backend == BackendPebble {
-		if hasBolt {
-			return nil, fmt.Errorf("%w: %s holds a bbolt file (%s); open it with Backend %q", ErrBackend, dir, dbFileName, BackendBolt)
-		}
-		e.dbPath = filepath.Join(dir, pebbleDirName)
-		if e.lockFile, err = lockDir(filepath.Join(dir, pebbleLockName), opts.LockTimeout); err != nil {
+		path := filepath.Join(dir, pebbleDirName)
+		if e.pdb, err = openPebble(path, opts, e.log); err != nil {
+			_ = e.closeDB()
 			return nil, err
 		}
-		if e.pdb, err = openPebble(e.dbPath, opts, e.log); err != nil {
-			_ = releaseLock(e.lockFile)
-			return nil, err
-		}
-	} else {
-		if hasPebble {
-			return nil, fmt.Errorf("%w: %s holds a Pebble database (%s/); open it with Backend %q", ErrBackend, dir, pebbleDirName, BackendPebble)
-		}
-		db, file, err := openBolt(e.dbPath, opts)
-		if err != nil {
-			return nil, err
-		}
-		e.db, e.file = db, file
-		if !opts.NoOpenCheck {
-			if err := checkBoltStructure(file); err != nil {
+		e.dbPath = path
+		if mark {
+			if err := e.writePebbleMarker(); err != nil {
 				_ = e.closeDB()
-				return nil, &CorruptError{File: e.dbPath, Detail: "damaged page structure", Err: err}
+				return nil, err
 			}
 		}
 	}
@@ -143,6 +139,85 @@ func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
 	}
 	e.log.Debug("storage engine opened", "dir", dir)
 	return e, nil
+}
+
+// formatVersionPebbleMarker, the format version in the bbolt file of a
+// Pebble data dir, says that the records are in the Pebble database (whose
+// own meta bucket holds their format version). It is above every version a
+// release that knows only bbolt reads, so such a release refuses a Pebble
+// data dir with ErrVersion instead of starting afresh beside its records;
+// it is far above the bbolt format's versions, which future formats raise
+// one at a time.
+const formatVersionPebbleMarker = 100
+
+// chooseBackend sets e.opts.Backend to the data dir's, from its bbolt file
+// (open in e.db) and its Pebble directory, and reports whether the marker
+// of a Pebble data dir is still to be written (a new one, or one whose
+// creation a crash interrupted after Pebble's directory was made). Asking
+// for the other backend than the dir's is ErrBackend.
+func (e *Engine) chooseBackend() (mark bool, err error) {
+	var marker, empty bool
+	err = e.view(func(tx kvTx) error {
+		mb := tx.Bucket(metaBucket)
+		if mb == nil {
+			empty = tx.ForEachBucket(func([]byte, kvBucket) error { return errNotEmpty }) == nil
+			return nil
+		}
+		if v := mb.Get(versionKey); v != nil {
+			vs, err := decodeUvarints(v, 1)
+			marker = err == nil && vs[0] == formatVersionPebbleMarker
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	pebbleDir := filepath.Join(e.dir, pebbleDirName)
+	_, serr := os.Stat(pebbleDir)
+	hasPebble := serr == nil
+	if serr != nil && !errors.Is(serr, os.ErrNotExist) {
+		return false, fmt.Errorf("storage: open %s: %w", pebbleDir, serr)
+	}
+	asked := e.opts.Backend
+	switch {
+	case marker && !hasPebble:
+		return false, e.corrupt("", "the data dir's records are in a Pebble database, and "+pebbleDir+" is missing", nil)
+	case marker || (empty && hasPebble):
+		if asked == BackendBolt {
+			return false, fmt.Errorf("%w: %s holds a Pebble database (%s); open it with Backend %q", ErrBackend, e.dir, pebbleDirName, BackendPebble)
+		}
+		e.opts.Backend = BackendPebble
+		return !marker, nil
+	case empty:
+		if asked == "" {
+			e.opts.Backend = BackendBolt
+		}
+		return e.opts.Backend == BackendPebble, nil
+	case hasPebble:
+		return false, e.corrupt("", "the data dir holds both bbolt records and a Pebble database ("+pebbleDir+")", nil)
+	}
+	if asked == BackendPebble {
+		return false, fmt.Errorf("%w: %s holds a bbolt file (%s); open it with Backend %q", ErrBackend, e.dir, dbFileName, BackendBolt)
+	}
+	e.opts.Backend = BackendBolt
+	return false, nil
+}
+
+// writePebbleMarker records in the bbolt file that the data dir's records
+// are in the Pebble database (formatVersionPebbleMarker). It runs at
+// OpenEngine, after Pebble created its directory.
+func (e *Engine) writePebbleMarker() error {
+	err := e.db.Update(func(tx *bolt.Tx) error {
+		mb, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		return mb.Put(versionKey, appendUvarints(nil, formatVersionPebbleMarker))
+	})
+	if err != nil {
+		return fmt.Errorf("storage: mark %s as a Pebble data dir: %w", e.dir, err)
+	}
+	return nil
 }
 
 // openBolt opens the bbolt file, turning a held lock into ErrLocked and a
@@ -567,24 +642,21 @@ func (e *Engine) Close() error {
 // locks may then be held, so DB.Close could block forever. The file lock is
 // released; bbolt's memory map stays mapped until the process exits.
 func (e *Engine) closeDB() error {
-	if e.pdb != nil {
-		err := e.pdb.close()
-		if lerr := releaseLock(e.lockFile); err == nil && lerr != nil {
-			err = fmt.Errorf("storage: unlock %s: %w", e.dir, lerr)
-		}
-		return err
-	}
-	if e.poisoned.Load() != nil {
+	if e.poisoned.Load() != nil { // Pebble too is left as it is
 		_ = unlockFile(e.file)
 		if err := e.file.Close(); err != nil {
 			return fmt.Errorf("storage: close %s: %w", e.dbPath, err)
 		}
 		return nil
 	}
-	if err := e.db.Close(); err != nil {
-		return fmt.Errorf("storage: close %s: %w", e.dbPath, err)
+	var perr error
+	if e.pdb != nil {
+		perr = e.pdb.close()
 	}
-	return nil
+	if err := e.db.Close(); err != nil {
+		return errors.Join(perr, fmt.Errorf("storage: close %s: %w", filepath.Join(e.dir, dbFileName), err))
+	}
+	return perr
 }
 
 // view runs fn in a read transaction of the backend, turning a panic of the

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -26,10 +24,7 @@ import (
 // deletion, and the buckets are listed without reading their keys.
 
 // pebbleDirName is the Pebble database inside a data dir.
-const (
-	pebbleDirName  = "pebble"
-	pebbleLockName = "pebble.lock"
-)
+const pebbleDirName = "pebble"
 
 // pebbleDB is an open Pebble database and how its commits are synced.
 type pebbleDB struct {
@@ -67,11 +62,7 @@ func (p *pebbleDB) close() error {
 // Store.mu), as they do with bbolt.
 func (p *pebbleDB) view(fn func(kvTx) error) error {
 	t := &pebbleTx{r: p.db}
-	err := fn(t)
-	if cerr := t.closeIters(); err == nil {
-		err = cerr
-	}
-	return err
+	return t.finish(fn(t))
 }
 
 // update runs fn in an indexed batch (it sees its own writes) and commits it,
@@ -80,11 +71,7 @@ func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	b := p.db.NewIndexedBatch()
 	defer b.Close()
 	t := &pebbleTx{r: b, b: b}
-	err := fn(t)
-	if cerr := t.closeIters(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := t.finish(fn(t)); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -100,6 +87,33 @@ type pebbleTx struct {
 	r     pebble.Reader
 	b     *pebble.Batch
 	iters []*pebble.Iterator
+	// err is the first read error: a Get or a cursor that failed answers
+	// like a missing key, and the transaction returns err (so a failed read
+	// never passes for an absent record).
+	err error
+}
+
+// readErr records a read error of the transaction.
+func (t *pebbleTx) readErr(err error) {
+	if err != nil && t.err == nil {
+		if errors.Is(err, pebble.ErrCorruption) {
+			err = &CorruptError{Detail: "Pebble read a damaged block", Err: err}
+		}
+		t.err = fmt.Errorf("pebble read: %w", err)
+	}
+}
+
+// finish closes the transaction's iterators and returns its first error:
+// fn's, then a read's, then closing's.
+func (t *pebbleTx) finish(err error) error {
+	cerr := t.closeIters()
+	if err == nil {
+		err = t.err
+	}
+	if err == nil {
+		err = cerr
+	}
+	return err
 }
 
 var errReadOnly = errors.New("write in a read-only transaction")
@@ -137,6 +151,7 @@ func (t *pebbleTx) get(key []byte) ([]byte, error) {
 
 func (t *pebbleTx) exists(name []byte) bool {
 	v, err := t.get(bucketKey(name))
+	t.readErr(err)
 	return err == nil && v != nil
 }
 
@@ -245,9 +260,7 @@ func (b *pebbleBucket) key(k []byte) []byte {
 
 func (b *pebbleBucket) Get(key []byte) []byte {
 	v, err := b.t.get(b.key(key))
-	if err != nil {
-		return nil
-	}
+	b.t.readErr(err)
 	return v
 }
 
@@ -269,6 +282,7 @@ func (b *pebbleBucket) Append() {}
 
 func (b *pebbleBucket) Cursor() kvCursor {
 	it, err := b.t.iter(b.prefix, prefixEnd(b.prefix))
+	b.t.readErr(err)
 	return &pebbleCursor{it: it, err: err, n: len(b.prefix), b: b}
 }
 
@@ -297,6 +311,7 @@ type pebbleCursor struct {
 
 func (c *pebbleCursor) at(ok bool) ([]byte, []byte) {
 	if !ok {
+		c.b.t.readErr(c.it.Error())
 		return nil, nil
 	}
 	return c.it.Key()[c.n:], c.it.Value()
@@ -354,19 +369,4 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error("pebble: fatal: " + msg)
 	panic("pebble: " + msg)
-}
-
-// dirHolds reports which backends' files the data dir dir holds.
-func dirHolds(dir string) (bolt, peb bool, err error) {
-	if fi, err := os.Stat(filepath.Join(dir, dbFileName)); err == nil {
-		bolt = fi.Size() > 0
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return false, false, err
-	}
-	if _, err := os.Stat(filepath.Join(dir, pebbleDirName)); err == nil {
-		peb = true
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return false, false, err
-	}
-	return bolt, peb, nil
 }

@@ -127,3 +127,29 @@ func TestPebbleCommitSeesItsOwnWrites(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, pebbleDirName))
 	require.NoError(t, err)
 }
+
+// A release that knows only bbolt (it reads format versions 1 and 2 from
+// understudy.db) refuses a Pebble data dir with ErrVersion, instead of
+// starting a new member beside its records; a Pebble data dir whose
+// database is gone is corrupt, not new.
+func TestPebbleDataDirRefusedByBboltOnlyReleases(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{NoSync: true, Backend: BackendPebble})
+	require.NoError(t, s.Save(hardState(1, 0, 3), ents(1, 4, 1), nil))
+	require.NoError(t, s.Close())
+
+	db := openRaw(t, filepath.Join(dir, dbFileName))
+	old := &Engine{dbPath: filepath.Join(dir, dbFileName)}
+	err := db.View(func(tx *rawTx) error {
+		_, err := old.readVersion(boltTx{tx}.Bucket(metaBucket), formatVersionManyGroups)
+		return err
+	})
+	require.ErrorIs(t, err, ErrVersion)
+	require.ErrorContains(t, err, "format version 100, this code reads 1 to 2")
+	require.NoError(t, db.Close())
+
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, pebbleDirName)))
+	_, err = OpenEngine(dir, EngineOptions{NoSync: true})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, "missing")
+}
