@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -31,6 +32,14 @@ type pebbleDB struct {
 	db    *pebble.DB
 	write *pebble.WriteOptions
 	path  string
+
+	// buckets is the set of buckets committed, kept in memory so that a
+	// transaction's Bucket is a map lookup, not a Pebble read (a Save looks
+	// up two). Loaded at open; a commit applies its creations and
+	// deletions once it is durable. Guarded by mu; commits run one at a
+	// time.
+	mu      sync.RWMutex
+	buckets map[string]struct{}
 }
 
 // openPebble opens (creating it if needed) the Pebble database of a data dir.
@@ -47,7 +56,19 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 	if opts.NoSync {
 		w = pebble.NoSync
 	}
-	return &pebbleDB{db: db, write: w, path: path}, nil
+	p := &pebbleDB{db: db, write: w, path: path, buckets: map[string]struct{}{}}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{'b'}, UpperBound: []byte{'b' + 1}})
+	if err == nil {
+		for ok := it.First(); ok; ok = it.Next() {
+			p.buckets[string(it.Key()[1:])] = struct{}{}
+		}
+		err = errors.Join(it.Error(), it.Close())
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("storage: open %s: listing buckets: %w", path, err)
+	}
+	return p, nil
 }
 
 func (p *pebbleDB) close() error {
@@ -61,7 +82,7 @@ func (p *pebbleDB) close() error {
 // a snapshot, keep a reader from keys a concurrent commit changes (see
 // Store.mu), as they do with bbolt.
 func (p *pebbleDB) view(fn func(kvTx) error) error {
-	t := &pebbleTx{r: p.db}
+	t := &pebbleTx{p: p, r: p.db}
 	return t.finish(fn(t))
 }
 
@@ -70,7 +91,7 @@ func (p *pebbleDB) view(fn func(kvTx) error) error {
 func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	b := p.db.NewIndexedBatch()
 	defer b.Close()
-	t := &pebbleTx{r: b, b: b}
+	t := &pebbleTx{p: p, r: b, b: b}
 	if err := t.finish(fn(t)); err != nil {
 		return 0, err
 	}
@@ -78,15 +99,31 @@ func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	if err := b.Commit(p.write); err != nil {
 		return 0, err
 	}
-	return time.Since(start), nil
+	d := time.Since(start)
+	if len(t.changed) > 0 {
+		p.mu.Lock()
+		for name, exists := range t.changed {
+			if exists {
+				p.buckets[name] = struct{}{}
+			} else {
+				delete(p.buckets, name)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return d, nil
 }
 
 // pebbleTx is a transaction: reads from r (the DB, or the batch, which
 // reads through it), writes to b (nil in a view).
 type pebbleTx struct {
-	r     pebble.Reader
-	b     *pebble.Batch
-	iters []*pebble.Iterator
+	p *pebbleDB
+	r pebble.Reader
+	// changed is the buckets this transaction created (true) or deleted
+	// (false), over p.buckets.
+	changed map[string]bool
+	b       *pebble.Batch
+	iters   []*pebble.Iterator
 	// err is the first read error: a Get or a cursor that failed answers
 	// like a missing key, and the transaction returns err (so a failed read
 	// never passes for an absent record).
@@ -150,9 +187,20 @@ func (t *pebbleTx) get(key []byte) ([]byte, error) {
 }
 
 func (t *pebbleTx) exists(name []byte) bool {
-	v, err := t.get(bucketKey(name))
-	t.readErr(err)
-	return err == nil && v != nil
+	if e, ok := t.changed[string(name)]; ok {
+		return e
+	}
+	t.p.mu.RLock()
+	_, ok := t.p.buckets[string(name)]
+	t.p.mu.RUnlock()
+	return ok
+}
+
+func (t *pebbleTx) change(name []byte, exists bool) {
+	if t.changed == nil {
+		t.changed = map[string]bool{}
+	}
+	t.changed[string(name)] = exists
 }
 
 func (t *pebbleTx) Bucket(name []byte) kvBucket {
@@ -172,6 +220,7 @@ func (t *pebbleTx) CreateBucket(name []byte) (kvBucket, error) {
 	if err := t.b.Set(bucketKey(name), []byte{}, nil); err != nil {
 		return nil, err
 	}
+	t.change(name, true)
 	return &pebbleBucket{t: t, prefix: dataPrefix(name)}, nil
 }
 
@@ -193,7 +242,11 @@ func (t *pebbleTx) DeleteBucket(name []byte) error {
 	if err := t.b.DeleteRange(p, prefixEnd(p), nil); err != nil {
 		return err
 	}
-	return t.b.Delete(bucketKey(name), nil)
+	if err := t.b.Delete(bucketKey(name), nil); err != nil {
+		return err
+	}
+	t.change(name, false)
+	return nil
 }
 
 func (t *pebbleTx) iter(lower, upper []byte) (*pebble.Iterator, error) {
