@@ -3,6 +3,9 @@ package raft
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
 
 	"github.com/understudy-raft/understudy/confchange"
 )
@@ -171,35 +174,56 @@ func decodeCommand(b []byte) (id requestID, rid RequestID, cmd []byte, err error
 	return id, rid, b[size:], nil
 }
 
-// dedupWindow remembers the request IDs of the last `size` applied commands,
-// deterministically (by log position, never by time), so that every member
-// skips the same duplicates. It is part of the snapshot. Its memory grows
-// with the IDs it holds: an idle member's windows are empty.
+// dedupWindow remembers the last `size` distinct request IDs added to it
+// (those of the applied commands), first in, first out: adding one it holds
+// changes nothing. It is deterministic (by log position, never by time), so
+// that every member skips the same duplicates, and part of the snapshot
+// (ids, reset).
+//
+// The IDs are kept in a ring, oldest at head, and found through an exact
+// index over the ring: an open-addressing hash table (linear probing,
+// deletion by backward shift, so no tombstones) of ring positions+1 (0 is a
+// free slot), uint16 while size <= 65535, else uint32, at most half full.
+// What it costs: nothing until the first add (an idle member's windows are
+// empty), then ring and index grow by doubling with the IDs held; a full
+// window of size n holds the ring, 16n bytes, and an index of the next power
+// of two >= 2n slots: 160 KiB for n = 8192 (a Go map in place of the index
+// made it about 560 KiB). An add hashes the ID, probes the index (about two
+// slots on average, each compared against the ring) and, when full, unlinks
+// the evicted ID (hashed again); it allocates only while the window grows.
+//
+// The hash is seeded per window at random: the seed decides only where an
+// ID sits in the index, never whether it is remembered, so members still
+// agree, while nobody choosing request IDs can aim them at one cluster of
+// slots.
 type dedupWindow struct {
 	size int
-	seen map[requestID]struct{}
-	ring []requestID // FIFO of remembered IDs, oldest at head
+	seed uint64
+	ring []requestID // FIFO of remembered IDs, oldest at head; cap <= size
 	head int
+	// The index, power-of-two length, at most half full: idx16 while
+	// size <= math.MaxUint16, else idx32 (the other stays nil).
+	idx16 []uint16
+	idx32 []uint32
 }
 
+// dedupMinIndex is the index length of a window's first add (smaller only
+// if the window is smaller: the next power of two >= 2×size).
+const dedupMinIndex = 16
+
 func newDedupWindow(size int) *dedupWindow {
-	return &dedupWindow{size: size, seen: make(map[requestID]struct{})}
+	if size < 1 || uint64(size) > math.MaxUint32 {
+		panic(fmt.Sprintf("raft: dedup window size %d out of range", size))
+	}
+	return &dedupWindow{size: size, seed: rand.Uint64()}
 }
 
 // add records id and reports whether it was new.
 func (d *dedupWindow) add(id requestID) bool {
-	if _, dup := d.seen[id]; dup {
-		return false
+	if d.size <= math.MaxUint16 {
+		return dedupAdd(d, &d.idx16, id)
 	}
-	d.seen[id] = struct{}{}
-	if len(d.ring) < d.size {
-		d.ring = append(d.ring, id)
-		return true
-	}
-	delete(d.seen, d.ring[d.head])
-	d.ring[d.head] = id
-	d.head = (d.head + 1) % d.size
-	return true
+	return dedupAdd(d, &d.idx32, id)
 }
 
 // ids returns the remembered IDs, oldest first.
@@ -209,12 +233,106 @@ func (d *dedupWindow) ids() []requestID {
 	return append(out, d.ring[:d.head]...)
 }
 
-// reset replaces the contents with ids (oldest first).
+// reset replaces the contents with ids (oldest first), as if added in that
+// order to an empty window. The memory is sized for them (none if empty).
 func (d *dedupWindow) reset(ids []requestID) {
-	d.seen = make(map[requestID]struct{}, min(len(ids), d.size))
-	d.ring = nil
-	d.head = 0
+	d.ring, d.idx16, d.idx32, d.head = nil, nil, nil, 0
+	if n := min(len(ids), d.size); n > 0 {
+		d.ring = make([]requestID, 0, n)
+		l := max(dedupIndexLen(n), min(dedupMinIndex, dedupIndexLen(d.size)))
+		if d.size <= math.MaxUint16 {
+			d.idx16 = make([]uint16, l)
+		} else {
+			d.idx32 = make([]uint32, l)
+		}
+	}
 	for _, id := range ids {
 		d.add(id)
 	}
+}
+
+// dedupIndexLen is the index length for n IDs: the next power of two >= 2n.
+func dedupIndexLen(n int) int {
+	return 1 << bits.Len(uint(2*n-1))
+}
+
+// hash mixes id with the window's seed (murmur3's finalizer): a proposer's
+// consecutive sequence numbers land on unrelated slots.
+func (d *dedupWindow) hash(id requestID) uint {
+	h := (id.proposer^d.seed)*0x9e3779b97f4a7c15 ^ id.seq
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return uint(h)
+}
+
+func dedupAdd[S uint16 | uint32](d *dedupWindow, index *[]S, id requestID) bool {
+	idx := *index
+	h := d.hash(id)
+	if len(idx) > 0 {
+		mask := uint(len(idx) - 1)
+		for i := h & mask; idx[i] != 0; i = (i + 1) & mask {
+			if d.ring[idx[i]-1] == id {
+				return false
+			}
+		}
+	}
+	if len(d.ring) < d.size { // not full yet: head is 0, the ring only grows
+		if len(d.ring) == cap(d.ring) {
+			ring := make([]requestID, len(d.ring), min(d.size, max(8, 2*cap(d.ring))))
+			copy(ring, d.ring)
+			d.ring = ring
+		}
+		d.ring = append(d.ring, id)
+		if 2*len(d.ring) > len(idx) {
+			idx = make([]S, max(2*len(idx), min(dedupMinIndex, dedupIndexLen(d.size))))
+			*index = idx
+			for p := range d.ring[:len(d.ring)-1] {
+				dedupInsert(idx, d.hash(d.ring[p]), S(p+1))
+			}
+		}
+		dedupInsert(idx, h, S(len(d.ring)))
+		return true
+	}
+	dedupDelete(d, idx, d.head)
+	d.ring[d.head] = id
+	dedupInsert(idx, h, S(d.head+1))
+	if d.head++; d.head == d.size {
+		d.head = 0
+	}
+	return true
+}
+
+// dedupInsert puts ring position+1 v into the first free slot from h.
+func dedupInsert[S uint16 | uint32](idx []S, h uint, v S) {
+	mask := uint(len(idx) - 1)
+	i := h & mask
+	for idx[i] != 0 {
+		i = (i + 1) & mask
+	}
+	idx[i] = v
+}
+
+// dedupDelete unlinks ring position p from the index and shifts back the
+// entries after it in its cluster that may move (Knuth's algorithm R), so a
+// probe still finds every remaining entry before the first free slot.
+func dedupDelete[S uint16 | uint32](d *dedupWindow, idx []S, p int) {
+	mask := uint(len(idx) - 1)
+	v := S(p + 1)
+	i := d.hash(d.ring[p]) & mask
+	for idx[i] != v {
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; idx[j] != 0; j = (j + 1) & mask {
+		// The entry at j may fill the hole at i unless its home slot k
+		// lies cyclically in (i, j].
+		k := d.hash(d.ring[idx[j]-1]) & mask
+		if (j-k)&mask >= (j-i)&mask {
+			idx[i] = idx[j]
+			i = j
+		}
+	}
+	idx[i] = 0
 }
