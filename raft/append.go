@@ -16,10 +16,12 @@ const maxAppendBatch = 256
 // the previous run are merged into one Save (up to maxAppendBatch; a
 // snapshot is saved on its own, after what came before) — one storage
 // commit for many Readys, which is where group commit comes from. It runs
-// on the scheduler's I/O workers: a Save waits for the storage's commit.
+// on the scheduler's I/O workers. On an AsyncStorage the write is queued
+// for the storage's next commit, and the task's next run waits for its
+// completion (saveAsync); otherwise the worker waits in Save.
 func (n *Node) runAppend() {
-	if !n.running.Load() || n.appendExited {
-		return
+	if !n.running.Load() || n.appendExited || n.saving.Load() {
+		return // (a SaveAsync in flight signals the task when it is done)
 	}
 	s := &n.saved
 	if !s.init {
@@ -45,6 +47,10 @@ func (n *Node) runAppend() {
 		return
 	}
 	s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+	if as, ok := n.store.(AsyncStorage); ok && !hasSnapshot(s.queued) {
+		n.saveAsync(as, s.queued)
+		return
+	}
 	if !n.saveSplit(s.queued) {
 		return
 	}
@@ -54,33 +60,74 @@ func (n *Node) runAppend() {
 	}
 }
 
-// saveSplit saves msgs in order, each snapshot on its own. It reports false
-// if the node must stop.
-func (n *Node) saveSplit(msgs []*raftpb.Message) bool {
-	s := &n.saved
-	start := 0
-	for i, m := range msgs {
-		if m.GetSnapshot() != nil {
-			if !n.saveBatch(msgs[start:i], &s.ents, &s.out) || !n.saveBatch(msgs[i:i+1], &s.ents, &s.out) {
-				return false
-			}
-			start = i + 1
-		}
-	}
-	return n.saveBatch(msgs[start:], &s.ents, &s.out)
+// AsyncStorage is a Storage whose Save can complete without its caller
+// waiting (storage.Store implements it). The node's append task then does
+// not hold an I/O worker while its write waits for the storage's commit:
+// done runs when the write is durable, on the goroutine that made the
+// commit, and must not block (the node's only queues the responses and
+// signals its tasks).
+type AsyncStorage interface {
+	// SaveAsync is Save, reporting its error to done instead of returning
+	// it. The node calls it with at most one write in flight.
+	SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error))
 }
 
-// saveBatch persists the merged batch with one Save and delivers the
-// responses. It returns false if the node must stop.
-func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out *[]*raftpb.Message) bool {
-	if len(batch) == 0 {
-		return true
+func hasSnapshot(msgs []*raftpb.Message) bool {
+	for _, m := range msgs {
+		if m.GetSnapshot() != nil {
+			return true
+		}
 	}
-	var (
-		hs   *raftpb.HardState
-		snap *raftpb.Snapshot
-		ents = (*entsBuf)[:0]
-	)
+	return false
+}
+
+// saveAsync is saveBatch for a batch without a snapshot on an AsyncStorage:
+// the responses are delivered, and the task signaled for its next batch,
+// when the write is durable.
+func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
+	s := &n.saved
+	hs, ents, _, write := n.mergeBatch(batch, s.ents[:0])
+	s.ents = ents
+	if !write {
+		n.deliver(batch)
+		n.batchDone()
+		return
+	}
+	n.saving.Store(true)
+	as.SaveAsync(hs, ents, nil, func(err error) {
+		if err != nil {
+			n.fail("persisting the log", err)
+		} else {
+			n.saved.pending = nil
+			if hs != nil {
+				n.saved.term, n.saved.vote = hs.GetTerm(), hs.GetVote()
+			}
+			n.deliver(batch)
+		}
+		n.batchDone()
+		n.saving.Store(false)
+		n.appendTask.Signal()
+	})
+}
+
+// batchDone clears the append task's buffers after a batch and signals the
+// task if more is queued.
+func (n *Node) batchDone() {
+	s := &n.saved
+	clear(s.ents)
+	s.ents = s.ents[:0]
+	clear(s.queued)
+	s.queued = s.queued[:0]
+	if n.appends.len() > 0 {
+		n.appendTask.Signal()
+	}
+}
+
+// mergeBatch merges a batch's writes into one: the last hard state, the
+// last snapshot, the entries (a later append replacing a conflicting tail).
+// write is false when nothing is to be written now: a commit-only hard
+// state is kept (saved.pending) for the next write instead.
+func (n *Node) mergeBatch(batch []*raftpb.Message, ents []*raftpb.Entry) (hs *raftpb.HardState, _ []*raftpb.Entry, snap *raftpb.Snapshot, write bool) {
 	for _, m := range batch {
 		if m.Term != nil { // Term, Vote and Commit are set together or not at all
 			hs = &raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
@@ -94,44 +141,22 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 		hs.GetTerm() == n.saved.term && hs.GetVote() == n.saved.vote
 	switch {
 	case commitOnly:
-		// Only the commit index moved. Raft does not need it durable (a
-		// restarted member learns it again; etcd raft's MustSync says the
-		// same), so it rides along with the next write instead of costing
-		// a commit of its own.
 		n.saved.pending = hs
+		return nil, ents, nil, false
 	case hs != nil || len(ents) > 0 || snap != nil:
 		if hs == nil {
 			hs = n.saved.pending
 		}
-		if err := n.store.Save(hs, ents, snap); err != nil {
-			n.fail("persisting the log", err)
-			return false
-		}
-		n.saved.pending = nil
-		if hs != nil {
-			n.saved.term, n.saved.vote = hs.GetTerm(), hs.GetVote()
-		}
+		return hs, ents, snap, true
 	}
-	clear(ents)
-	*entsBuf = ents[:0]
-	if snap != nil {
-		// The state machine must be restored from the snapshot before any
-		// later entry is applied; raft emits those only after it steps the
-		// response below, so queueing the restore first keeps the order.
-		files, err := n.openSnapFiles(snap)
-		if err != nil {
-			n.fail("opening a received snapshot", err)
-			return false
-		}
-		if !n.queueRestore(applyTask{snap: snap, files: files}) {
-			// The node stops: the snapshot is saved, and the next start
-			// restores from it. Persisting goes on — the appends the loop
-			// handed over are drained and the held-back commit index
-			// written (drainAppends, flushCommit) — so this is no failure.
-			files.close()
-		}
-	}
-	o := (*out)[:0]
+	return nil, ents, nil, false
+}
+
+// deliver sends the responses of a persisted batch: to the loop, or to
+// peers (a follower's ack leaves only after its fsync).
+func (n *Node) deliver(batch []*raftpb.Message) {
+	s := &n.saved
+	o := s.out[:0]
 	for _, m := range batch {
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == n.cfg.ID {
@@ -145,7 +170,55 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry, out 
 		n.tr.Send(o)
 	}
 	clear(o)
-	*out = o[:0]
+	s.out = o[:0]
+}
+
+// saveSplit saves msgs in order, each snapshot on its own. It reports false
+// if the node must stop.
+func (n *Node) saveSplit(msgs []*raftpb.Message) bool {
+	s := &n.saved
+	start := 0
+	for i, m := range msgs {
+		if m.GetSnapshot() != nil {
+			if !n.saveBatch(msgs[start:i], &s.ents) || !n.saveBatch(msgs[i:i+1], &s.ents) {
+				return false
+			}
+			start = i + 1
+		}
+	}
+	return n.saveBatch(msgs[start:], &s.ents)
+}
+
+// saveBatch persists the merged batch with one Save and delivers the
+// responses. It returns false if the node must stop.
+func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry) bool {
+	if len(batch) == 0 {
+		return true
+	}
+	hs, ents, snap, write := n.mergeBatch(batch, (*entsBuf)[:0])
+	if write {
+		if err := n.store.Save(hs, ents, snap); err != nil {
+			n.fail("persisting the log", err)
+			return false
+		}
+		n.saved.pending = nil
+		if hs != nil {
+			n.saved.term, n.saved.vote = hs.GetTerm(), hs.GetVote()
+		}
+	}
+	clear(ents)
+	*entsBuf = ents[:0]
+	if snap != nil {
+		files, err := n.openSnapFiles(snap)
+		if err != nil {
+			n.fail("opening a received snapshot", err)
+			return false
+		}
+		if !n.queueRestore(applyTask{snap: snap, files: files}) {
+			files.close()
+		}
+	}
+	n.deliver(batch)
 	return true
 }
 

@@ -99,9 +99,10 @@ type Node struct {
 	state     *watched[nodeState]
 	events    eventHub
 
-	loop  loopState   // owned by the run loop
-	apply applyState  // owned by the apply task
-	saved appendState // owned by the append task
+	loop   loopState   // owned by the run loop
+	apply  applyState  // owned by the apply task
+	saved  appendState // owned by the append task (and by a SaveAsync completion while saving)
+	saving atomic.Bool // a SaveAsync is in flight: the append task waits for its completion
 }
 
 // NewNode validates cfg and returns a node that is not started yet. store

@@ -17,9 +17,13 @@ import (
 //     Ready never blocks a worker: it hands the appends and the committed
 //     entries to the two pools below.
 //   - IOWorkers goroutines persist the nodes' appends (a node's appends in
-//     order, one worker at a time): a worker waits in the storage's
-//     commit, where the appends of up to IOWorkers nodes share one commit
-//     (the storage engine's group commit).
+//     order, one write at a time). On an AsyncStorage (storage.Store) a
+//     worker queues the write for the storage's next commit and moves on;
+//     the commit completes it (the node's responses are queued and its
+//     task signaled from the goroutine that made the commit), so workers
+//     wait only to make a commit themselves. On another Storage a worker
+//     waits in Save, and the appends of up to IOWorkers nodes share one
+//     commit.
 //   - ApplyWorkers goroutines apply committed entries to the state
 //     machines (a node's in order, one worker at a time), take the
 //     snapshots' state and restore received ones: a slow state machine

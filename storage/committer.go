@@ -17,33 +17,40 @@ import (
 // lone write is committed at once, and under load a commit carries whatever
 // arrived during the one before.
 //
-// The committer is not a goroutine of its own but a role, as in RocksDB's
-// write groups: a writer that finds no commit running commits its write
-// itself; one that finds a commit running queues its write for the next
-// commit, and the first writer of that next batch commits it when the
-// running commit hands over. A lone writer so pays no goroutine hand-off (two
-// wake-ups, about 10 µs per Save with NoSync on this 2-core machine), and
-// there is no goroutine to stop.
+// The committer is mostly a role, as in RocksDB's write groups: a writer
+// that finds no commit running commits its write itself; one that finds a
+// commit running queues its write for the next commit, and the first
+// synchronous writer of that next batch commits it when the running commit
+// hands over. A lone writer so pays no goroutine hand-off (two wake-ups,
+// about 10 µs per Save with NoSync on this 2-core machine). Asynchronous
+// writes (Store.SaveAsync, the append tasks' path) do not wait: a batch of
+// only those is handed to the engine's one commit goroutine, which commits
+// batches until none is queued or a synchronous writer takes the next one.
+// Whoever makes a commit calls the done callbacks of its asynchronous
+// writes after it, instead of waking one goroutine per group.
 //
 // A group has at most one write queued at a time (its writers hold its wmu
 // while they wait), so a commit carries one write per group it touches.
 
-// commitReq is one write: fn runs in the shared transaction.
+// commitReq is one write: fn runs in the shared transaction. done, for a
+// write queued with commitAsync, is called by the commit's leader after the
+// commit, with the batch's durations and error.
 type commitReq struct {
 	group uint64
 	save  bool
 	fn    func(kvTx) error
+	done  func(dur, writeTime time.Duration, err error)
 }
 
 // commitBatch is the writes one transaction carries. err, dur and writeTime
 // are set before done is closed.
 type commitBatch struct {
 	reqs      []commitReq
-	lead      chan struct{} // closed when the batch's first writer is to commit it
+	lead      chan struct{} // non-nil when a synchronous writer waits to commit it; closed when it is to
 	done      chan struct{}
 	err       error
 	dur       time.Duration // the whole transaction, fsyncs included
-	writeTime time.Duration // bbolt's write and sync time; 0 with NoSync
+	writeTime time.Duration // the backend's write and sync time; 0 with NoSync
 }
 
 type committer struct {
@@ -51,14 +58,39 @@ type committer struct {
 	busy    bool         // a commit is running (or handed over to the pending batch)
 	pending *commitBatch // the writes queued for the next commit; only while busy
 	stopped bool
+
+	// kick hands a pending batch of asynchronous writes only to the
+	// engine's commit goroutine (runCommitter): a writer that queued its
+	// write with commitAsync does not wait, so none of them can lead it.
+	kick chan *commitBatch
+	wg   sync.WaitGroup
 }
 
-// stopCommitter refuses every later write with ErrClosed. The engine calls it
-// once its groups are closed, so no write is running or queued.
+// startCommitter starts the commit goroutine, which commits the batches
+// of asynchronous writes that no synchronous writer leads.
+func (e *Engine) startCommitter() {
+	e.c.kick = make(chan *commitBatch, 1)
+	e.c.wg.Add(1)
+	go func() {
+		defer e.c.wg.Done()
+		for b := range e.c.kick {
+			e.lead(b, true)
+		}
+	}()
+}
+
+// stopCommitter refuses every later write with ErrClosed and stops the
+// commit goroutine. The engine calls it once its groups are closed, so no
+// write is running or queued.
 func (e *Engine) stopCommitter() {
 	e.c.mu.Lock()
+	stopped := e.c.stopped
 	e.c.stopped = true
 	e.c.mu.Unlock()
+	if !stopped && e.c.kick != nil {
+		close(e.c.kick)
+		e.c.wg.Wait()
+	}
 }
 
 // commit queues fn, a write of group, for the next commit and waits for it.
@@ -75,40 +107,93 @@ func (e *Engine) commit(group uint64, save bool, fn func(kvTx) error) (dur, writ
 		e.c.busy = true
 		e.c.mu.Unlock()
 		b := &commitBatch{reqs: []commitReq{req}, done: make(chan struct{})}
-		e.lead(b)
+		e.lead(b, false)
 		return b.dur, b.writeTime, b.err
 	}
 	b := e.c.pending
-	first := b == nil
-	if first {
-		b = &commitBatch{lead: make(chan struct{}), done: make(chan struct{})}
+	if b == nil {
+		b = &commitBatch{done: make(chan struct{})}
 		e.c.pending = b
 	}
 	b.reqs = append(b.reqs, req)
+	leader := b.lead == nil
+	if leader {
+		b.lead = make(chan struct{})
+	}
 	e.c.mu.Unlock()
-	if first {
+	if leader {
 		<-b.lead // the running commit is done: take the batch and commit it
 		e.c.mu.Lock()
 		e.c.pending = nil
 		e.c.mu.Unlock()
-		e.lead(b)
+		e.lead(b, false)
 	}
 	<-b.done
 	return b.dur, b.writeTime, b.err
 }
 
-// lead commits b, then hands over to the next batch's first writer, or
-// leaves the committer idle if none is queued.
-func (e *Engine) lead(b *commitBatch) {
-	e.commitBatch(b)
-	close(b.done)
+// commitAsync queues fn, a Save of group, for the next commit and returns
+// without waiting, unless no commit is running: then it commits it at once
+// (with whatever else queues meanwhile handed to the commit goroutine). done
+// is called once the write's commit ended, on the goroutine that made it;
+// it must not block, nor queue another write and wait for it.
+func (e *Engine) commitAsync(group uint64, fn func(kvTx) error, done func(dur, writeTime time.Duration, err error)) {
+	req := commitReq{group: group, save: true, fn: fn, done: done}
 	e.c.mu.Lock()
-	if next := e.c.pending; next != nil {
-		close(next.lead) // busy stays set: the next commit is next's
-	} else {
-		e.c.busy = false
+	if e.c.stopped {
+		e.c.mu.Unlock()
+		done(0, 0, ErrClosed)
+		return
 	}
+	if !e.c.busy {
+		e.c.busy = true
+		e.c.mu.Unlock()
+		e.lead(&commitBatch{reqs: []commitReq{req}, done: make(chan struct{})}, false)
+		return
+	}
+	b := e.c.pending
+	if b == nil {
+		b = &commitBatch{done: make(chan struct{})}
+		e.c.pending = b
+	}
+	b.reqs = append(b.reqs, req)
 	e.c.mu.Unlock()
+}
+
+// lead commits b and completes its writes, then hands over the next batch:
+// to the synchronous writer waiting to lead it, or else to the commit
+// goroutine, or leaves the committer idle if none is queued. The commit
+// goroutine (dedicated) leads the batches that follow itself.
+func (e *Engine) lead(b *commitBatch, dedicated bool) {
+	for {
+		e.commitBatch(b)
+		for _, r := range b.reqs {
+			if r.done != nil {
+				r.done(b.dur, b.writeTime, b.err)
+			}
+		}
+		close(b.done)
+		e.c.mu.Lock()
+		next := e.c.pending
+		switch {
+		case next == nil:
+			e.c.busy = false
+			e.c.mu.Unlock()
+			return
+		case next.lead != nil:
+			close(next.lead) // busy stays set: the next commit is next's
+			e.c.mu.Unlock()
+			return
+		case !dedicated:
+			e.c.pending = nil
+			e.c.kick <- next // never blocks: one batch is handed over at a time
+			e.c.mu.Unlock()
+			return
+		}
+		e.c.pending = nil
+		e.c.mu.Unlock()
+		b = next
+	}
 }
 
 // pendingWrites returns how many writes are queued for the next commit.

@@ -137,6 +137,7 @@ func OpenEngine(dir string, opts EngineOptions) (*Engine, error) {
 		_ = e.closeDB()
 		return nil, err
 	}
+	e.startCommitter()
 	e.log.Debug("storage engine opened", "dir", dir)
 	return e, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -306,13 +307,18 @@ func (s *Store) update(fn func(kvTx) error) error {
 func (s *Store) updateAs(save bool, fn func(kvTx) error) error {
 	dur, writeTime, err := s.e.commit(s.opts.GroupID, save, fn)
 	if err == nil {
-		s.m.commits.Add(1)
-		s.m.commitDur.observe(dur)
-		if !s.opts.NoSync {
-			s.m.syncDur.observe(writeTime)
-		}
+		s.commitDone(dur, writeTime)
 	}
 	return err
+}
+
+// commitDone counts a commit of the group's write in its metrics.
+func (s *Store) commitDone(dur, writeTime time.Duration) {
+	s.m.commits.Add(1)
+	s.m.commitDur.observe(dur)
+	if !s.opts.NoSync {
+		s.m.syncDur.observe(writeTime)
+	}
 }
 
 func (s *Store) corrupt(where, detail string, err error) error {

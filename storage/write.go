@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -47,8 +48,99 @@ func (s *Store) Save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) (bool, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.writable(); err != nil {
+	w, err := s.prepareSave(hs, ents, snap)
+	if err != nil || w == nil {
 		return false, err
+	}
+	if w.hasSnap || w.truncate {
+		// Entries disappear: readers wait for the commit.
+		s.mu.Lock()
+		if err = s.updateAs(true, w.commit); err == nil {
+			w.publish()
+		}
+		s.mu.Unlock()
+	} else {
+		// Pure append: readers do not look past the old last index, so they
+		// run during the commit.
+		if err = s.updateAs(true, w.commit); err == nil {
+			s.mu.Lock()
+			w.publish()
+			s.mu.Unlock()
+		}
+	}
+	return w.hasSnap, s.saved(w, err)
+}
+
+// SaveAsync is Save for a caller that does not wait: it queues the write
+// for the engine's next commit and returns; done is called with Save's
+// error once the write is durable (or failed). done runs on the goroutine
+// that made the commit, after it: it must not block, nor call the Store
+// or its Engine. A write that removes entries (a snapshot, a conflicting
+// append) and one that cannot be queued run as Save does, before SaveAsync
+// returns (done is called before it returns, too).
+//
+// The group has one write at a time: a Save, SaveAsync or other write of
+// the group waits until the previous SaveAsync's done was called. A host's
+// append tasks use it so that an I/O worker is not held while its group's
+// write waits for a commit: the commit's leader completes every write it
+// carries itself, instead of waking one goroutine per group.
+func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) {
+	if s.tail.shared.over() {
+		s.e.trimTails() // outside wmu and mu: it takes every group's mu
+	}
+	s.wmu.Lock()
+	w, err := s.prepareSave(hs, ents, snap)
+	if err != nil || w == nil || w.hasSnap || w.truncate {
+		s.encBuf, s.keyBuf = s.encBuf[:0], s.keyBuf[:0]
+		s.wmu.Unlock()
+		if err == nil && w != nil {
+			err = s.Save(hs, ents, snap)
+		}
+		done(err)
+		return
+	}
+	s.e.commitAsync(s.opts.GroupID, w.commit, func(dur, writeTime time.Duration, err error) {
+		if err == nil {
+			s.commitDone(dur, writeTime)
+			s.mu.Lock()
+			w.publish()
+			s.mu.Unlock()
+		}
+		err = s.saved(w, err)
+		s.wmu.Unlock()
+		done(err)
+	})
+}
+
+// preparedSave is a Save validated and encoded, ready for a commit.
+type preparedSave struct {
+	hasSnap, truncate bool
+	commit            func(kvTx) error
+	publish           func() // under mu, after the commit
+	garbage           *uint64
+	buf, keys         []byte
+	entries           int
+}
+
+// saved finishes a Save after its commit: err is the commit's. The caller
+// holds wmu.
+func (s *Store) saved(w *preparedSave, err error) error {
+	s.encBuf, s.keyBuf = w.buf[:0], w.keys[:0]
+	if err != nil {
+		return s.fail("save", err)
+	}
+	s.garbage = *w.garbage
+	s.m.saves.Add(1)
+	s.m.entries.Add(uint64(w.entries))
+	s.m.bytes.Add(uint64(len(w.buf)))
+	return nil
+}
+
+// prepareSave validates and encodes a Save; nil when there is nothing to
+// write. The caller holds wmu.
+func (s *Store) prepareSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) (*preparedSave, error) {
+	if err := s.writable(); err != nil {
+		return nil, err
 	}
 	hasSnap := snap != nil && !raft.IsEmptySnap(snap)
 	hasHS := hs != nil && !raft.IsEmptyHardState(hs)
@@ -58,16 +150,16 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if hasSnap {
 		meta := snap.GetMetadata()
 		if cur := s.snap.GetMetadata().GetIndex(); cur != 0 && cur >= meta.GetIndex() {
-			return false, ErrSnapOutOfDate
+			return nil, ErrSnapOutOfDate
 		}
 		if err := s.checkSnapshotFileFor(snap); err != nil {
-			return false, err
+			return nil, err
 		}
 		snap = proto.Clone(snap).(*raftpb.Snapshot)
 		raftpb.EnsureSnapshot(snap)
 		var err error
 		if snapRec, err = encodeSnapshot(snap); err != nil {
-			return false, fmt.Errorf("storage: encode snapshot: %w", err)
+			return nil, fmt.Errorf("storage: encode snapshot: %w", err)
 		}
 		dummy, dummyTerm, last = meta.GetIndex(), meta.GetTerm(), meta.GetIndex()
 	}
@@ -85,17 +177,17 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if len(ents) > 0 {
 		at := ents[0].GetIndex()
 		if at > last+1 {
-			return false, fmt.Errorf("%w: append at index %d leaves a gap after last index %d", ErrOutOfBounds, at, last)
+			return nil, fmt.Errorf("%w: append at index %d leaves a gap after last index %d", ErrOutOfBounds, at, last)
 		}
 		for j, e := range ents {
 			if e.GetIndex() != at+uint64(j) {
-				return false, fmt.Errorf("%w: entry %d of the append has index %d, want %d", ErrOutOfBounds, j, e.GetIndex(), at+uint64(j))
+				return nil, fmt.Errorf("%w: entry %d of the append has index %d, want %d", ErrOutOfBounds, j, e.GetIndex(), at+uint64(j))
 			}
 		}
 		truncate = at <= last
 	}
 	if !hasSnap && len(ents) == 0 && !hasHS {
-		return false, nil
+		return nil, nil
 	}
 
 	// Encode outside the transaction, into buffers reused across Saves: bbolt
@@ -123,67 +215,67 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 		hsRec = encodeHardState(hs)
 	}
 
+	w := &preparedSave{hasSnap: hasSnap, truncate: truncate, buf: buf, keys: keys, entries: len(ents)}
 	garbage := s.garbage
-	commit := func() error {
-		return s.updateAs(true, func(tx kvTx) error {
-			sb := tx.Bucket(s.stateBucket)
-			if hasSnap {
-				if err := sb.Put(snapshotKey, snapRec); err != nil {
+	w.garbage = &garbage
+	w.commit = func(tx kvTx) error {
+		sb := tx.Bucket(s.stateBucket)
+		if hasSnap {
+			if err := sb.Put(snapshotKey, snapRec); err != nil {
+				return err
+			}
+			if s.last > s.dummy { // the log holds entries: drop them all
+				if err := tx.DeleteBucket(s.logBucket); err != nil {
 					return err
 				}
-				if s.last > s.dummy { // the log holds entries: drop them all
-					if err := tx.DeleteBucket(s.logBucket); err != nil {
-						return err
-					}
-					if _, err := tx.CreateBucket(s.logBucket); err != nil {
-						return err
-					}
-				}
-			}
-			lb := tx.Bucket(s.logBucket)
-			lb.Append() // keys only ever grow: pack the pages
-			if s.garbage != 0 {
-				if hasSnap && s.last > s.dummy {
-					garbage = 0 // the bucket was emptied
-				} else {
-					var err error
-					if garbage, err = s.deleteGarbage(lb, dummy, 2*len(ents)+garbagePerSave); err != nil {
-						return err
-					}
-				}
-			}
-			if truncate {
-				var key [8]byte
-				for i := ents[0].GetIndex(); i <= last; i++ {
-					if err := lb.Delete(indexKey(key[:0], i)); err != nil {
-						return err
-					}
-				}
-			}
-			off := 0
-			for j, e := range ents {
-				n := encodedEntrySize(e)
-				if err := lb.Put(keys[8*j:8*j+8], buf[off:off+n]); err != nil {
-					return err
-				}
-				off += n
-			}
-			if hasSnap || len(ents) > 0 {
-				newLast := dummy
-				if len(ents) > 0 {
-					newLast = ents[len(ents)-1].GetIndex()
-				}
-				if err := sb.Put(boundsKey, appendUvarints(nil, dummy, dummyTerm, newLast)); err != nil {
+				if _, err := tx.CreateBucket(s.logBucket); err != nil {
 					return err
 				}
 			}
-			if hasHS {
-				return sb.Put(hardStateKey, hsRec)
+		}
+		lb := tx.Bucket(s.logBucket)
+		lb.Append() // keys only ever grow: pack the pages
+		if s.garbage != 0 {
+			if hasSnap && s.last > s.dummy {
+				garbage = 0 // the bucket was emptied
+			} else {
+				var err error
+				if garbage, err = s.deleteGarbage(lb, dummy, 2*len(ents)+garbagePerSave); err != nil {
+					return err
+				}
 			}
-			return nil
-		})
+		}
+		if truncate {
+			var key [8]byte
+			for i := ents[0].GetIndex(); i <= last; i++ {
+				if err := lb.Delete(indexKey(key[:0], i)); err != nil {
+					return err
+				}
+			}
+		}
+		off := 0
+		for j, e := range ents {
+			n := encodedEntrySize(e)
+			if err := lb.Put(keys[8*j:8*j+8], buf[off:off+n]); err != nil {
+				return err
+			}
+			off += n
+		}
+		if hasSnap || len(ents) > 0 {
+			newLast := dummy
+			if len(ents) > 0 {
+				newLast = ents[len(ents)-1].GetIndex()
+			}
+			if err := sb.Put(boundsKey, appendUvarints(nil, dummy, dummyTerm, newLast)); err != nil {
+				return err
+			}
+		}
+		if hasHS {
+			return sb.Put(hardStateKey, hsRec)
+		}
+		return nil
 	}
-	publish := func() {
+	w.publish = func() {
 		if hasSnap {
 			s.snap = snap
 			s.dummy, s.dummyTerm, s.last = dummy, dummyTerm, dummy
@@ -197,33 +289,7 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 			s.hs = hs
 		}
 	}
-
-	var err error
-	if hasSnap || truncate {
-		// Entries disappear: readers wait for the commit.
-		s.mu.Lock()
-		if err = commit(); err == nil {
-			publish()
-		}
-		s.mu.Unlock()
-	} else {
-		// Pure append: readers do not look past the old last index, so they
-		// run during the commit.
-		if err = commit(); err == nil {
-			s.mu.Lock()
-			publish()
-			s.mu.Unlock()
-		}
-	}
-	s.encBuf, s.keyBuf = buf[:0], keys[:0]
-	if err != nil {
-		return false, s.fail("save", err)
-	}
-	s.garbage = garbage
-	s.m.saves.Add(1)
-	s.m.entries.Add(uint64(len(ents)))
-	s.m.bytes.Add(uint64(len(buf)))
-	return hasSnap, nil
+	return w, nil
 }
 
 // ApplySnapshot records snap as the latest snapshot and discards the log,
