@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -104,6 +105,7 @@ func TestHostProcessesSurviveKill(t *testing.T) {
 		ps[i] = &hostProc{t: t, http: freePort(t), args: []string{
 			"-index", fmt.Sprint(i + 1), "-dir", filepath.Join(root, fmt.Sprint(i+1)), "-listen", peers[i],
 			"-peers", strings.Join(peers, ","), "-groups", fmt.Sprint(groups),
+			"-storage-backend", os.Getenv("UNDERSTUDY_STORAGE_BACKEND"),
 		}}
 		ps[i].args = append(ps[i].args, "-http", ps[i].http)
 		ps[i].start()

@@ -40,6 +40,8 @@ type clusterOptions struct {
 	tailCache int64
 	// backend is storage.EngineOptions.Backend (empty: the default).
 	backend storage.Backend
+	// sched is the hosts' raft.SchedulerConfig (zero: the defaults).
+	sched raft.SchedulerConfig
 	// startParallel bounds the StartGroup / Start calls in flight per host.
 	startParallel int
 	logger        *slog.Logger
@@ -109,6 +111,7 @@ func (c *cluster) startHosts(ctx context.Context, n int, dir string, o clusterOp
 			AdvertisePeer: ln.Addr().String(),
 			Logger:        o.logger,
 			Storage:       storage.EngineOptions{Backend: o.backend},
+			Scheduler:     o.sched,
 		})
 		if err != nil {
 			return fmt.Errorf("host %d: %w", i, err)

@@ -62,8 +62,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -88,6 +90,7 @@ type config struct {
 	tick          time.Duration
 	tailCache     int64
 	backend       string
+	sched         string
 	startParallel int
 	startTimeout  time.Duration
 	cpuProfile    string
@@ -112,6 +115,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
+	fs.StringVar(&c.sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers (e.g. 2,4,4; empty or 0: the defaults)")
 	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
@@ -250,7 +254,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: parseSched(cfg.sched), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 	})
 	cancel()
 	if err != nil {
@@ -465,4 +469,16 @@ func writeHeapProfile(name string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// parseSched parses -sched: loop,io,apply worker bounds.
+func parseSched(s string) raft.SchedulerConfig {
+	var c raft.SchedulerConfig
+	if s == "" {
+		return c
+	}
+	if _, err := fmt.Sscanf(s, "%d,%d,%d", &c.Workers, &c.IOWorkers, &c.ApplyWorkers); err != nil {
+		log.Fatalf("-sched %q: want loop,io,apply (e.g. 2,4,4): %v", s, err)
+	}
+	return c
 }

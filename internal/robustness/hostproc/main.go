@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/understudy-raft/understudy/storage"
 	"io"
 	"log/slog"
 	"net/http"
@@ -49,6 +50,7 @@ func run() error {
 		peers  = flag.String("peers", "", "every host's peer address, comma-separated, in index order")
 		groups = flag.Int("groups", 8, "groups")
 		tick   = flag.Duration("tick", 20*time.Millisecond, "raft tick")
+		store  = flag.String("storage-backend", "", "storage backend: bbolt or pebble (empty: the data dir's, bbolt for a new one)")
 	)
 	flag.Parse()
 	addrs := strings.Split(*peers, ",")
@@ -56,7 +58,8 @@ func run() error {
 		return errors.New("-index, -dir, -listen, -http, -peers and -groups are required")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h, err := understudy.NewHost(understudy.HostConfig{DataDir: *dir, ListenPeer: *listen, AdvertisePeer: *listen, Logger: log})
+	h, err := understudy.NewHost(understudy.HostConfig{DataDir: *dir, ListenPeer: *listen, AdvertisePeer: *listen, Logger: log,
+		Storage: storage.EngineOptions{Backend: storage.Backend(*store)}})
 	if err != nil {
 		return err
 	}
