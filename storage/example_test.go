@@ -1,6 +1,7 @@
 package storage_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -75,4 +76,47 @@ func Example() {
 	// 3: cmd 3
 	// first index: 5
 	// snapshot at 4: "state after cmd 4" (17 bytes)
+}
+
+// A host's engine on the Pebble backend: many groups, each a Store; the
+// data dir keeps its backend, so a restart need not name it.
+func ExampleOpenEngine_pebble() {
+	dir, err := os.MkdirTemp("", "understudy-engine")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	e, err := storage.OpenEngine(dir, storage.EngineOptions{Backend: storage.BackendPebble})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for g := uint64(1); g <= 3; g++ {
+		s, err := e.Group(g, storage.GroupOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		ent := &raftpb.Entry{Index: proto.Uint64(1), Term: proto.Uint64(1), Data: fmt.Appendf(nil, "group %d", g)}
+		if err := s.Save(nil, []*raftpb.Entry{ent}, nil); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		log.Fatal(err)
+	}
+
+	e, err = storage.OpenEngine(dir, storage.EngineOptions{}) // the backend the dir holds
+	if err != nil {
+		log.Fatal(err)
+	}
+	groups, _ := e.Groups()
+	fmt.Println(e.Backend(), groups)
+	if err := e.Close(); err != nil {
+		log.Fatal(err)
+	}
+	_, err = storage.OpenEngine(dir, storage.EngineOptions{Backend: storage.BackendBolt})
+	fmt.Println(errors.Is(err, storage.ErrBackend))
+	// Output:
+	// pebble [1 2 3]
+	// true
 }
