@@ -19,17 +19,19 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Engine is the storage of a host: one data dir — one bbolt file and one
-// snapshot directory — shared by many raft groups, each seen through its own
-// *Store (Group). It owns the file (its lock, the open-time checks, the
-// handling of bbolt panics) and its committer, which writes every group's
-// queued writes in one bbolt transaction: a Save of any group waits for the
+// Engine is the storage of a host: one data dir — one bbolt file (or, with
+// BackendPebble, a Pebble database beside it) and one snapshot directory —
+// shared by many raft groups, each seen through its own *Store (Group). It
+// owns the files (the lock, the open-time checks, the handling of a
+// backend's panics) and its committer, which writes every group's queued
+// writes in one transaction: a Save of any group waits for the
 // commit that carries it, one commit runs at a time, and whatever queued
 // while a commit ran goes into the next one, so G groups appending at once
-// pay about one commit (two fdatasyncs) instead of G. There is no artificial
-// delay: a lone write is committed at once, by its own goroutine (see
-// committer.go: the committer is a role the writers take in turn, not a
-// goroutine).
+// pay about one commit (two fdatasyncs with bbolt, one with Pebble) instead
+// of G. There is no artificial delay: a lone write is committed at once, by
+// its own goroutine (see committer.go: the committer is a role the writers
+// take in turn; one goroutine commits the batches of asynchronous writes,
+// Store.SaveAsync).
 //
 // A failed commit fails every write in it and stops the engine: every later
 // write of every group returns ErrFailed (a storage failure stops the host);

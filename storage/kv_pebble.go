@@ -49,6 +49,9 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 		MemTableSize: 32 << 20,
 	}
 	db, err := pebble.Open(path, po)
+	if errors.Is(err, pebble.ErrCorruption) {
+		return nil, &CorruptError{File: path, Detail: "Pebble cannot open it", Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
