@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/confchange"
@@ -320,6 +321,10 @@ func (n *Node) membershipTick() {
 		return // so the applied member table is current
 	}
 	if v.Config.Joint() {
+		if v.Config.CanLead(n.cfg.ID) != nil {
+			n.handOffBeforeLeave()
+			return
+		}
 		n.leaveJoint(n.members.Load().jointChangeID)
 		return
 	}
@@ -366,6 +371,48 @@ func (n *Node) askPolicy(v confchange.View) (req confchange.Request, ok bool) {
 		}
 	}()
 	return n.policy().Next(v)
+}
+
+// handOffBeforeLeave hands leadership to a voter of the incoming
+// configuration, instead of leaving the joint configuration, when leaving it
+// would demote or remove this leader. A leader steps down the moment it
+// applies such a leave (StepDownOnRemoval), maybe before any other voter
+// learned that the leave committed; they still count the outgoing quorum,
+// which then needs this member's vote, and it grants none to them while its
+// log is the longest: with another outgoing voter down, nobody can be
+// elected until that one returns (the robustness suite's membership walk
+// found this: a swap whose new leader was the voter being demoted, its
+// predecessor crashed). An incoming voter leads instead, and leaves the
+// joint configuration itself. The most caught-up incoming voter that
+// answers now is asked (raft catches it up first); a transfer under way is
+// left alone, and raft abandons one that does not finish within an
+// election timeout, so the next tick asks again. With no incoming voter
+// answering, the leave could not commit anyway: nothing is done.
+func (n *Node) handOffBeforeLeave() {
+	st := n.loop.rn.Status()
+	if st.RaftState != etcdraft.StateLeader || st.LeadTransferee != 0 {
+		return
+	}
+	cfg := confchange.ConfigFromTracker(st.Config)
+	var target, best uint64
+	for _, id := range cfg.Voters {
+		if id == n.cfg.ID || cfg.CanLead(id) != nil || !n.answersNow(id) {
+			continue
+		}
+		pr, ok := st.Progress[id]
+		if !ok {
+			continue
+		}
+		if target == 0 || pr.Match > best || (pr.Match == best && id < target) {
+			target, best = id, pr.Match
+		}
+	}
+	if target == 0 {
+		return
+	}
+	n.log.Info("leaving the joint configuration would demote this leader: handing leadership to an incoming voter, which leaves it",
+		slog.Uint64("to", target), slog.Uint64("match", best))
+	n.loop.rn.TransferLeader(target)
 }
 
 // leaveJoint proposes leaving the joint configuration entered by change

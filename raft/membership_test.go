@@ -547,3 +547,44 @@ func TestLearnerReadyDespiteReordering(t *testing.T) {
 	addLearner(ctx, t, c, lead.Node, 4)
 	waitMembership(ctx, t, lead.Node, "learner 4 ready while messages are reordered", ready(4))
 }
+
+// A leader that leaving the joint configuration would demote hands
+// leadership to an incoming voter first, which leaves it: the demoted
+// leader never proposes the leave (it would step down on applying it,
+// maybe before the others learned that it committed; with an outgoing
+// voter down, they could then elect nobody).
+func TestDemotedLeaderHandsOffBeforeLeavingJoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
+	var leavesFrom sync.Map
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		if isLeaveJoint(m) {
+			leavesFrom.Store(from, true)
+		}
+		return false
+	})
+	if _, err := lead.Node.ChangeMembership(ctx, confchange.Swap(lead.ID, 4)); err != nil && !errors.Is(err, raft.ErrLeaderChanged) {
+		t.Fatalf("swapping the leader %d for learner 4: %v", lead.ID, err)
+	}
+	var st raft.Status
+	for {
+		var err error
+		st, err = c.Member(4).Node.Status(ctx)
+		if err == nil && !st.Joint() && slices.Contains(st.Voters, 4) && st.Leader != 0 {
+			break
+		}
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			t.Fatalf("the swap did not complete: %v (last status %+v)", err, st)
+		}
+	}
+	if !slices.Contains(st.Learners, lead.ID) || st.Leader == lead.ID {
+		t.Fatalf("after the swap: voters %v learners %v leader %d (the demoted leader was %d)", st.Voters, st.Learners, st.Leader, lead.ID)
+	}
+	if _, ok := leavesFrom.Load(lead.ID); ok {
+		t.Fatalf("the demoted leader %d proposed the leave itself", lead.ID)
+	}
+	if _, err := c.Member(st.Leader).Node.Propose(ctx, kv.Put("after-swap", "1")); err != nil {
+		t.Fatal(err)
+	}
+}

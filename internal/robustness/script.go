@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,24 @@ type script struct {
 }
 
 // record puts a step on the fault timeline and counts it.
+// members describes every member for a failure: its role, term, leader,
+// indexes and configuration, or why it does not answer.
+func (s *script) members() string {
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, m := range s.c.Running() {
+		st, err := m.Node.Status(ctx)
+		if err != nil {
+			fmt.Fprintf(&b, "  %d: %v (node error: %v)\n", m.ID, err, m.Node.Err())
+			continue
+		}
+		fmt.Fprintf(&b, "  %d: %s term %d leader %d commit %d applied %d last %d, %s, dropped %d\n",
+			m.ID, st.Role, st.Term, st.Leader, st.Commit, st.Applied, st.LastIndex, configOf(st), st.PeerMessagesDropped)
+	}
+	return b.String()
+}
+
 func (s *script) record(kind, what string) {
 	s.nm.kinds[kind]++
 	s.h.Fault(kind, what)
@@ -325,8 +344,8 @@ func (s *script) crashInJoint(what string, trigger func(ctx context.Context, l *
 		return err == nil && st.Role == raft.RoleLeader && st.Term > jc.Term && st.Joint() && sameVoters(st, jc.Joint)
 	}) {
 		if ctx.Err() != nil {
-			s.fail("%s: after the crash of leader %d no next leader showed the joint configuration %s within %s: the crash did not land inside it",
-				what, lead.ID, configOf(jc.Joint), stepBound)
+			s.fail("%s: after the crash of leader %d no next leader showed the joint configuration %s within %s: the crash did not land inside it\nmembers:\n%s",
+				what, lead.ID, configOf(jc.Joint), stepBound, s.members())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -354,8 +373,8 @@ func (s *script) crashInJoint(what string, trigger func(ctx context.Context, l *
 			noteErr(ctx, &last, err)
 		}
 		if ctx.Err() != nil {
-			s.fail("%s: no leader completed the joint change %s within %s of the crash of leader %d (last: %s; error: %v)",
-				what, configOf(jc.Joint), stepBound, lead.ID, configOf(lastSt), last)
+			s.fail("%s: no leader completed the joint change %s within %s of the crash of leader %d (last: %s; error: %v)\nmembers:\n%s",
+				what, configOf(jc.Joint), stepBound, lead.ID, configOf(lastSt), last, s.members())
 		}
 		time.Sleep(retryPause)
 	}
