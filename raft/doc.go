@@ -86,7 +86,12 @@
 // carries the change ID and answers ErrChangeDropped otherwise. A change of
 // more than one voter goes through a joint configuration, which the leader
 // leaves on its own once the entering change is applied (a new leader does
-// the same after applying its log). On every tick the leader refreshes each
+// the same after applying its log) — unless leaving would demote or remove
+// the leader itself: it then hands leadership to the most caught-up voter of
+// the incoming configuration, which leaves it (a leader steps down on
+// applying its own demotion, maybe before the others learned that the leave
+// committed, and they could then elect nobody while an outgoing voter is
+// down). On every tick the leader refreshes each
 // member's readiness (recently heard from, replicating, lag at most
 // Settings.MaxLag, for Settings.Stabilization) and asks Config.Policy —
 // confchange.DefaultPolicy unless replaced — for a change: promote ready
