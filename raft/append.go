@@ -141,6 +141,10 @@ func (n *Node) mergeBatch(batch []*raftpb.Message, ents []*raftpb.Entry) (hs *ra
 		hs.GetTerm() == n.saved.term && hs.GetVote() == n.saved.vote
 	switch {
 	case commitOnly:
+		// Only the commit index moved. Raft does not need it durable (a
+		// restarted member learns it again; etcd raft's MustSync says the
+		// same), so it rides along with the next write instead of costing
+		// a commit of its own.
 		n.saved.pending = hs
 		return nil, ents, nil, false
 	case hs != nil || len(ents) > 0 || snap != nil:
