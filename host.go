@@ -42,7 +42,11 @@ type HostConfig struct {
 	// Logger receives the host's logs and its groups' (with a "group"
 	// attribute); nil discards them.
 	Logger *slog.Logger
-	// Storage tunes the storage engine (Logger defaults to Logger).
+	// Storage tunes the storage engine (Logger defaults to Logger). Its
+	// Backend picks the key-value store: bbolt by default, or Pebble for a
+	// host of many active groups (storage.BackendPebble; a commit then
+	// costs its bytes and one fsync however many groups it carries). A data
+	// dir keeps the backend it was created with.
 	Storage storage.EngineOptions
 	// MaxConcurrentSnapshots bounds the snapshots the host's groups send at
 	// once, together, and those they receive at once (default 2);
