@@ -548,43 +548,55 @@ func TestLearnerReadyDespiteReordering(t *testing.T) {
 	waitMembership(ctx, t, lead.Node, "learner 4 ready while messages are reordered", ready(4))
 }
 
-// A leader that leaving the joint configuration would demote hands
-// leadership to an incoming voter first, which leaves it: the demoted
-// leader never proposes the leave (it would step down on applying it,
-// maybe before the others learned that it committed; with an outgoing
-// voter down, they could then elect nobody).
-func TestDemotedLeaderHandsOffBeforeLeavingJoint(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
-	var leavesFrom sync.Map
-	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
-		if isLeaveJoint(m) {
-			leavesFrom.Store(from, true)
-		}
-		return false
-	})
-	if _, err := lead.Node.ChangeMembership(ctx, confchange.Swap(lead.ID, 4)); err != nil && !errors.Is(err, raft.ErrLeaderChanged) {
-		t.Fatalf("swapping the leader %d for learner 4: %v", lead.ID, err)
-	}
-	var st raft.Status
-	for {
-		var err error
-		st, err = c.Member(4).Node.Status(ctx)
-		if err == nil && !st.Joint() && slices.Contains(st.Voters, 4) && st.Leader != 0 {
-			break
-		}
-		if err := pause(ctx, 5*time.Millisecond); err != nil {
-			t.Fatalf("the swap did not complete: %v (last status %+v)", err, st)
-		}
-	}
-	if !slices.Contains(st.Learners, lead.ID) || st.Leader == lead.ID {
-		t.Fatalf("after the swap: voters %v learners %v leader %d (the demoted leader was %d)", st.Voters, st.Learners, st.Leader, lead.ID)
-	}
-	if _, ok := leavesFrom.Load(lead.ID); ok {
-		t.Fatalf("the demoted leader %d proposed the leave itself", lead.ID)
-	}
-	if _, err := c.Member(st.Leader).Node.Propose(ctx, kv.Put("after-swap", "1")); err != nil {
-		t.Fatal(err)
+// A leader that leaving the joint configuration would demote (a swap) or
+// remove (a replacement) hands leadership to an incoming voter first, which
+// leaves it: the leader never proposes the leave itself (it would step
+// down on applying it, maybe before the others learned that it committed;
+// with an outgoing voter down, they could then elect nobody).
+func TestLeaderLeavingTheVotersHandsOffBeforeLeavingJoint(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(leader uint64) confchange.Request
+		demote bool // the leader stays, as a learner
+	}{
+		{"swap", func(l uint64) confchange.Request { return confchange.Swap(l, 4) }, true},
+		{"replace", func(l uint64) confchange.Request { return confchange.Replace(l, 4) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
+			var leavesFrom sync.Map
+			c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+				if isLeaveJoint(m) {
+					leavesFrom.Store(from, true)
+				}
+				return false
+			})
+			_, err := lead.Node.ChangeMembership(ctx, tc.change(lead.ID))
+			if err != nil && !errors.Is(err, raft.ErrLeaderChanged) && !errors.Is(err, raft.ErrRemoved) && !errors.Is(err, raft.ErrStopped) {
+				t.Fatalf("%s of the leader %d and learner 4: %v", tc.name, lead.ID, err)
+			}
+			var st raft.Status
+			for {
+				var err error
+				st, err = c.Member(4).Node.Status(ctx)
+				if err == nil && !st.Joint() && slices.Contains(st.Voters, 4) && st.Leader != 0 && st.Leader != lead.ID {
+					break
+				}
+				if err := pause(ctx, 5*time.Millisecond); err != nil {
+					t.Fatalf("the %s did not complete under a new leader: %v (last status %+v)", tc.name, err, st)
+				}
+			}
+			if tc.demote != slices.Contains(st.Learners, lead.ID) || slices.Contains(st.Voters, lead.ID) {
+				t.Fatalf("after the %s: voters %v learners %v (the old leader was %d)", tc.name, st.Voters, st.Learners, lead.ID)
+			}
+			if _, ok := leavesFrom.Load(lead.ID); ok {
+				t.Fatalf("the old leader %d proposed the leave itself", lead.ID)
+			}
+			if _, err := c.Member(st.Leader).Node.Propose(ctx, kv.Put("after", "1")); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -54,6 +54,17 @@ func holdCommitter(t testing.TB, e *Engine) (release func()) {
 	}
 }
 
+// openGroups opens an engine on dir (NoSync) and groups 1..n in it.
+func openGroups(t testing.TB, dir string, n int) (*Engine, []*Store) {
+	t.Helper()
+	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
+	stores := make([]*Store, n)
+	for g := range stores {
+		stores[g] = group(t, e, uint64(g+1))
+	}
+	return e, stores
+}
+
 // waitPending waits until n writes are queued for the next commit.
 func waitPending(t testing.TB, e *Engine, n int) {
 	t.Helper()
@@ -85,11 +96,7 @@ func storedVersion(t testing.TB, dir string) uint64 {
 func TestEngineGroupCommit(t *testing.T) {
 	const groups, saves = 50, 20
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
-	stores := make([]*Store, groups)
-	for g := range stores {
-		stores[g] = group(t, e, uint64(g+1))
-	}
+	e, stores := openGroups(t, dir, groups)
 	before := e.Metrics()
 
 	release := holdCommitter(t, e)

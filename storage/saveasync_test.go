@@ -24,11 +24,7 @@ func saveAsync(s *Store, hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftp
 func TestSaveAsyncGroupCommit(t *testing.T) {
 	const groups = 20
 	dir := t.TempDir()
-	e := openEngine(t, dir, EngineOptions{Backend: testBackend, NoSync: true})
-	stores := make([]*Store, groups)
-	for g := range stores {
-		stores[g] = group(t, e, uint64(g+1))
-	}
+	e, stores := openGroups(t, dir, groups)
 	before := e.Metrics()
 
 	release := holdCommitter(t, e)
