@@ -132,11 +132,11 @@ func (p panicky) Restore(r io.Reader) error { return p.Store.Restore(r) }
 
 // TestHostRunsManyGroups: three hosts, each one listener and one storage
 // engine, run 20 groups together. Every group elects a leader and serves
-// writes and linearizable reads on every host; the engine's commits carry
-// many groups' appends; a hello for a group a host does not run is refused
-// and creates nothing; a group whose state machine panics stops on its own
-// while the others keep serving; a group stopped and started again on a
-// running host catches up. It runs on each storage backend.
+// writes and linearizable reads on every host; a hello for a group a host
+// does not run is refused and creates nothing; a group whose state machine
+// panics stops on its own while the others keep serving; a group stopped
+// and started again on a running host catches up. It runs on each storage
+// backend.
 func TestHostRunsManyGroups(t *testing.T) {
 	for _, b := range []storage.Backend{storage.BackendBolt, storage.BackendPebble} {
 		t.Run(string(b), func(t *testing.T) { testHostRunsManyGroups(t, b) })
@@ -185,9 +185,10 @@ func testHostRunsManyGroups(t *testing.T, backend storage.Backend) {
 			require.Equal(t, fmt.Sprintf("g%d-19", g), string(v))
 		}
 	}
-	m := hc.hosts[0].Engine().Metrics()
-	t.Logf("host 0's engine: %s", m)
-	require.Greater(t, m.MaxWritesPerCommit, uint64(1), "no commit carried more than one group's writes")
+	// Whether a commit carried several groups' writes here depends on
+	// timing (with NoSync a Pebble commit takes microseconds): the storage
+	// package's group-commit tests assert it with a held commit.
+	t.Logf("host 0's engine: %s", hc.hosts[0].Engine().Metrics())
 
 	// A stray hello for a group no host runs: refused, nothing created.
 	refused := hc.hosts[1].Mux().Stats().Refused["group_mismatch"]
