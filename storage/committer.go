@@ -60,7 +60,7 @@ type committer struct {
 	stopped bool
 
 	// kick hands a pending batch of asynchronous writes only to the
-	// engine's commit goroutine (runCommitter): a writer that queued its
+	// engine's commit goroutine (startCommitter): a writer that queued its
 	// write with commitAsync does not wait, so none of them can lead it.
 	kick chan *commitBatch
 	wg   sync.WaitGroup

@@ -373,7 +373,7 @@ func (e *Engine) createGroupBuckets(tx kvTx, id uint64) error {
 		stored = true
 	}
 	if version < formatVersionManyGroups {
-		names, err := tx.BucketsFrom([]byte("group/"), 1)
+		names, err := tx.BucketsWithPrefix([]byte("group/"), 1)
 		if err != nil {
 			return err
 		}
@@ -518,7 +518,7 @@ func (e *Engine) Groups() ([]uint64, error) {
 	}
 	var ids []uint64
 	err := e.view(func(tx kvTx) error {
-		names, err := tx.BucketsFrom([]byte("group/"), 0)
+		names, err := tx.BucketsWithPrefix([]byte("group/"), 0)
 		for _, k := range names {
 			if id, kind, ok := parseGroupBucket(k); ok && kind == "state" {
 				ids = append(ids, id)

@@ -10,8 +10,8 @@ import (
 // The Store's records live in named buckets of keys, as bbolt has them (see
 // the package comment for the layout). kvTx, kvBucket and kvCursor are the
 // few bucket operations the Store and the Engine use, so that one Store runs
-// on either backend the engine supports: bbolt (kv_bolt: the buckets are
-// bbolt's) or Pebble (kv_pebble.go: a bucket is a key prefix). A write
+// on either backend the engine supports: bbolt (the wrappers below: the
+// buckets are bbolt's) or Pebble (kv_pebble.go: a bucket is a key prefix). A write
 // transaction (the committer's) sees its own writes, as bbolt's does.
 //
 // Slices a Get or a cursor returns are valid until the transaction ends and,
@@ -30,9 +30,9 @@ type kvTx interface {
 	DeleteBucket(name []byte) error
 	// ForEachBucket calls fn for every bucket, in name order.
 	ForEachBucket(fn func(name []byte, b kvBucket) error) error
-	// BucketsFrom returns the names of the buckets at or after from that
-	// begin with prefix, in order, at most limit of them (0: no limit).
-	BucketsFrom(prefix []byte, limit int) ([][]byte, error)
+	// BucketsWithPrefix returns the names of the buckets that begin with
+	// prefix, in order, at most limit of them (0: no limit).
+	BucketsWithPrefix(prefix []byte, limit int) ([][]byte, error)
 }
 
 // kvBucket is a bucket of keys within a transaction.
@@ -99,7 +99,7 @@ func (t boltTx) ForEachBucket(fn func(name []byte, b kvBucket) error) error {
 	return t.tx.ForEach(func(name []byte, b *bolt.Bucket) error { return fn(name, boltBucket{b}) })
 }
 
-func (t boltTx) BucketsFrom(prefix []byte, limit int) ([][]byte, error) {
+func (t boltTx) BucketsWithPrefix(prefix []byte, limit int) ([][]byte, error) {
 	var out [][]byte
 	c := t.tx.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {

@@ -286,7 +286,7 @@ func (t *pebbleTx) ForEachBucket(fn func(name []byte, b kvBucket) error) error {
 	return it.Error()
 }
 
-func (t *pebbleTx) BucketsFrom(prefix []byte, limit int) ([][]byte, error) {
+func (t *pebbleTx) BucketsWithPrefix(prefix []byte, limit int) ([][]byte, error) {
 	lower := bucketKey(prefix)
 	it, err := t.iter(lower, []byte{'b' + 1})
 	if err != nil {
