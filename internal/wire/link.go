@@ -46,8 +46,11 @@ const MaxAttachAddr = 512
 //	24     2    n, the length of the address (optional: absent means 0)
 //	26     n    the sender's advertised peer address: where its host is
 //	            reachable now (UTF-8, at most MaxAttachAddr bytes)
+//	26+n   8    the sender's host ID (optional: absent means 0, unknown)
+//	34+n   8    the sender replica's incarnation (optional: absent means 0)
 //
-// All integers are big endian.
+// All integers are big endian. An encoder that sets HostID or Incarnation
+// writes the address length even when the address is empty.
 type Attach struct {
 	Cluster uint64
 	From    uint64
@@ -55,6 +58,14 @@ type Attach struct {
 	// Addr is the address the sender's host advertises, "" if unknown:
 	// the listener learns from it that a peer host moved.
 	Addr string
+	// HostID identifies the sender's host (made once in its data dir), 0
+	// if unknown: address moves are learned per host, never by address.
+	HostID uint64
+	// Incarnation identifies the sender replica's data: made once when
+	// its data dir first held the group, so that a replica whose data was
+	// lost and that started afresh under the same member ID is told apart
+	// from the one its peers knew. 0 if unknown.
+	Incarnation uint64
 }
 
 // AppendAttach appends the payload of a to b. An address longer than
@@ -63,11 +74,20 @@ func AppendAttach(b []byte, a Attach) []byte {
 	b = binary.BigEndian.AppendUint64(b, a.Cluster)
 	b = binary.BigEndian.AppendUint64(b, a.From)
 	b = binary.BigEndian.AppendUint64(b, a.To)
-	if a.Addr == "" || len(a.Addr) > MaxAttachAddr {
+	addr := a.Addr
+	if len(addr) > MaxAttachAddr {
+		addr = ""
+	}
+	if addr == "" && a.HostID == 0 && a.Incarnation == 0 {
 		return b
 	}
-	b = binary.BigEndian.AppendUint16(b, uint16(len(a.Addr)))
-	return append(b, a.Addr...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(addr)))
+	b = append(b, addr...)
+	if a.HostID == 0 && a.Incarnation == 0 {
+		return b
+	}
+	b = binary.BigEndian.AppendUint64(b, a.HostID)
+	return binary.BigEndian.AppendUint64(b, a.Incarnation)
 }
 
 // ParseAttach decodes an Attach payload.
@@ -89,6 +109,13 @@ func ParseAttach(p []byte) (Attach, error) {
 			return Attach{}, fmt.Errorf("%w: attach address of %d bytes in %d", ErrMalformed, n, len(rest)-2)
 		}
 		a.Addr = string(rest[2 : 2+n])
+		if ids := rest[2+n:]; len(ids) > 0 {
+			if len(ids) < 16 {
+				return Attach{}, fmt.Errorf("%w: attach host ID and incarnation cut short", ErrMalformed)
+			}
+			a.HostID = binary.BigEndian.Uint64(ids[0:8])
+			a.Incarnation = binary.BigEndian.Uint64(ids[8:16])
+		}
 	}
 	return a, nil
 }

@@ -16,17 +16,32 @@ func TestAttachRoundTrip(t *testing.T) {
 	if _, err := ParseAttach(AppendAttach(nil, a)[:AttachSize-1]); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("short attach: %v", err)
 	}
-	// With the sender's address; later versions may append fields after it.
+	// With the sender's address.
 	a.Addr = "10.0.0.7:7001"
-	got, err = ParseAttach(append(AppendAttach(nil, a), 9, 9))
+	got, err = ParseAttach(AppendAttach(nil, a))
 	if err != nil || got != a {
-		t.Fatalf("with an address and trailing bytes: got %+v, %v; want %+v", got, err, a)
+		t.Fatalf("with an address: got %+v, %v; want %+v", got, err, a)
+	}
+	// With the host ID and incarnation, with or without an address; later
+	// versions may append fields after them.
+	for _, addr := range []string{"10.0.0.7:7001", ""} {
+		a := Attach{Cluster: 0xc1, From: 2, To: 3, Addr: addr, HostID: 0xfeed, Incarnation: 7}
+		got, err = ParseAttach(append(AppendAttach(nil, a), 9, 9))
+		if err != nil || got != a {
+			t.Fatalf("with host ID and trailing bytes: got %+v, %v; want %+v", got, err, a)
+		}
+	}
+	// Only the incarnation known.
+	a = Attach{Cluster: 0xc1, From: 2, To: 3, Incarnation: 7}
+	if got, err := ParseAttach(AppendAttach(nil, a)); err != nil || got != a {
+		t.Fatalf("incarnation only: got %+v, %v; want %+v", got, err, a)
 	}
 	for _, bad := range [][]byte{
 		append(AppendAttach(nil, Attach{}), 0),                // length cut short
 		append(AppendAttach(nil, Attach{}), 0, 5, 'a'),        // address cut short
 		append(AppendAttach(nil, Attach{}), 0x02, 0x01),       // longer than MaxAttachAddr
 		append(AppendAttach(nil, Attach{}), 0, 2, 0xff, 0xfe), // not UTF-8
+		append(AppendAttach(nil, Attach{}), 0, 0, 1, 2, 3),    // host ID cut short
 	} {
 		if _, err := ParseAttach(bad); !errors.Is(err, ErrMalformed) {
 			t.Fatalf("attach %x: %v, want ErrMalformed", bad, err)
