@@ -78,8 +78,11 @@ const HelloSize = 48
 //	24     8    cluster ID (0: the dialer does not know it yet)
 //	32     8    sender (dialer) member ID
 //	40     8    receiver member ID (0: unknown, only for request connections)
+//	48     8    the dialer's host ID (optional: absent means 0, unknown)
+//	56     8    the dialer replica's incarnation (optional: absent means 0)
 //
-// All integers are big endian.
+// All integers are big endian. The two optional fields are written
+// together, when either is set.
 type Hello struct {
 	MinVersion, MaxVersion uint16
 	Kind                   Kind
@@ -87,6 +90,10 @@ type Hello struct {
 	Cluster                uint64
 	From                   uint64
 	To                     uint64
+	// HostID identifies the dialer's host (made once in its data dir).
+	HostID uint64
+	// Incarnation identifies the dialing replica's data (see Attach).
+	Incarnation uint64
 }
 
 // AppendHello appends the payload of h to b.
@@ -100,7 +107,12 @@ func AppendHello(b []byte, h Hello) []byte {
 	binary.BigEndian.PutUint64(p[24:32], h.Cluster)
 	binary.BigEndian.PutUint64(p[32:40], h.From)
 	binary.BigEndian.PutUint64(p[40:48], h.To)
-	return append(b, p[:]...)
+	b = append(b, p[:]...)
+	if h.HostID == 0 && h.Incarnation == 0 {
+		return b
+	}
+	b = binary.BigEndian.AppendUint64(b, h.HostID)
+	return binary.BigEndian.AppendUint64(b, h.Incarnation)
 }
 
 // ParseHello decodes a Hello payload. It checks the magic and the size;
@@ -120,6 +132,13 @@ func ParseHello(p []byte) (Hello, error) {
 		Cluster:    binary.BigEndian.Uint64(p[24:32]),
 		From:       binary.BigEndian.Uint64(p[32:40]),
 		To:         binary.BigEndian.Uint64(p[40:48]),
+	}
+	if ids := p[HelloSize:]; len(ids) > 0 {
+		if len(ids) < 16 {
+			return Hello{}, fmt.Errorf("%w: hello host ID and incarnation cut short", ErrMalformed)
+		}
+		h.HostID = binary.BigEndian.Uint64(ids[0:8])
+		h.Incarnation = binary.BigEndian.Uint64(ids[8:16])
 	}
 	return h, nil
 }

@@ -13,12 +13,14 @@ func TestHelloRoundTrip(t *testing.T) {
 	if err != nil || got != h {
 		t.Fatalf("got %+v, %v; want %+v", got, err, h)
 	}
-	// Later versions may append fields.
+	// With the host ID and the incarnation; later versions may append
+	// fields after them.
+	h.HostID, h.Incarnation = 0xabc, 0
 	got, err = ParseHello(append(AppendHello(nil, h), 1, 2, 3))
 	if err != nil || got != h {
-		t.Fatalf("with trailing bytes: got %+v, %v", got, err)
+		t.Fatalf("with host ID and trailing bytes: got %+v, %v", got, err)
 	}
-	for _, bad := range [][]byte{nil, AppendHello(nil, h)[:HelloSize-1], []byte(strings.Repeat("GET / HTTP/1.1\r\n", 4))} {
+	for _, bad := range [][]byte{nil, AppendHello(nil, h)[:HelloSize-1], AppendHello(nil, h)[:HelloSize+15], []byte(strings.Repeat("GET / HTTP/1.1\r\n", 4))} {
 		if _, err := ParseHello(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseHello(%q): %v, want ErrMalformed", bad, err)
 		}
