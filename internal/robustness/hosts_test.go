@@ -39,6 +39,45 @@ type hostsRig struct {
 	spare      *understudy.Host
 	spareProxy *netproxy.Proxy
 	churnIDs   uint64 // the last replica ID the nemesis added (never reused)
+	// bulk is a group beside the others, on every host, whose writer
+	// proposes 128 KiB values: its large appends (and catch-ups after a
+	// restart) share every host link with the small groups' heartbeats.
+	bulk uint64
+}
+
+// bulkValue is the value of the bulk group's n-th write: 128 KiB, its
+// number at the front, so a read back tells one write from another.
+func bulkValue(n int) string {
+	b := make([]byte, 128<<10)
+	for i := range b {
+		b[i] = byte('a' + (n+i)%26)
+	}
+	copy(b, fmt.Sprintf("%08d", n))
+	return string(b)
+}
+
+// bulkWrites runs the bulk group's writer until ctx ends: each write a new
+// key, proposed through any running replica. It returns the writes
+// acknowledged.
+func (r *hostsRig) bulkWrites(ctx context.Context, seed int64) []int {
+	rng := rand.New(rand.NewSource(seed))
+	var acked []int
+	for n := 0; ctx.Err() == nil; n++ {
+		e, ok := r.pick(r.bulk, rng).(*memberEndpoint)
+		if !ok || e == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := e.node.Propose(wctx, kv.Put(fmt.Sprintf("big-%d", n), bulkValue(n)))
+		cancel()
+		if err == nil {
+			acked = append(acked, n)
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return acked
 }
 
 // dataDir is host i's data dir.
@@ -118,7 +157,7 @@ func (r *hostsRig) up(ctx context.Context, i int) {
 		r.t.Fatal(err)
 	}
 	reps := map[uint64]*understudy.Group{}
-	for g := uint64(1); g <= uint64(r.groups); g++ {
+	for g := uint64(1); g <= uint64(r.groups)+1; g++ {
 		var initial []raft.Member
 		for j, p := range r.proxies {
 			initial = append(initial, raft.Member{ID: uint64(j + 1), PeerAddr: p.Addr()})
@@ -196,9 +235,9 @@ func TestHostsUnderFaults(t *testing.T) {
 	if s := os.Getenv("ROBUSTNESS_SEED"); s != "" {
 		_, _ = fmt.Sscan(s, &seed)
 	}
-	t.Logf("seed %d, %d groups", seed, groups)
+	t.Logf("seed %d, %d groups and one of 128 KiB writes", seed, groups)
 	rng := rand.New(rand.NewSource(seed))
-	r := &hostsRig{t: t, dir: t.TempDir(), groups: groups, hosts: make([]*understudy.Host, 3),
+	r := &hostsRig{t: t, dir: t.TempDir(), groups: groups, bulk: uint64(groups) + 1, hosts: make([]*understudy.Host, 3),
 		reps: make([]map[uint64]*understudy.Group, 3), runs: map[*understudy.Group]*memberEndpoint{}, sess: map[uint64]*clientSessions{}}
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -280,6 +319,12 @@ func TestHostsUnderFaults(t *testing.T) {
 			}
 		}()
 	}
+	var bulkAcked []int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bulkAcked = r.bulkWrites(tctx, seed)
+	}()
 	fault := func(kind, what string) {
 		t.Logf("nemesis %s: %s", kind, what)
 		for _, h := range hist {
@@ -374,8 +419,38 @@ func TestHostsUnderFaults(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("seed %d: %d groups, %d ops checked (%d ok, %d unknown, %d without effect, %d stale reads), %d faults",
-		seed, groups, ops, total.OK, total.Unknown, total.NoEffect, total.Stale, faults)
+	// Every acknowledged large write of the bulk group reads back.
+	r.checkBulk(ctx, seed, bulkAcked)
+	t.Logf("seed %d: %d groups, %d ops checked (%d ok, %d unknown, %d without effect, %d stale reads), %d faults, %d large writes acknowledged",
+		seed, groups, ops, total.OK, total.Unknown, total.NoEffect, total.Stale, faults, len(bulkAcked))
+}
+
+// checkBulk reads back, linearizably through the bulk group's leader,
+// every write of it that was acknowledged.
+func (r *hostsRig) checkBulk(ctx context.Context, seed int64, acked []int) {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range acked {
+		for {
+			var v []byte
+			err := errors.New("no leader")
+			if l := r.leaderOf(r.bulk); l != nil {
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				v, err = l.Read(rctx, []byte(fmt.Sprintf("big-%d", n)))
+				cancel()
+			}
+			if err == nil {
+				if string(v) != bulkValue(n) {
+					r.t.Fatalf("seed %d: the bulk group's acknowledged write %d reads back %d bytes, not its 128 KiB value", seed, n, len(v))
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				r.t.Fatalf("seed %d: the bulk group's write %d cannot be read back: %v", seed, n, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // anyFailed waits up to d for a group on host i to stop on a failed
