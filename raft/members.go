@@ -192,8 +192,8 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 // wait, and the call answers nil once the joint configuration is left.
 // That is how a Replace or Swap of the leader itself is answered: the
 // leader hands leadership to an incoming voter rather than leave the joint
-// configuration itself. ErrTimeout (RequestTimeout passed; likewise
-// unknown unless the joint configuration was entered); ctx.Err() — joined with ErrNotProposed when
+// configuration itself. ErrTimeout (no outcome within RequestTimeout;
+// likewise unknown); ctx.Err() — joined with ErrNotProposed when
 // the request never reached raft (safe to retry); ErrStopped. While no leader
 // is known, or the known one cannot be reached (it stopped, or removed
 // itself), the call waits for the next one within ctx.
