@@ -326,6 +326,7 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 		n.log.Warn("ignoring the member records of a conf change", slog.Uint64("index", e.GetIndex()), slog.Any("err", err))
 	}
 	t := a.members.clone()
+	wasJoint := t.jointChangeID
 	removed := t.apply(e.GetIndex(), ctx, cs)
 	n.setMembers(t)
 	a.applied = e.GetIndex()
@@ -337,8 +338,20 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 	// hears of it, so that a change it makes next is not refused as
 	// "in progress" (the leader compares its gate with the applied index).
 	advanceTo(n.applied, e.GetIndex())
-	if ctx.ChangeID != 0 && !joint {
-		n.changes.resolve(ctx.ChangeID, changeResult{index: e.GetIndex()})
+	switch {
+	case joint && ctx.ChangeID != 0:
+		// Entered: the change completes whoever leads (changeWaiter.entered).
+		n.changes.enter(ctx.ChangeID, e.GetIndex())
+	case !joint:
+		if ctx.ChangeID != 0 {
+			n.changes.resolve(ctx.ChangeID, changeResult{index: e.GetIndex()})
+		}
+		// A leave carries the entering change's ID when its leader knew it;
+		// one that did not (it learned the joint configuration from a
+		// snapshot) leaves it all the same.
+		if wasJoint != 0 && wasJoint != ctx.ChangeID {
+			n.changes.resolve(wasJoint, changeResult{index: e.GetIndex()})
+		}
 	}
 	n.events.emit(Event{Type: EventMembershipChanged, Index: e.GetIndex()})
 	if slices.Contains(removed, n.cfg.ID) {

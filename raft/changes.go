@@ -24,6 +24,10 @@ import (
 type ChangeResult struct {
 	// Index is the log index at which the change was applied (for a joint
 	// change: at which the joint configuration was left). 0 for a dry run.
+	// A member that a joint change removes (Replace of the leader that was
+	// asked) and that learns its removal from the others before it applies
+	// the leave gives the index at which the joint configuration was
+	// entered: the leave's is not known there.
 	Index uint64
 	// Description is the plan in words, with the transition drawn, e.g.
 	// "promote 4 5: (1 2 3)&&() → (1 2 3 4 5)&&(1 2 3) → (1 2 3 4 5)".
@@ -40,7 +44,16 @@ type changeResult struct {
 type changeWaiter struct {
 	term uint64 // the term it was proposed in
 	tick uint64 // the loop's tick when it was proposed
-	done chan changeResult
+	// entered: the change entered a joint configuration, and this member
+	// applied that. Its outcome no longer depends on who leads: raft leaves
+	// a joint configuration only towards its incoming half, and whoever
+	// leads next leaves it (handOffBeforeLeave even hands leadership over
+	// for that). A leader change does not fail it; applying the leave
+	// resolves it.
+	entered bool
+	// enteredAt is the index of the entry that entered it.
+	enteredAt uint64
+	done      chan changeResult
 }
 
 // changeSet holds the membership changes proposed by this member (as
@@ -77,12 +90,39 @@ func (s *changeSet) resolve(id uint64, r changeResult) {
 	}
 }
 
-// failOlder fails the changes proposed in a term before term.
+// enter records that change id entered its joint configuration here, at
+// index.
+func (s *changeSet) enter(id, index uint64) {
+	s.mu.Lock()
+	if w, ok := s.m[id]; ok {
+		w.entered, w.enteredAt = true, index
+	}
+	s.mu.Unlock()
+}
+
+// resolveEntered answers the changes that entered their joint configuration
+// as done, for a member that learned from the others that it was removed
+// (before applying the leave): a member of a joint configuration is removed
+// only by its leave or a later change, so the joint configuration was left;
+// the leave's index is not known here, the one that entered it is given.
+func (s *changeSet) resolveEntered() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range s.m {
+		if w.entered {
+			delete(s.m, id)
+			w.done <- changeResult{index: w.enteredAt}
+		}
+	}
+}
+
+// failOlder fails the changes proposed in a term before term, but those
+// that entered their joint configuration: the next leader leaves it.
 func (s *changeSet) failOlder(term uint64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, w := range s.m {
-		if w.term < term {
+		if w.term < term && !w.entered {
 			delete(s.m, id)
 			w.done <- changeResult{err: err}
 		}

@@ -185,9 +185,15 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 // the default one or the host's own; with automatic changes off nothing is
 // asked and manual changes stick); ErrChangeDropped when
 // raft did not take the change (nothing changed); ErrLeaderChanged when the
-// leader changed before the change was applied (the outcome is unknown; the
-// next leader completes a joint change that was entered: read Membership);
-// ErrTimeout (likewise unknown); ctx.Err() — joined with ErrNotProposed when
+// leader changed before the change was applied (the outcome is unknown: read
+// Membership) — but not once the leader that answers applied the entry
+// entering a joint configuration: the outcome is then settled, whoever
+// leaves it (the next leader does), so a leader change does not end the
+// wait, and the call answers nil once the joint configuration is left.
+// That is how a Replace or Swap of the leader itself is answered: the
+// leader hands leadership to an incoming voter rather than leave the joint
+// configuration itself. ErrTimeout (no outcome within RequestTimeout;
+// likewise unknown); ctx.Err() — joined with ErrNotProposed when
 // the request never reached raft (safe to retry); ErrStopped. While no leader
 // is known, or the known one cannot be reached (it stopped, or removed
 // itself), the call waits for the next one within ctx.
@@ -233,7 +239,7 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 					if err != nil || dryRun {
 						return res, err
 					}
-					return res, n.waitApplied(ctx, res.Index)
+					return res, n.waitChangeApplied(ctx, res.Index)
 				}
 				leaderless = time.Now()
 			}
@@ -248,7 +254,7 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 				}
 				// Answer once the change is applied here too, so that this
 				// member's Membership and Status already show it.
-				return res, n.waitApplied(ctx, res.Index)
+				return res, n.waitChangeApplied(ctx, res.Index)
 			}
 			// The member asked does not lead (any more), names this member
 			// as the leader, or could not be reached with the request (the
@@ -331,6 +337,20 @@ func (n *Node) waitLeaderChange(ctx context.Context, was uint64) error {
 		return nil // a tick passed: look again
 	}
 	return err
+}
+
+// waitChangeApplied waits until this member has applied the change a
+// leader answered with index: up to index and, when index is where a joint
+// configuration was entered (the answer of a member the change removed,
+// which never learns the leave's index), until it is left.
+func (n *Node) waitChangeApplied(ctx context.Context, index uint64) error {
+	return waitFor(n, ctx, n.applied, func(i uint64) bool {
+		if i < index {
+			return false
+		}
+		t := n.members.Load()
+		return t == nil || t.index != index || len(t.confState.GetVotersOutgoing()) == 0
+	})
 }
 
 // waitApplied waits until this member has applied index.

@@ -723,6 +723,8 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 	if errors.Is(err, transport.ErrRemoved) {
 		// IDs are never reused: a member that knows this ID as removed is
 		// right, even if this member missed its removal entry (it was down).
+		// A joint change this member entered was left, then (changeWaiter).
+		h.n.changes.resolveEntered()
 		h.n.removed(fmt.Sprintf("member %d refused it as removed", id), 0)
 		return
 	}

@@ -129,7 +129,10 @@
 // unwrapped, since raft compares them with ==. Everything else is wrapped and
 // names its file. Data that fails a check is an error — ErrCorrupt with a
 // *CorruptError saying which file, bucket and key, or ErrVersion for a newer
-// format — never a panic, and never skipped or repaired. The checks:
+// format — never a panic, and never skipped or repaired. A read that fails
+// (an I/O error of the disk under Pebble) is not corruption: it is returned
+// as that error, wrapped (errors.Is finds it), even when the record it failed
+// to read would otherwise read as missing. The checks:
 //
 //   - OpenEngine (and Open) walks bbolt's page tree once (see
 //     Options.NoOpenCheck): bbolt checksums only its meta pages, and a

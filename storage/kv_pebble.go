@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -40,6 +41,29 @@ type pebbleDB struct {
 	// time.
 	mu      sync.RWMutex
 	buckets map[string]struct{}
+
+	// liveIters and peakIters count the iterators open now and at most at
+	// once: each pins memory (block buffers, a read state), so opening an
+	// engine must not hold one per group.
+	liveIters, peakIters atomic.Int64
+}
+
+// newIter opens an iterator over r between lower and upper, counted.
+func (p *pebbleDB) newIter(r pebble.Reader, lower, upper []byte) (*pebble.Iterator, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	live := p.liveIters.Add(1)
+	for peak := p.peakIters.Load(); live > peak && !p.peakIters.CompareAndSwap(peak, live); peak = p.peakIters.Load() {
+	}
+	return it, nil
+}
+
+// closeIter closes an iterator newIter opened.
+func (p *pebbleDB) closeIter(it *pebble.Iterator) error {
+	p.liveIters.Add(-1)
+	return it.Close()
 }
 
 // openPebble opens (creating it if needed) the Pebble database of a data dir.
@@ -47,6 +71,7 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 	po := &pebble.Options{
 		Logger:       pebbleLogger{log},
 		MemTableSize: 32 << 20,
+		FS:           opts.pebbleFS,
 	}
 	db, err := pebble.Open(path, po)
 	if errors.Is(err, pebble.ErrCorruption) {
@@ -60,12 +85,12 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 		w = pebble.NoSync
 	}
 	p := &pebbleDB{db: db, write: w, path: path, buckets: map[string]struct{}{}}
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{'b'}, UpperBound: []byte{'b' + 1}})
+	it, err := p.newIter(db, []byte{'b'}, []byte{'b' + 1})
 	if err == nil {
 		for ok := it.First(); ok; ok = it.Next() {
 			p.buckets[string(it.Key()[1:])] = struct{}{}
 		}
-		err = errors.Join(it.Error(), it.Close())
+		err = errors.Join(it.Error(), p.closeIter(it))
 	}
 	if err != nil {
 		_ = db.Close()
@@ -126,29 +151,40 @@ type pebbleTx struct {
 	// (false), over p.buckets.
 	changed map[string]bool
 	b       *pebble.Batch
-	iters   []*pebble.Iterator
+	// iters are the cursors' iterators, open until the transaction ends (a
+	// kvCursor has no Close). ForEach, ForEachBucket and BucketsWithPrefix
+	// close theirs when they return.
+	iters []*pebble.Iterator
 	// err is the first read error: a Get or a cursor that failed answers
 	// like a missing key, and the transaction returns err (so a failed read
 	// never passes for an absent record).
 	err error
 }
 
-// readErr records a read error of the transaction.
-func (t *pebbleTx) readErr(err error) {
-	if err != nil && t.err == nil {
-		if errors.Is(err, pebble.ErrCorruption) {
-			err = &CorruptError{Detail: "Pebble read a damaged block", Err: err}
-		}
-		t.err = fmt.Errorf("pebble read: %w", err)
+// readErr records a read error of the transaction, and returns it: damaged
+// data that Pebble detected (a checksum) as ErrCorrupt, any other failure
+// (an I/O error) as itself, wrapped — never as corruption.
+func (t *pebbleTx) readErr(err error) error {
+	if err == nil {
+		return nil
 	}
+	if errors.Is(err, pebble.ErrCorruption) {
+		err = &CorruptError{File: t.p.path, Detail: "Pebble read a damaged block", Err: err}
+	}
+	err = fmt.Errorf("storage: pebble read in %s: %w", t.p.path, err)
+	if t.err == nil {
+		t.err = err
+	}
+	return err
 }
 
-// finish closes the transaction's iterators and returns its first error:
-// fn's, then a read's, then closing's.
+// finish closes the transaction's iterators and returns its first error: a
+// read's first — fn may have taken the failed read for a missing record and
+// called that corruption — then fn's, then closing's.
 func (t *pebbleTx) finish(err error) error {
 	cerr := t.closeIters()
-	if err == nil {
-		err = t.err
+	if t.err != nil {
+		return t.err
 	}
 	if err == nil {
 		err = cerr
@@ -253,7 +289,7 @@ func (t *pebbleTx) DeleteBucket(name []byte) error {
 }
 
 func (t *pebbleTx) iter(lower, upper []byte) (*pebble.Iterator, error) {
-	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := t.p.newIter(t.r, lower, upper)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +300,7 @@ func (t *pebbleTx) iter(lower, upper []byte) (*pebble.Iterator, error) {
 func (t *pebbleTx) closeIters() error {
 	var first error
 	for _, it := range t.iters {
-		if err := it.Close(); err != nil && first == nil {
+		if err := t.p.closeIter(it); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -272,34 +308,51 @@ func (t *pebbleTx) closeIters() error {
 	return first
 }
 
-func (t *pebbleTx) ForEachBucket(fn func(name []byte, b kvBucket) error) error {
-	it, err := t.iter([]byte{'b'}, []byte{'b' + 1})
+// scan runs fn over a new iterator between lower and upper and closes it
+// when fn returns: a scan holds no iterator past its call (opening a data
+// dir scans every group's state bucket in one transaction). A read error is
+// recorded (readErr) and returned unless fn's error came first.
+func (t *pebbleTx) scan(lower, upper []byte, fn func(it *pebble.Iterator) error) error {
+	it, err := t.p.newIter(t.r, lower, upper)
 	if err != nil {
-		return err
+		return t.readErr(err)
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		name := append([]byte(nil), it.Key()[1:]...)
-		if err := fn(name, &pebbleBucket{t: t, prefix: dataPrefix(name)}); err != nil {
-			return err
+	err = fn(it)
+	rerr := t.readErr(it.Error())
+	if cerr := t.p.closeIter(it); rerr == nil {
+		rerr = t.readErr(cerr)
+	}
+	if err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (t *pebbleTx) ForEachBucket(fn func(name []byte, b kvBucket) error) error {
+	return t.scan([]byte{'b'}, []byte{'b' + 1}, func(it *pebble.Iterator) error {
+		for ok := it.First(); ok; ok = it.Next() {
+			name := append([]byte(nil), it.Key()[1:]...)
+			if err := fn(name, &pebbleBucket{t: t, prefix: dataPrefix(name)}); err != nil {
+				return err
+			}
 		}
-	}
-	return it.Error()
+		return nil
+	})
 }
 
 func (t *pebbleTx) BucketsWithPrefix(prefix []byte, limit int) ([][]byte, error) {
 	lower := bucketKey(prefix)
-	it, err := t.iter(lower, []byte{'b' + 1})
-	if err != nil {
-		return nil, err
-	}
 	var out [][]byte
-	for ok := it.First(); ok && hasPrefix(it.Key(), lower); ok = it.Next() {
-		out = append(out, append([]byte(nil), it.Key()[1:]...))
-		if limit > 0 && len(out) == limit {
-			break
+	err := t.scan(lower, []byte{'b' + 1}, func(it *pebble.Iterator) error {
+		for ok := it.First(); ok && hasPrefix(it.Key(), lower); ok = it.Next() {
+			out = append(out, append([]byte(nil), it.Key()[1:]...))
+			if limit > 0 && len(out) == limit {
+				break
+			}
 		}
-	}
-	return out, it.Error()
+		return nil
+	})
+	return out, err
 }
 
 // pebbleBucket is a bucket: the keys under prefix.
@@ -316,7 +369,7 @@ func (b *pebbleBucket) key(k []byte) []byte {
 
 func (b *pebbleBucket) Get(key []byte) []byte {
 	v, err := b.t.get(b.key(key))
-	b.t.readErr(err)
+	_ = b.t.readErr(err) // the transaction returns it
 	return v
 }
 
@@ -338,21 +391,24 @@ func (b *pebbleBucket) Append() {}
 
 func (b *pebbleBucket) Cursor() kvCursor {
 	it, err := b.t.iter(b.prefix, prefixEnd(b.prefix))
-	b.t.readErr(err)
-	return &pebbleCursor{it: it, err: err, n: len(b.prefix), b: b}
+	return &pebbleCursor{it: it, err: b.t.readErr(err), n: len(b.prefix), b: b}
 }
 
 func (b *pebbleBucket) ForEach(fn func(k, v []byte) error) error {
-	c := b.Cursor().(*pebbleCursor)
-	if c.err != nil {
-		return c.err
-	}
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if err := fn(k, v); err != nil {
-			return err
+	t := b.t
+	return t.scan(b.prefix, prefixEnd(b.prefix), func(it *pebble.Iterator) error {
+		n := len(b.prefix)
+		for ok := it.First(); ok; ok = it.Next() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return t.readErr(err)
+			}
+			if err := fn(it.Key()[n:], v); err != nil {
+				return err
+			}
 		}
-	}
-	return c.it.Error()
+		return nil
+	})
 }
 
 // pebbleCursor is a bucket's iterator; its keys are returned without the
@@ -367,10 +423,15 @@ type pebbleCursor struct {
 
 func (c *pebbleCursor) at(ok bool) ([]byte, []byte) {
 	if !ok {
-		c.b.t.readErr(c.it.Error())
+		_ = c.b.t.readErr(c.it.Error()) // the transaction returns it
 		return nil, nil
 	}
-	return c.it.Key()[c.n:], c.it.Value()
+	v, err := c.it.ValueAndErr()
+	if err != nil {
+		_ = c.b.t.readErr(err) // the transaction returns it
+		return nil, nil
+	}
+	return c.it.Key()[c.n:], v
 }
 
 func (c *pebbleCursor) First() ([]byte, []byte) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Defaults applied to zero-valued Options fields.
@@ -141,6 +143,10 @@ type EngineOptions struct {
 	// Zero means the backend the data dir holds, and BackendBolt for a new
 	// one.
 	Backend Backend
+
+	// pebbleFS, for tests, is the file system the Pebble backend runs on
+	// (e.g. one that injects read errors, vfs/errorfs); nil: the disk.
+	pebbleFS vfs.FS
 }
 
 // Backend names the key-value store an Engine keeps its records in.
