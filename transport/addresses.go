@@ -70,10 +70,7 @@ func (m *Mux) learnAddress(recorded, now string) bool {
 	m.mu.Unlock()
 	for _, t := range ts {
 		for _, p := range *t.peers.Load() {
-			p.mu.Lock()
-			rec := p.recorded
-			p.mu.Unlock()
-			p.setAddr(m.resolve(rec))
+			p.reroute()
 		}
 	}
 	return true

@@ -30,6 +30,11 @@ type peer struct {
 	gone atomic.Bool
 	c    *peerCounters
 
+	// routeMu serializes the peer's moves between host links (reroute):
+	// each leaves the link the one before it joined, so that the peer has
+	// one flow, on the link of its address. Taken before any other lock.
+	routeMu sync.Mutex
+
 	// mu guards the fields below; never held during I/O or Handler calls,
 	// and never while taking a link's or the mux's lock.
 	mu         sync.Mutex
@@ -73,6 +78,8 @@ func (p *peer) key() attachKey {
 
 // start routes the peer to the host link of its address.
 func (p *peer) start() {
+	p.routeMu.Lock()
+	defer p.routeMu.Unlock()
 	p.mu.Lock()
 	addr := p.addr
 	p.mu.Unlock()
@@ -118,18 +125,31 @@ func (p *peer) stop(code wire.Code, why string) {
 	}
 }
 
-// setAddr moves the peer to the host link of addr: its queue is dropped,
-// and it attaches there at once.
 // setRecorded sets the address the node gives the peer, and dials it
 // where the mux's address book says that host is now.
 func (p *peer) setRecorded(addr string) {
 	p.mu.Lock()
 	p.recorded = addr
 	p.mu.Unlock()
-	p.setAddr(p.t.mux.resolve(addr))
+	p.reroute()
 }
 
-func (p *peer) setAddr(addr string) {
+// reroute dials the peer where the mux's address book says the host of
+// its record is now. Concurrent calls (the node updating the record while
+// the book learns a move) are serialized, and each resolves the record as
+// it is then: the last one routes by the newest record and book.
+func (p *peer) reroute() {
+	p.routeMu.Lock()
+	defer p.routeMu.Unlock()
+	p.mu.Lock()
+	rec := p.recorded
+	p.mu.Unlock()
+	p.moveTo(p.t.mux.resolve(rec))
+}
+
+// moveTo moves the peer to the host link of addr: its queue is dropped,
+// and it attaches there at once. p.routeMu is held.
+func (p *peer) moveTo(addr string) {
 	p.mu.Lock()
 	if addr == p.addr || p.stopped {
 		p.mu.Unlock()
