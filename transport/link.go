@@ -296,7 +296,7 @@ func (l *link) connect() (*conn, error) {
 			h = wire.Hello{Group: f.key.group, Cluster: f.p.t.cluster.Load(), From: f.key.from, To: f.key.to}
 			break
 		}
-		h.Kind = wire.KindLink
+		h.Kind, h.HostID = wire.KindLink, l.m.hostID
 		c, err = l.m.dialer.dial(ctx, l.addr, h)
 	}
 	if err != nil {

@@ -39,6 +39,7 @@ type peer struct {
 	// and never while taking a link's or the mux's lock.
 	mu         sync.Mutex
 	recorded   string // the address the node gave (AddPeer, UpdatePeer)
+	owner      uint64 // the host ID that first spoke for the member on this host's links (identity.go); 0: none yet
 	addr       string // where it is dialed: recorded, through the mux's address book
 	flow       *flow  // where its messages go now: host (or its fallback stream); nil once stopped
 	host       *flow  // its flow on the host link of addr
@@ -61,7 +62,7 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		t:        t,
 		id:       id,
 		recorded: addr,
-		addr:     t.mux.resolve(addr),
+		addr:     t.mux.resolve(0, addr),
 		c:        newPeerCounters(),
 		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
@@ -142,9 +143,9 @@ func (p *peer) reroute() {
 	p.routeMu.Lock()
 	defer p.routeMu.Unlock()
 	p.mu.Lock()
-	rec := p.recorded
+	rec, owner := p.recorded, p.owner
 	p.mu.Unlock()
-	p.moveTo(p.t.mux.resolve(rec))
+	p.moveTo(p.t.mux.resolve(owner, rec))
 }
 
 // moveTo moves the peer to the host link of addr: its queue is dropped,
