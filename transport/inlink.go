@@ -247,7 +247,9 @@ func (il *inLink) attach(f wire.Frame) error {
 	if code != wire.CodeAccepted {
 		reason := codeErrors[code].reason
 		t.refused.add(reason)
-		t.logRefusal(wire.Hello{Kind: wire.KindLink, Group: f.Group, Cluster: a.Cluster, From: a.From, To: a.To}, reason, il.remote, why)
+		// One line per peer host, whatever the number of groups refused.
+		il.m.hostLog.log(t.log, il.hostKey(), "refused_"+reason, "refused inbound connection",
+			"kind", wire.KindLink.String(), "group", f.Group, "claimed_sender", fmt.Sprintf("%x", a.From), "remote", il.remote, "detail", why)
 		reply.Code, reply.Reason = code, why
 		il.reply(f.Group, reply)
 		return nil
@@ -290,6 +292,18 @@ func (il *inLink) checkOwner(p *peer, a wire.Attach) (code wire.Code, why string
 		return wire.CodeUnknownSender, fmt.Sprintf("host %016x owns members here with another certificate than this link's", il.hostID), false
 	}
 	return wire.CodeAccepted, "", first
+}
+
+// hostKey names the link's peer host in logs: its host ID, or the address
+// it connects from if it sent none.
+func (il *inLink) hostKey() string {
+	if il.hostID != 0 {
+		return fmt.Sprintf("host %016x", il.hostID)
+	}
+	if host, _, err := net.SplitHostPort(il.remote); err == nil {
+		return host
+	}
+	return il.remote
 }
 
 func (il *inLink) reply(group uint64, r wire.AttachReply) {

@@ -356,7 +356,12 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 	p.c.refusals.Add(1)
 	p.c.lastRefusal.Store(&re.Reason)
 	p.t.markUnreachable(p.id)
-	p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", re.Addr, "detail", re.Detail)
+	if p.t.ownMux {
+		p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", re.Addr, "detail", re.Detail)
+	} else { // one line per peer host, whatever the number of groups refused
+		p.t.mux.hostLog.log(p.t.log, re.Addr, re.Reason, "peer refused our connection",
+			"group", p.t.cfg.GroupID, "peer", p.hexID(), "addr", re.Addr, "detail", re.Detail)
+	}
 	p.t.report(func() { p.t.handler.ReportRefused(p.id, re) })
 }
 
