@@ -83,7 +83,7 @@ type Mux struct {
 	refused    reasonCounter
 	connErrors reasonCounter
 	refusalLog rateLog
-	hostLog    hostLog // the groups' events, per peer host (hostlog.go)
+	hostLog    hostLog  // the groups' events, per peer host (hostlog.go)
 	logged     sync.Map // linkLogKey of link problems logged at warning level
 
 	// Shared by the groups' transports: the host's snapshot streams are
