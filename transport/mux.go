@@ -78,7 +78,6 @@ type Mux struct {
 	certs        map[uint64]string
 	onAddress    func(map[uint64]HostAddress)
 	addrsLearned atomic.Uint64
-	claimLog     rateLog // claims of a member by a host that does not own it
 
 	refused    reasonCounter
 	connErrors reasonCounter
