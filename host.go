@@ -22,8 +22,9 @@ import (
 // HostConfig is what NewHost needs: what a process has once, whatever the
 // number of raft groups it runs.
 type HostConfig struct {
-	// DataDir holds every group's log, snapshots and identity: one storage
-	// engine (storage.OpenEngine), one file.
+	// DataDir holds every group's log, snapshots and identity (one storage
+	// engine, storage.OpenEngine), the host's ID (file host-id, made once:
+	// Host.ID) and the peer hosts' moves it learned (peer-addresses.json).
 	DataDir string
 	// ListenPeer is the host:port the host listens on for its peers, for
 	// every group (raft messages, snapshots, member-to-member requests).
@@ -92,6 +93,7 @@ type Host struct {
 	sched  *raft.Scheduler
 	// listenAddr is ListenPeer, or the address the listener got.
 	listenAddr string
+	id         uint64 // the host ID, kept in the data dir
 
 	mu     sync.Mutex
 	closed bool
@@ -130,6 +132,14 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		}
 		return nil, err
 	}
+	hostID, err := loadHostID(cfg.DataDir)
+	if err != nil {
+		_ = engine.Close()
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+		return nil, err
+	}
 	ln := cfg.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.ListenPeer); err != nil {
@@ -144,13 +154,13 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		bookMux atomic.Pointer[transport.Mux]
 	)
 	mux, err := transport.NewMux(transport.MuxConfig{
-		Listener: ln, TLS: cfg.TLS, Logger: cfg.Logger,
+		Listener: ln, TLS: cfg.TLS, Logger: cfg.Logger, HostID: hostID,
 		MaxConcurrentSnapshots: cfg.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.SnapshotBytesPerSec,
 		DialTimeout: cfg.Links.DialTimeout, ReadTimeout: cfg.Links.ReadTimeout, WriteTimeout: cfg.Links.WriteTimeout,
 		PingInterval: cfg.Links.PingInterval, MinBackoff: cfg.Links.MinBackoff, MaxBackoff: cfg.Links.MaxBackoff,
 		MaxFrameSize: cfg.Links.MaxFrameSize,
 		Addresses:    loadAddressBook(cfg.DataDir, cfg.Logger),
-		OnAddressesChanged: func(book map[string]string) {
+		OnAddressesChanged: func(book map[uint64]transport.HostAddress) {
 			bookMu.Lock()
 			defer bookMu.Unlock()
 			if m := bookMux.Load(); m != nil {
@@ -173,11 +183,17 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	}
 	cfg.Listener = ln
 	return &Host{
-		cfg: cfg, log: cfg.Logger, engine: engine, mux: mux, listenAddr: listenAddr,
+		cfg: cfg, log: cfg.Logger, engine: engine, mux: mux, listenAddr: listenAddr, id: hostID,
 		sched:  raft.NewScheduler(cfg.Scheduler),
 		groups: map[uint64]*Group{},
 	}, nil
 }
+
+// ID returns the host's ID: made at random the first time a host opened
+// its data dir, kept there (file host-id) and never changed. Its peer hosts
+// know it by it: they learn its moves from its links only (see
+// transport.MuxConfig.HostID).
+func (h *Host) ID() uint64 { return h.id }
 
 // Addr is the address the host listens on.
 func (h *Host) Addr() net.Addr { return h.mux.Addr() }

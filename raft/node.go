@@ -728,7 +728,9 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 		h.n.removed(fmt.Sprintf("member %d refused it as removed", id), 0)
 		return
 	}
-	h.n.log.Warn("peer refused our connection", slog.Uint64("peer", id), slog.Any("err", err))
+	// The transport logged it, once per peer host and reason: a warning
+	// here too was the same event twice, and once per retry.
+	h.n.log.Debug("peer refused our connection", slog.Uint64("peer", id), slog.Any("err", err))
 }
 
 // post queues f for the run loop without waiting for it; it is dropped if

@@ -6,6 +6,17 @@ import (
 	"testing"
 )
 
+// newHostMux starts a mux for host ID id on 127.0.0.1.
+func newHostMux(t *testing.T, id uint64) *Mux {
+	t.Helper()
+	m, err := NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", HostID: id, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
 // deadAddr is a loopback address nobody listens on.
 func deadAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -27,11 +38,11 @@ func TestMovedHostIsDialedAtItsNewAddress(t *testing.T) {
 	old := deadAddr(t)
 	var (
 		mu    sync.Mutex
-		saved map[string]string
+		saved map[uint64]HostAddress
 	)
 	a := &host{tr: map[uint64]*Transport{}, h: map[uint64]Handler{}}
 	var err error
-	a.m, err = NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", OnAddressesChanged: func(book map[string]string) {
+	a.m, err = NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", HostID: 0xa, OnAddressesChanged: func(book map[uint64]HostAddress) {
 		mu.Lock()
 		saved = book
 		mu.Unlock()
@@ -40,7 +51,7 @@ func TestMovedHostIsDialedAtItsNewAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.m.Close() })
-	b := &host{m: newTestMux(t), tr: map[uint64]*Transport{}, h: map[uint64]Handler{}}
+	b := &host{m: newHostMux(t, 0xb), tr: map[uint64]*Transport{}, h: map[uint64]Handler{}}
 	for _, g := range []uint64{1, 2, 3} {
 		a.h[g], b.h[g] = &fakeHandler{}, &fakeHandler{}
 		a.tr[g] = groupOn(t, a.m, g, 1, a.h[g])
@@ -57,7 +68,7 @@ func TestMovedHostIsDialedAtItsNewAddress(t *testing.T) {
 			t.Fatalf("group %d dials b at %s", g, ps.Addr)
 		}
 	}
-	if got := a.m.Addresses()[old]; got != b.m.Addr().String() {
+	if got := a.m.Addresses()[0xb]; got.Addr != b.m.Addr().String() || len(got.Recorded) != 1 || got.Recorded[0] != old {
 		t.Fatalf("address book %v", a.m.Addresses())
 	}
 	if n := a.m.Stats().AddressesLearned; n != 1 {
@@ -74,7 +85,7 @@ func TestMovedHostIsDialedAtItsNewAddress(t *testing.T) {
 	mu.Lock()
 	book := saved
 	mu.Unlock()
-	a2, err := NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", Addresses: book})
+	a2, err := NewMux(MuxConfig{ListenAddr: "127.0.0.1:0", HostID: 0xa, Addresses: book}) // a restart: the same host ID
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +99,53 @@ func TestMovedHostIsDialedAtItsNewAddress(t *testing.T) {
 
 	// Addresses nobody can dial are never learned.
 	for _, bad := range []string{"0.0.0.0:7001", "[::]:7001", "127.0.0.1:0", "nonsense"} {
-		if a.m.learnAddress(old, bad) {
+		if a.m.learnAddress(0xb, old, bad) {
 			t.Fatalf("learned %q", bad)
 		}
+	}
+}
+
+// TestAddressBookKeyedByHost: the book keeps one entry per host and
+// resolves a record in one step. Host 2 moving B→C and then host 1 moving
+// A→B sends host 1's members recorded at A to B, not on to C (the chain
+// the book once followed); two hosts that swap addresses are both kept; a
+// host's entry moves only by its own moves; and a member whose host is
+// known is routed by that host's entry alone.
+func TestAddressBookKeyedByHost(t *testing.T) {
+	A, B, C := deadAddr(t), deadAddr(t), deadAddr(t)
+	const s1, s2 = 0x51, 0x52
+
+	m := newTestMux(t)
+	m.learnAddress(s2, B, C)
+	m.learnAddress(s1, A, B)
+	if got := m.resolve(s1, A); got != B {
+		t.Errorf("host 1's member recorded at A resolves to %s, want B (%s); C is %s", got, B, C)
+	}
+	if got := m.resolve(0, A); got != B {
+		t.Errorf("a member of an unknown host recorded at A resolves to %s, want B", got)
+	}
+	if got := m.resolve(s2, B); got != C {
+		t.Errorf("host 2's member recorded at B resolves to %s, want C", got)
+	}
+	if got := m.resolve(s1, B); got != B {
+		t.Errorf("host 1's member recorded at B (its new record) resolves to %s", got)
+	}
+	if got := m.resolve(s1, C); got != C {
+		t.Errorf("a record of another address than host 1 was known at resolves to %s", got)
+	}
+
+	m = newTestMux(t)
+	m.learnAddress(s1, A, B)
+	m.learnAddress(s2, B, A)
+	if m.resolve(s1, A) != B || m.resolve(s2, B) != A || len(m.Addresses()) != 2 {
+		t.Errorf("swapped hosts: book %v", m.Addresses())
+	}
+	// Host 1 moves back where it was recorded: its entry goes.
+	m.learnAddress(s1, A, A)
+	if _, ok := m.Addresses()[s1]; ok || m.resolve(s1, A) != A {
+		t.Errorf("host 1 back at A: book %v", m.Addresses())
+	}
+	if m.resolve(s2, B) != A {
+		t.Errorf("host 2's entry changed with host 1's move: %v", m.Addresses())
 	}
 }

@@ -120,8 +120,9 @@ type Config struct {
 	// one (its host's advertised peer address). It travels in the
 	// attachments of the host links, so that a host that moved is dialed at
 	// its new address by every group of every peer host at once (see
-	// Mux.Addresses). Empty: not sent (Transport.SetAdvertiseAddr sets it
-	// later).
+	// Mux.Addresses; learned only from a host that sends its host ID,
+	// MuxConfig.HostID). Empty: not sent (Transport.SetAdvertiseAddr sets
+	// it later).
 	AdvertiseAddr string
 	// TLS, when set, wraps every connection in TLS with this configuration,
 	// used both to serve and to dial (see NewMutualTLS). nil is plain TCP.

@@ -38,10 +38,15 @@
 // unreachable; it redials at once when the peer host reaches us.
 //
 // Before a group's first message on a link, the writer sends an attachment
-// (group, cluster, sender, receiver): the listener's transport for that
+// (group, cluster, sender, receiver, the sender's advertised address and
+// its host's ID, MuxConfig.HostID): the listener's transport for that
 // group checks it exactly as the hello of a connection (below) and answers
 // on the link; it may also revoke it later (the sender was removed, the
-// group stopped). Messages of what was not admitted are dropped and
+// group stopped). The listener also binds it to the link's host: the
+// attachment's host ID must be the link hello's, and the sender must be a
+// member that host owns here (the first host ID that spoke for it), whose
+// advertised address alone updates the address book (Mux.Addresses); with
+// TLS, that host ID is bound to its certificate's subject (identity.go). Messages of what was not admitted are dropped and
 // counted (MuxStats.DroppedUnadmitted), and a refusal is the group's only:
 // the peer retries its attachment on its backoff. The listener hands each
 // group what one read got for it at once: to a BatchHandler directly, to a
@@ -104,7 +109,11 @@
 //
 // The dialer passes a refusal to Handler.ReportRefused as a *RefusedError
 // that matches the reason's sentinel with errors.Is: that is how a removed
-// member learns it was removed.
+// member learns it was removed. Only a group's own refusals are passed:
+// those of its connections' hellos, and of its attachments on a host link.
+// A host link's hello names no member that counts, so a refusal of it is
+// passed to the groups only for another protocol version; any other is a
+// failed connection (their peers are unreachable).
 //
 // # Wire format
 //

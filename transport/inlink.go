@@ -35,6 +35,8 @@ type inLink struct {
 	r       *wire.Reader
 	version uint16
 	remote  string
+	hostID  uint64 // the dialer's host ID, from the hello (0: unknown)
+	cert    string // the identity of its certificate (identity.go), "" without TLS
 
 	// Owned by the reader goroutine.
 	admitted  map[attachKey]admission
@@ -85,6 +87,14 @@ func (m *Mux) serveLink(hs *handshake) {
 		writeReply(hs.nc, h.Group, r)
 		return
 	}
+	cert := certIdentity(hs.nc)
+	if !m.certMatches(h.HostID, cert) {
+		why := fmt.Sprintf("host %016x owns members here with another certificate than this link's", h.HostID)
+		m.refusedCounter().add(ReasonUnknownSender)
+		m.logError("refused_host_certificate", "refused inbound link: its host ID is bound to another certificate", "remote", remote, "host", fmt.Sprintf("%016x", h.HostID), "cert", cert)
+		writeReply(hs.nc, h.Group, wire.HelloReply{Code: wire.CodeUnknownSender, Reason: why})
+		return
+	}
 	r := wire.HelloReply{Version: version}
 	if m.private != nil {
 		r.Cluster, r.Member = m.private.cluster.Load(), m.private.cfg.ID
@@ -97,7 +107,7 @@ func (m *Mux) serveLink(hs *handshake) {
 	}
 	_ = hs.raw.SetDeadline(time.Time{})
 	il := &inLink{
-		m: m, raw: hs.raw, nc: hs.nc, dr: hs.dr, version: version, remote: remote,
+		m: m, raw: hs.raw, nc: hs.nc, dr: hs.dr, version: version, remote: remote, hostID: h.HostID, cert: cert,
 		admitted: make(map[attachKey]admission),
 		passIdx:  make(map[*Transport]int),
 		wake:     make(chan struct{}, 1),
@@ -226,6 +236,10 @@ func (il *inLink) attach(f wire.Frame) error {
 		return nil
 	}
 	p, code, why := t.checkAttach(f.Group, a, il.version)
+	first := false
+	if code == wire.CodeAccepted {
+		code, why, first = il.checkOwner(p, a)
+	}
 	if code == wire.CodeAccepted && !p.addInLink(il) {
 		code, why = wire.CodeUnknownSender, fmt.Sprintf("member %x is not a member known to member %x", a.From, t.cfg.ID)
 	}
@@ -233,20 +247,63 @@ func (il *inLink) attach(f wire.Frame) error {
 	if code != wire.CodeAccepted {
 		reason := codeErrors[code].reason
 		t.refused.add(reason)
-		t.logRefusal(wire.Hello{Kind: wire.KindLink, Group: f.Group, Cluster: a.Cluster, From: a.From, To: a.To}, reason, il.remote, why)
+		// One line per peer host, whatever the number of groups refused.
+		il.m.hostLog.log(t.log, il.hostKey(), "refused_"+reason, "refused inbound connection",
+			"kind", wire.KindLink.String(), "group", f.Group, "claimed_sender", fmt.Sprintf("%x", a.From), "remote", il.remote, "detail", why)
 		reply.Code, reply.Reason = code, why
 		il.reply(f.Group, reply)
 		return nil
 	}
 	il.admitted[key] = admission{t: t, p: p}
 	il.reply(f.Group, reply)
-	if a.Addr != "" {
+	if a.Addr != "" && il.hostID != 0 {
+		// Its owner's link: where the member's host is now.
 		p.mu.Lock()
 		recorded := p.recorded
 		p.mu.Unlock()
-		il.m.learnAddress(recorded, a.Addr)
+		if il.m.learnAddress(il.hostID, recorded, a.Addr) {
+			return nil // every peer re-routed
+		}
+	}
+	if first {
+		p.reroute() // its host is known now: the book may route it
 	}
 	return nil
+}
+
+// checkOwner decides whether the link may speak for p, the sender of
+// attachment a (identity.go): the attachment's host ID must be the link's,
+// and the link's host the member's owner (it becomes so if the member has
+// none), bound to the link's certificate. first reports that the link's
+// host became the owner.
+func (il *inLink) checkOwner(p *peer, a wire.Attach) (code wire.Code, why string, first bool) {
+	if a.HostID != il.hostID {
+		return wire.CodeBadHello, fmt.Sprintf("attachment from host %016x on the link of host %016x", a.HostID, il.hostID), false
+	}
+	if il.hostID != 0 && !il.m.certMatches(il.hostID, il.cert) {
+		return wire.CodeUnknownSender, fmt.Sprintf("host %016x owns members here with another certificate than this link's", il.hostID), false
+	}
+	owner, first := p.claim(il.hostID)
+	if owner != il.hostID {
+		return wire.CodeUnknownSender, fmt.Sprintf("member %x speaks from host %016x here, not from host %016x", a.From, owner, il.hostID), false
+	}
+	if first && !il.m.bindCert(il.hostID, il.cert) {
+		// Bound to another certificate meanwhile (by another link).
+		return wire.CodeUnknownSender, fmt.Sprintf("host %016x owns members here with another certificate than this link's", il.hostID), false
+	}
+	return wire.CodeAccepted, "", first
+}
+
+// hostKey names the link's peer host in logs: its host ID, or the address
+// it connects from if it sent none.
+func (il *inLink) hostKey() string {
+	if il.hostID != 0 {
+		return fmt.Sprintf("host %016x", il.hostID)
+	}
+	if host, _, err := net.SplitHostPort(il.remote); err == nil {
+		return host
+	}
+	return il.remote
 }
 
 func (il *inLink) reply(group uint64, r wire.AttachReply) {

@@ -296,7 +296,7 @@ func (l *link) connect() (*conn, error) {
 			h = wire.Hello{Group: f.key.group, Cluster: f.p.t.cluster.Load(), From: f.key.from, To: f.key.to}
 			break
 		}
-		h.Kind = wire.KindLink
+		h.Kind, h.HostID = wire.KindLink, l.m.hostID
 		c, err = l.m.dialer.dial(ctx, l.addr, h)
 	}
 	if err != nil {
@@ -330,15 +330,19 @@ func (l *link) connect() (*conn, error) {
 }
 
 // connectFailed reports a failed connection attempt to every flow: a
-// refusal of the link's hello (e.g. another protocol version) is each
-// peer's refusal; anything else makes them unreachable.
+// fallback stream's refused hello is its group's refusal, and so is a host
+// link's refused for another protocol version (true of every group there);
+// anything else makes them unreachable. A host link's hello names no
+// member that counts (see wire/link.go), so any other refusal of it (say,
+// "removed") is a misbehaving peer host's, never a group's: it must not
+// tombstone the groups' replicas here, and is only a failed connection.
 func (l *link) connectFailed(err error) {
 	l.mu.Lock()
 	l.failed = true
 	l.mu.Unlock()
 	flows := l.flowList()
 	var re *RefusedError
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && (l.solo != nil || errors.Is(err, ErrVersion)) {
 		for _, f := range flows {
 			r := *re
 			r.Peer = f.p.id

@@ -66,15 +66,23 @@ type Mux struct {
 
 	droppedUnadmitted atomic.Uint64
 
-	// The address book (addresses.go).
+	// hostID is this host's (MuxConfig.HostID), sent in its link hellos
+	// and attachments.
+	hostID uint64
+
+	// The address book (addresses.go), and the certificate identity each
+	// host ID that owns a member here was first seen with (identity.go).
 	bookMu       sync.Mutex
-	book         map[string]string
-	onAddress    func(map[string]string)
+	book         map[uint64]*HostAddress
+	bookSeq      uint64
+	certs        map[uint64]string
+	onAddress    func(map[uint64]HostAddress)
 	addrsLearned atomic.Uint64
 
 	refused    reasonCounter
 	connErrors reasonCounter
 	refusalLog rateLog
+	hostLog    hostLog  // the groups' events, per peer host (hostlog.go)
 	logged     sync.Map // linkLogKey of link problems logged at warning level
 
 	// Shared by the groups' transports: the host's snapshot streams are
@@ -123,14 +131,19 @@ type MuxConfig struct {
 	// Config.MaxFrameSize bounds what it sends). Default DefaultMaxFrameSize.
 	MaxFrameSize int
 
+	// HostID identifies this host to its peers: made once and kept with
+	// its data (a Host keeps it in its data dir), never 0 for a host whose
+	// moves its peers should learn. It is sent in the hello of every host
+	// link and in every attachment; a peer learns this host's moves only
+	// from the links that carry it. 0: none (a single group's transport).
+	HostID uint64
 	// Addresses is the address book to start with (as Mux.Addresses
-	// returned it before): peer addresses that member records name, mapped
-	// to where those hosts are now.
-	Addresses map[string]string
+	// returned it before): where each peer host that moved is now.
+	Addresses map[uint64]HostAddress
 	// OnAddressesChanged, if set, is called with the whole book each time
 	// the mux learns that a peer host moved (to keep it across restarts).
 	// It must not call the mux.
-	OnAddressesChanged func(map[string]string)
+	OnAddressesChanged func(map[uint64]HostAddress)
 }
 
 // linkSettings are the host links' settings, with defaults.
@@ -201,13 +214,18 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 		snapSend:  newSlots(cfg.MaxConcurrentSnapshots),
 		snapRecv:  make(chan struct{}, cfg.MaxConcurrentSnapshots),
 		snapRate:  snapshotLimiter(Config{SnapshotBytesPerSec: cfg.SnapshotBytesPerSec, SnapshotChunkSize: DefaultSnapshotChunkSize}),
-		book:      map[string]string{},
+		hostID:    cfg.HostID,
+		book:      map[uint64]*HostAddress{},
+		certs:     map[uint64]string{},
 		onAddress: cfg.OnAddressesChanged,
 	}
-	for from, to := range cfg.Addresses {
-		if from != to && dialable(to) {
-			m.book[from] = to
+	for id, e := range cfg.Addresses {
+		rec := slices.DeleteFunc(slices.Clone(e.Recorded), func(a string) bool { return a == e.Addr || a == "" })
+		if id == 0 || !dialable(e.Addr) || len(rec) == 0 || len(m.book) >= maxBookHosts {
+			continue
 		}
+		m.book[id] = &HostAddress{Addr: e.Addr, Recorded: rec, Learned: e.Learned}
+		m.bookSeq = max(m.bookSeq, e.Learned)
 	}
 	lo, hi := m.versions()
 	m.dialer = &dialer{

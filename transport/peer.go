@@ -30,10 +30,16 @@ type peer struct {
 	gone atomic.Bool
 	c    *peerCounters
 
+	// routeMu serializes the peer's moves between host links (reroute):
+	// each leaves the link the one before it joined, so that the peer has
+	// one flow, on the link of its address. Taken before any other lock.
+	routeMu sync.Mutex
+
 	// mu guards the fields below; never held during I/O or Handler calls,
 	// and never while taking a link's or the mux's lock.
 	mu         sync.Mutex
 	recorded   string // the address the node gave (AddPeer, UpdatePeer)
+	owner      uint64 // the host ID that first spoke for the member on this host's links (identity.go); 0: none yet
 	addr       string // where it is dialed: recorded, through the mux's address book
 	flow       *flow  // where its messages go now: host (or its fallback stream); nil once stopped
 	host       *flow  // its flow on the host link of addr
@@ -56,7 +62,7 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		t:        t,
 		id:       id,
 		recorded: addr,
-		addr:     t.mux.resolve(addr),
+		addr:     t.mux.resolve(0, addr),
 		c:        newPeerCounters(),
 		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
@@ -73,6 +79,8 @@ func (p *peer) key() attachKey {
 
 // start routes the peer to the host link of its address.
 func (p *peer) start() {
+	p.routeMu.Lock()
+	defer p.routeMu.Unlock()
 	p.mu.Lock()
 	addr := p.addr
 	p.mu.Unlock()
@@ -118,18 +126,31 @@ func (p *peer) stop(code wire.Code, why string) {
 	}
 }
 
-// setAddr moves the peer to the host link of addr: its queue is dropped,
-// and it attaches there at once.
 // setRecorded sets the address the node gives the peer, and dials it
 // where the mux's address book says that host is now.
 func (p *peer) setRecorded(addr string) {
 	p.mu.Lock()
 	p.recorded = addr
 	p.mu.Unlock()
-	p.setAddr(p.t.mux.resolve(addr))
+	p.reroute()
 }
 
-func (p *peer) setAddr(addr string) {
+// reroute dials the peer where the mux's address book says the host of
+// its record is now. Concurrent calls (the node updating the record while
+// the book learns a move) are serialized, and each resolves the record as
+// it is then: the last one routes by the newest record and book.
+func (p *peer) reroute() {
+	p.routeMu.Lock()
+	defer p.routeMu.Unlock()
+	p.mu.Lock()
+	rec, owner := p.recorded, p.owner
+	p.mu.Unlock()
+	p.moveTo(p.t.mux.resolve(owner, rec))
+}
+
+// moveTo moves the peer to the host link of addr: its queue is dropped,
+// and it attaches there at once. p.routeMu is held.
+func (p *peer) moveTo(addr string) {
 	p.mu.Lock()
 	if addr == p.addr || p.stopped {
 		p.mu.Unlock()
@@ -335,7 +356,12 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 	p.c.refusals.Add(1)
 	p.c.lastRefusal.Store(&re.Reason)
 	p.t.markUnreachable(p.id)
-	p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", re.Addr, "detail", re.Detail)
+	if p.t.ownMux {
+		p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", re.Addr, "detail", re.Detail)
+	} else { // one line per peer host, whatever the number of groups refused
+		p.t.mux.hostLog.log(p.t.log, re.Addr, re.Reason, "peer refused our connection",
+			"group", p.t.cfg.GroupID, "peer", p.hexID(), "addr", re.Addr, "detail", re.Detail)
+	}
 	p.t.report(func() { p.t.handler.ReportRefused(p.id, re) })
 }
 
