@@ -164,12 +164,20 @@ func (l *link) serve(c *conn) error {
 }
 
 // serveFlow lets f write up to its deficit. It reports whether f has
-// messages left.
+// messages left: whether it stays in the rounds. A flow in debt (its last
+// message was larger than its deficit) writes nothing until the quanta of
+// the rounds it sits out have repaid it, and stays in the rounds meanwhile.
 func (w *linkWriter) serveFlow(f *flow, alone bool) (more bool, err error) {
 	if alone && f.deficit < 0 {
 		f.deficit = 0 // no other flow to be fair to
 	}
 	f.deficit += w.l.m.quantum
+	if f.deficit <= 0 {
+		// Still in debt: it sits this round out but stays in the rounds
+		// (its queue is marked as on the active list, so no enqueue would
+		// put it back), unless its queue was dropped meanwhile.
+		return f.p.stillQueued(f), nil
+	}
 	for f.deficit > 0 {
 		w.batch, more = f.p.take(f, f.deficit, w.batch[:0])
 		if len(w.batch) == 0 {

@@ -227,6 +227,14 @@ func (p *peer) take(f *flow, limit int, dst []*raftpb.Message) (out []*raftpb.Me
 	return dst, more
 }
 
+// stillQueued reports whether f is still p's flow with queued messages:
+// on its link's active list or its writer's rounds.
+func (p *peer) stillQueued(f *flow) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flow == f && f.queued
+}
+
 // resetQueue empties the queue, keeping a small backing array for reuse
 // and freeing a large one (an idle peer holds little). p.mu is held.
 func (p *peer) resetQueue() {
