@@ -171,7 +171,10 @@ type Config struct {
 	// MaxFrameSize is the largest frame payload, in bytes, this member
 	// sends or accepts; a message larger than this is dropped. It must
 	// exceed raft's MaxSizePerMsg plus the largest command, and be the
-	// same on every member. Default 64 MiB; at least 64 KiB.
+	// same on every member: a message over the limit a peer's host says
+	// in its hello reply is dropped as well (counted in
+	// PeerStats.DroppedTooLarge, and logged), never sent to break the
+	// link. Default 64 MiB; at least 64 KiB.
 	MaxFrameSize int
 	// SnapshotChunkSize is the size, in bytes, of the chunks a snapshot
 	// file is streamed in. Default 256 KiB, or MaxFrameSize if smaller;

@@ -26,7 +26,8 @@
 // link B dialed, so appends pipeline without head-of-line blocking behind
 // responses. A peer owns no goroutine: Send queues into it, and the
 // link's writer drains the queues of all its groups' peers by deficit
-// round robin (a quantum of 32 KiB per queue per round), so that one
+// round robin (a quantum of 32 KiB per queue per round; a queue whose
+// message was larger sits rounds out until they repay it), so that one
 // group's backlog (a catching-up follower, a learner) delays another
 // group's heartbeats by at most a round; everything a round encodes leaves
 // in one write (up to 256 KiB), flushed as soon as the queues run dry. The
@@ -46,8 +47,12 @@
 // attachment's host ID must be the link hello's, and the sender must be a
 // member that host owns here (the first host ID that spoke for it), whose
 // advertised address alone updates the address book (Mux.Addresses); with
-// TLS, that host ID is bound to its certificate's subject (identity.go). Messages of what was not admitted are dropped and
-// counted (MuxStats.DroppedUnadmitted), and a refusal is the group's only:
+// TLS, that host ID is bound to its certificate's subject (identity.go).
+// Messages of what was not admitted are dropped and counted
+// (MuxStats.DroppedUnadmitted) — those of a group with no admission on the
+// link without being read into memory — and a message over the host's
+// MaxFrameSize is skipped and counted (MuxStats.DroppedTooLarge), the link
+// going on; a refusal is the group's only:
 // the peer retries its attachment on its backoff. The listener hands each
 // group what one read got for it at once: to a BatchHandler directly, to a
 // plain Handler through a bounded inbox drained on demand; it never waits

@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -20,6 +21,9 @@ const (
 	// maxControlBacklog bounds the pongs and attach replies waiting for a
 	// peer host that does not read them: past it, the link closes.
 	maxControlBacklog = 1 << 20
+	// maxControlFrame bounds the payload of a host link's frames but its
+	// messages (attachments and pings: at most a few hundred bytes).
+	maxControlFrame = 4 << 10
 )
 
 // inLink is an inbound host link: the raft messages of every group from
@@ -27,6 +31,12 @@ const (
 // group's transport exactly as a raft stream's hello), drops the messages
 // of what it did not admit, and hands what one read pass got to each group
 // once; a second goroutine writes pongs and attach replies.
+//
+// What an unadmitted peer can make it allocate is bounded: a message
+// frame of a group with no admission on the link, or one over the host's
+// MaxFrameSize, is skipped (read through a small buffer, CRC checked, and
+// counted) without breaking the link; any other frame is a few hundred
+// bytes at most; and a large frame's buffer grows as its bytes arrive.
 type inLink struct {
 	m       *Mux
 	raw, nc net.Conn
@@ -38,10 +48,15 @@ type inLink struct {
 	hostID  uint64 // the dialer's host ID, from the hello (0: unknown)
 	cert    string // the identity of its certificate (identity.go), "" without TLS
 
+	// amu guards the admissions: the reader's, which a group's peer
+	// stopping forgets (so that the link holds no closed group).
+	amu      sync.Mutex
+	admitted map[attachKey]admission
+	groups   map[uint64]int // admissions per group
+	lastKey  attachKey      // the last message's attachment, and its admission
+	last     admission      // (zero: none): a run of one flow's messages skips the map
+
 	// Owned by the reader goroutine.
-	admitted  map[attachKey]admission
-	lastKey   attachKey // the last message's attachment, and its admission
-	last      admission // (zero: none): a run of one flow's messages skips the map
 	pass      []delivery
 	passIdx   map[*Transport]int
 	passMsgs  int
@@ -95,7 +110,7 @@ func (m *Mux) serveLink(hs *handshake) {
 		writeReply(hs.nc, h.Group, wire.HelloReply{Code: wire.CodeUnknownSender, Reason: why})
 		return
 	}
-	r := wire.HelloReply{Version: version}
+	r := wire.HelloReply{Version: version, MaxFrame: uint32(m.ls.maxFrame)}
 	if m.private != nil {
 		r.Cluster, r.Member = m.private.cluster.Load(), m.private.cfg.ID
 	}
@@ -109,14 +124,16 @@ func (m *Mux) serveLink(hs *handshake) {
 	il := &inLink{
 		m: m, raw: hs.raw, nc: hs.nc, dr: hs.dr, version: version, remote: remote, hostID: h.HostID, cert: cert,
 		admitted: make(map[attachKey]admission),
+		groups:   make(map[uint64]int),
 		passIdx:  make(map[*Transport]int),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	// The handshake's reader (16 KiB) may hold frames already: read on
 	// with it. A frame larger than it is read straight into its payload.
+	// The frames' sizes are checked by next, frame by frame.
 	il.br = hs.br
-	il.r = wire.NewReader(il.br, uint32(m.ls.maxFrame))
+	il.r = wire.NewReader(il.br, math.MaxUint32)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -146,11 +163,7 @@ func (il *inLink) readLoop() error {
 		if il.passMsgs > 0 && !il.frameBuffered() {
 			il.deliver() // the next read waits for the network
 		}
-		f, err := il.r.Next()
-		if err == nil {
-			err = il.handle(f)
-		}
-		if err != nil {
+		if err := il.next(); err != nil {
 			il.deliver()
 			return err
 		}
@@ -166,6 +179,101 @@ func (il *inLink) frameBuffered() bool {
 	return wire.FrameBuffered(b)
 }
 
+// next reads one frame and handles it. Before its payload is read, its
+// header decides whether it is worth its size: a message of a group with
+// no admission on the link, or one over the host's MaxFrameSize (from a
+// sender that did not learn the limit from the hello reply), is skipped
+// and counted, and the link goes on; any other frame over maxControlFrame
+// breaks it.
+func (il *inLink) next() error {
+	h, err := il.r.NextHeader()
+	if err != nil {
+		return err
+	}
+	if h.Type != wire.TypeMessage {
+		if h.Length > maxControlFrame {
+			return fmt.Errorf("%w: %s frame of %d bytes on a host link, the limit is %d", wire.ErrFrameTooLarge, h.Type, h.Length, maxControlFrame)
+		}
+	} else if !il.groupAdmitted(h.Group) {
+		il.m.droppedUnadmitted.Add(1)
+		return il.r.Skip(h)
+	} else if int64(h.Length) > int64(il.m.ls.maxFrame) {
+		il.m.droppedTooLarge.Add(1)
+		il.m.logError("too_large", "message larger than this host's MaxFrameSize dropped from a host link (raft resends it, and it is dropped again: raise MaxFrameSize here or make the sender's entries smaller)",
+			"remote", il.remote, "group", h.Group, "bytes", h.Length, "limit", il.m.ls.maxFrame)
+		return il.r.Skip(h)
+	}
+	f, err := il.r.Payload(h)
+	if err != nil {
+		return err
+	}
+	return il.handle(f)
+}
+
+// groupAdmitted reports whether the link admitted an attachment of group.
+func (il *inLink) groupAdmitted(group uint64) bool {
+	il.amu.Lock()
+	defer il.amu.Unlock()
+	return il.groups[group] > 0
+}
+
+// admission returns the admission of key, if any and not revoked.
+func (il *inLink) admission(key attachKey) (admission, bool) {
+	il.amu.Lock()
+	defer il.amu.Unlock()
+	a, ok := il.last, il.last.p != nil && key == il.lastKey
+	if !ok {
+		a, ok = il.admitted[key]
+	}
+	if ok && a.p.gone.Load() { // revoked: the sender was removed, the group stopped
+		il.unadmitLocked(key)
+		ok = false
+	}
+	if ok {
+		il.lastKey, il.last = key, a
+	} else {
+		il.last = admission{}
+	}
+	return a, ok
+}
+
+// admit records key's admission. il.amu is held.
+func (il *inLink) admitLocked(key attachKey, a admission) {
+	if _, ok := il.admitted[key]; !ok {
+		il.groups[key.group]++
+	}
+	il.admitted[key] = a
+}
+
+// unadmitLocked forgets key's admission. il.amu is held.
+func (il *inLink) unadmitLocked(key attachKey) {
+	if _, ok := il.admitted[key]; !ok {
+		return
+	}
+	delete(il.admitted, key)
+	if il.groups[key.group]--; il.groups[key.group] <= 0 {
+		delete(il.groups, key.group)
+	}
+	if il.lastKey == key {
+		il.last = admission{}
+	}
+}
+
+// forget drops p's admissions (p stopped: its group closed, or the sender
+// was removed), so that the link keeps no reference to its group.
+func (il *inLink) forget(p *peer) {
+	il.amu.Lock()
+	defer il.amu.Unlock()
+	for key, a := range il.admitted {
+		if a.p == p {
+			il.unadmitLocked(key)
+		}
+	}
+	if il.last.p == p {
+		il.last = admission{}
+	}
+}
+
 func (il *inLink) handle(f wire.Frame) error {
 	switch f.Type {
 	case wire.TypeMessage:
@@ -173,20 +281,7 @@ func (il *inLink) handle(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
-		key := attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()}
-		a, ok := il.last, il.last.p != nil && key == il.lastKey
-		if !ok {
-			a, ok = il.admitted[key]
-		}
-		if ok && a.p.gone.Load() { // revoked: the sender was removed, the group stopped
-			delete(il.admitted, key)
-			ok = false
-		}
-		if ok {
-			il.lastKey, il.last = key, a
-		} else {
-			il.last = admission{}
-		}
+		a, ok := il.admission(attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()})
 		if !ok {
 			il.m.droppedUnadmitted.Add(1)
 			return nil
@@ -219,8 +314,9 @@ func (il *inLink) attach(f wire.Frame) error {
 		return err
 	}
 	key := attachKey{group: f.Group, from: a.From, to: a.To}
-	delete(il.admitted, key) // a new attachment replaces the old one
-	il.last = admission{}
+	il.amu.Lock()
+	il.unadmitLocked(key) // a new attachment replaces the old one
+	il.amu.Unlock()
 	reply := wire.AttachReply{From: a.From, To: a.To}
 	t := il.m.group(f.Group)
 	if t == nil {
@@ -240,8 +336,19 @@ func (il *inLink) attach(f wire.Frame) error {
 	if code == wire.CodeAccepted {
 		code, why, first = il.checkOwner(p, a)
 	}
-	if code == wire.CodeAccepted && !p.addInLink(il) {
-		code, why = wire.CodeUnknownSender, fmt.Sprintf("member %x is not a member known to member %x", a.From, t.cfg.ID)
+	if code == wire.CodeAccepted {
+		// Recorded before the peer learns of the link, so that the peer
+		// stopping from now on forgets it (peer.stop); if it stopped
+		// already, it is forgotten here.
+		il.amu.Lock()
+		il.admitLocked(key, admission{t: t, p: p})
+		il.amu.Unlock()
+		if !p.addInLink(il) {
+			il.amu.Lock()
+			il.unadmitLocked(key)
+			il.amu.Unlock()
+			code, why = wire.CodeUnknownSender, fmt.Sprintf("member %x is not a member known to member %x", a.From, t.cfg.ID)
+		}
 	}
 	reply.Cluster = t.cluster.Load()
 	if code != wire.CodeAccepted {
@@ -254,7 +361,6 @@ func (il *inLink) attach(f wire.Frame) error {
 		il.reply(f.Group, reply)
 		return nil
 	}
-	il.admitted[key] = admission{t: t, p: p}
 	il.reply(f.Group, reply)
 	if a.Addr != "" && il.hostID != 0 {
 		// Its owner's link: where the member's host is now.
@@ -406,8 +512,16 @@ func (il *inLink) shutdown() {
 	il.mu.Unlock()
 	close(il.done)
 	_ = il.raw.Close()
+	il.amu.Lock()
+	admitted := make([]*peer, 0, len(il.admitted))
 	for _, a := range il.admitted {
-		a.p.removeInLink(il)
+		admitted = append(admitted, a.p)
 	}
 	clear(il.admitted)
+	clear(il.groups)
+	il.last = admission{}
+	il.amu.Unlock()
+	for _, p := range admitted {
+		p.removeInLink(il)
+	}
 }

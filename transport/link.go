@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/understudy-raft/understudy/internal/wire"
@@ -50,6 +51,9 @@ type link struct {
 	wake     chan struct{} // cap 1: work for the writer
 	kickc    chan struct{} // cap 1: redial now
 	reprobec chan struct{} // cap 1: a fallback stream broke: try a host link again
+	// peerMax is the largest frame payload the peer accepts on the
+	// connection (its hello reply's), 0 if it did not say.
+	peerMax atomic.Int64
 
 	mu          sync.Mutex
 	flows       map[attachKey]*flow // every flow routed to the link
@@ -310,6 +314,7 @@ func (l *link) connect() (*conn, error) {
 	}
 	l.gen = l.m.gens.Add(1)
 	l.conn, l.failed = c, false
+	l.peerMax.Store(int64(c.reply.MaxFrame))
 	flows := make([]*flow, 0, len(l.flows))
 	for _, f := range l.flows {
 		flows = append(flows, f)

@@ -30,6 +30,17 @@ type linkWriter struct {
 	now     time.Time
 }
 
+// frameLimit is the largest message f may write on its link: its
+// transport's MaxFrameSize, or the peer host's frame limit (from the
+// link's hello reply) if smaller.
+func (f *flow) frameLimit() int {
+	limit := f.p.t.cfg.MaxFrameSize
+	if peer := int(f.l.peerMax.Load()); peer > 0 && peer < limit {
+		limit = peer
+	}
+	return limit
+}
+
 // sent is what one flow has in the write buffer.
 type sent struct {
 	f           *flow
@@ -84,6 +95,8 @@ func (l *link) serve(c *conn) error {
 		l.mu.Unlock()
 		round = append(round, next...)
 		round = append(round, waiting...)
+		clear(next) // an idle link keeps no closed group's flow
+		clear(waiting)
 		next, waiting = next[:0], waiting[:0]
 
 		w.now = time.Now()
@@ -164,12 +177,20 @@ func (l *link) serve(c *conn) error {
 }
 
 // serveFlow lets f write up to its deficit. It reports whether f has
-// messages left.
+// messages left: whether it stays in the rounds. A flow in debt (its last
+// message was larger than its deficit) writes nothing until the quanta of
+// the rounds it sits out have repaid it, and stays in the rounds meanwhile.
 func (w *linkWriter) serveFlow(f *flow, alone bool) (more bool, err error) {
 	if alone && f.deficit < 0 {
 		f.deficit = 0 // no other flow to be fair to
 	}
 	f.deficit += w.l.m.quantum
+	if f.deficit <= 0 {
+		// Still in debt: it sits this round out but stays in the rounds
+		// (its queue is marked as on the active list, so no enqueue would
+		// put it back), unless its queue was dropped meanwhile.
+		return f.p.stillQueued(f), nil
+	}
 	for f.deficit > 0 {
 		w.batch, more = f.p.take(f, f.deficit, w.batch[:0])
 		if len(w.batch) == 0 {
@@ -199,7 +220,7 @@ func (w *linkWriter) serveFlow(f *flow, alone bool) (more bool, err error) {
 // encode appends batch's frames to the buffer and returns their size.
 func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 	p := f.p
-	maxFrame := p.t.cfg.MaxFrameSize
+	maxFrame := f.frameLimit()
 	start, msgs := len(w.buf), 0
 	for _, m := range batch {
 		at := len(w.buf)
@@ -211,9 +232,9 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 			p.t.logOnce(p.id, "encode", "cannot encode message", "type", m.GetType().String(), "err", err)
 			continue
 		case len(w.buf)-at-wire.HeaderSize > maxFrame:
+			size := len(w.buf) - at - wire.HeaderSize
 			w.buf = w.buf[:at]
-			p.c.dropLarge.Add(1)
-			p.t.logOnce(p.id, "too_large", "message larger than MaxFrameSize dropped", "type", m.GetType().String(), "bytes", len(w.buf)-at)
+			p.tooLarge(m, size, maxFrame)
 			continue
 		}
 		msgs++

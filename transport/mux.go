@@ -65,6 +65,7 @@ type Mux struct {
 	inLinks map[*inLink]struct{}
 
 	droppedUnadmitted atomic.Uint64
+	droppedTooLarge   atomic.Uint64
 
 	// hostID is this host's (MuxConfig.HostID), sent in its link hellos
 	// and attachments.
@@ -128,7 +129,10 @@ type MuxConfig struct {
 	MinBackoff   time.Duration
 	MaxBackoff   time.Duration
 	// MaxFrameSize is the largest frame a host link accepts (a group's
-	// Config.MaxFrameSize bounds what it sends). Default DefaultMaxFrameSize.
+	// Config.MaxFrameSize bounds what it sends). The link's hello reply
+	// says it, and a sender drops a message over it; one that arrives
+	// anyway is skipped and counted (MuxStats.DroppedTooLarge). Default
+	// DefaultMaxFrameSize.
 	MaxFrameSize int
 
 	// HostID identifies this host to its peers: made once and kept with
@@ -287,6 +291,11 @@ type MuxStats struct {
 	// (group, sender, receiver) not admitted: never attached, refused or
 	// revoked.
 	DroppedUnadmitted uint64
+	// DroppedTooLarge counts messages received on a host link larger than
+	// the mux's MaxFrameSize: skipped, the link going on. A sender that
+	// learned the limit in the link's hello reply drops them itself (its
+	// group's PeerStats.DroppedTooLarge).
+	DroppedTooLarge uint64
 	// AddressesLearned counts the peer hosts' moves the address book
 	// learned (Mux.Addresses).
 	AddressesLearned uint64
@@ -295,7 +304,7 @@ type MuxStats struct {
 // Stats returns the mux's counters.
 func (m *Mux) Stats() MuxStats {
 	s := MuxStats{Refused: m.refused.snapshot(), ConnErrors: m.connErrors.snapshot(), DroppedUnadmitted: m.droppedUnadmitted.Load(),
-		AddressesLearned: m.addrsLearned.Load()}
+		DroppedTooLarge: m.droppedTooLarge.Load(), AddressesLearned: m.addrsLearned.Load()}
 	m.mu.Lock()
 	links := make([]*link, 0, len(m.links))
 	for _, l := range m.links {

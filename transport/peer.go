@@ -55,6 +55,8 @@ type peer struct {
 	snapping   bool                 // a snapshot to this peer is in flight
 	snapProg   SnapshotProgress     // its progress (Index 0: none)
 	stopped    bool
+
+	largeLog rateLog // messages too large for the peer, logged at warning level
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -118,11 +120,11 @@ func (p *peer) stop(code wire.Code, why string) {
 	for _, c := range conns {
 		_ = c.Close()
 	}
-	if code == wire.CodeAccepted {
-		return
-	}
 	for _, il := range links {
-		il.revoke(p, code, why)
+		il.forget(p) // the links keep nothing of a stopped peer's group
+		if code != wire.CodeAccepted {
+			il.revoke(p, code, why)
+		}
 	}
 }
 
@@ -243,9 +245,36 @@ func (p *peer) take(f *flow, limit int, dst []*raftpb.Message) (out []*raftpb.Me
 	more = f.queued
 	p.mu.Unlock()
 	if merge { // outside the lock: Send must not wait for it
-		dst = append(dst[:start], mergeAppends(dst[start:], min(maxMergedBytes, p.t.cfg.MaxFrameSize/2))...)
+		dst = append(dst[:start], mergeAppends(dst[start:], min(maxMergedBytes, f.frameLimit()/2))...)
 	}
 	return dst, more
+}
+
+// tooLarge drops m, size bytes encoded, which is over limit (this
+// member's MaxFrameSize or the peer host's): counted in the peer's
+// DroppedTooLarge and logged at warning level once per
+// refusalLogInterval, so that a group whose appends never reach a peer
+// (raft resends them, and they are dropped again) is not silent.
+func (p *peer) tooLarge(m *raftpb.Message, size, limit int) {
+	n := p.c.dropLarge.Add(1)
+	msg := "message larger than the frame limit dropped; raft resends it, and it is dropped again: raise MaxFrameSize (on every host) or write smaller entries"
+	args := []any{"peer", p.hexID(), "type", m.GetType().String(), "bytes", size, "limit", limit, "dropped_too_large", n}
+	if limit < p.t.cfg.MaxFrameSize {
+		args = append(args, "detail", "the limit is the peer host's MaxFrameSize, smaller than this member's")
+	}
+	if p.largeLog.allow("too_large", time.Now()) {
+		p.t.log.Warn(msg, args...)
+		return
+	}
+	p.t.log.Debug(msg, args...)
+}
+
+// stillQueued reports whether f is still p's flow with queued messages:
+// on its link's active list or its writer's rounds.
+func (p *peer) stillQueued(f *flow) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flow == f && f.queued
 }
 
 // resetQueue empties the queue, keeping a small backing array for reuse

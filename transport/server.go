@@ -82,7 +82,7 @@ func (t *Transport) admit(hs *handshake) (*accepted, error) {
 		}
 		return nil, nil
 	}
-	if err := t.reply(nc, wire.HelloReply{Version: version, Cluster: t.cluster.Load(), Member: t.cfg.ID}); err != nil {
+	if err := t.reply(nc, wire.HelloReply{Version: version, MaxFrame: uint32(t.cfg.MaxFrameSize), Cluster: t.cluster.Load(), Member: t.cfg.ID}); err != nil {
 		p.removeInbound(nc)
 		if h.Kind == wire.KindSnapshot {
 			<-t.snapRecv

@@ -43,7 +43,7 @@ type PeerStats struct {
 	MessagesReceived, BytesReceived uint64 // raft messages read from the peer (its host link or stream)
 	DroppedQueueFull                uint64 // messages dropped because the queue was full
 	DroppedDisconnected             uint64 // messages dropped because the link was down or broke, or the attachment refused
-	DroppedTooLarge                 uint64 // messages over MaxFrameSize, never sent
+	DroppedTooLarge                 uint64 // messages over MaxFrameSize or the peer host's frame limit, never sent
 	QueuedMessages                  int    // in the queue now
 	QueuedBytes                     int64  // in the queue now, as counted against the budget
 

@@ -172,16 +172,26 @@ const HelloReplySize = 24
 //	offset size field
 //	0      2    chosen protocol version (0 when refused)
 //	2      1    code (0 accepted, else the reason for refusing)
-//	3      5    reserved, zero
+//	3      1    reserved, zero
+//	4      4    the largest frame payload the listener accepts on the
+//	            connection (optional: 0 means not said)
 //	8      8    the listener's cluster ID (0 if it does not know it)
 //	16     8    the listener's member ID
 //	24     n    reason: UTF-8 text for logs, at most 1024 bytes, may be empty
+//
+// The frame limit is in bytes that were reserved (zero) before it, not
+// after the reason, which runs to the end of the payload: decoders that
+// do not know it ignore it, and an encoder that does not know it says 0.
 type HelloReply struct {
 	Version uint16
 	Code    Code
-	Cluster uint64
-	Member  uint64
-	Reason  string
+	// MaxFrame is the largest frame payload the listener accepts on this
+	// connection, 0 if it does not say: a dialer sends nothing larger (a
+	// frame over it would be refused or dropped by the listener).
+	MaxFrame uint32
+	Cluster  uint64
+	Member   uint64
+	Reason   string
 }
 
 // AppendHelloReply appends the payload of r to b. A reason longer than
@@ -190,6 +200,7 @@ func AppendHelloReply(b []byte, r HelloReply) []byte {
 	var p [HelloReplySize]byte
 	binary.BigEndian.PutUint16(p[0:2], r.Version)
 	p[2] = byte(r.Code)
+	binary.BigEndian.PutUint32(p[4:8], r.MaxFrame)
 	binary.BigEndian.PutUint64(p[8:16], r.Cluster)
 	binary.BigEndian.PutUint64(p[16:24], r.Member)
 	b = append(b, p[:]...)
@@ -206,11 +217,12 @@ func ParseHelloReply(p []byte) (HelloReply, error) {
 		return HelloReply{}, fmt.Errorf("%w: hello reply reason is not short UTF-8", ErrMalformed)
 	}
 	return HelloReply{
-		Version: binary.BigEndian.Uint16(p[0:2]),
-		Code:    Code(p[2]),
-		Cluster: binary.BigEndian.Uint64(p[8:16]),
-		Member:  binary.BigEndian.Uint64(p[16:24]),
-		Reason:  string(reason),
+		Version:  binary.BigEndian.Uint16(p[0:2]),
+		Code:     Code(p[2]),
+		MaxFrame: binary.BigEndian.Uint32(p[4:8]),
+		Cluster:  binary.BigEndian.Uint64(p[8:16]),
+		Member:   binary.BigEndian.Uint64(p[16:24]),
+		Reason:   string(reason),
 	}, nil
 }
 

@@ -33,6 +33,19 @@ func TestHelloReplyRoundTrip(t *testing.T) {
 	if err != nil || got != r {
 		t.Fatalf("got %+v, %v; want %+v", got, err, r)
 	}
+	// The listener's frame limit, in bytes that were reserved: a reply
+	// without it (an encoder that does not know it) decodes to 0, and one
+	// with it keeps its other fields where they were.
+	withLimit := r
+	withLimit.MaxFrame = 64 << 10
+	b := AppendHelloReply(nil, withLimit)
+	got, err = ParseHelloReply(b)
+	if err != nil || got != withLimit {
+		t.Fatalf("with a frame limit: got %+v, %v; want %+v", got, err, withLimit)
+	}
+	if !bytes.Equal(b[:4], AppendHelloReply(nil, r)[:4]) || !bytes.Equal(b[8:], AppendHelloReply(nil, r)[8:]) {
+		t.Fatalf("the frame limit moved other fields: %x", b)
+	}
 	long := HelloReply{Reason: strings.Repeat("é", MaxReasonSize)}
 	got, err = ParseHelloReply(AppendHelloReply(nil, long))
 	if err != nil || len(got.Reason) > MaxReasonSize || !strings.HasPrefix(long.Reason, got.Reason) {

@@ -16,7 +16,11 @@
 // The reader checks the length against its maximum before it allocates
 // anything, the type and reserved bytes before it reads the payload, and
 // the CRC after. Any failure means the stream is unusable and the
-// connection is closed: there is no resynchronisation.
+// connection is closed: there is no resynchronisation. A large payload is
+// allocated as its bytes arrive, never from its declared length alone;
+// and a reader that does not want a frame (Reader.NextHeader tells it its
+// type, group and size) skips its payload, CRC checked, without
+// allocating it, and the stream stays usable.
 //
 // # Connections
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 // HeaderSize is the size in bytes of a frame header.
@@ -158,10 +159,17 @@ type Frame struct {
 
 // Reader reads frames from a byte stream. It is not safe for concurrent use.
 type Reader struct {
-	r   io.Reader
-	max uint32
-	hdr [HeaderSize]byte
+	r    io.Reader
+	max  uint32
+	hdr  [HeaderSize]byte
+	skip []byte // Skip's buffer
 }
+
+// readChunk is the most a Reader allocates for a payload ahead of its
+// bytes: a larger payload's buffer grows (doubling) as its bytes arrive,
+// so that a header declaring a large frame, followed by nothing, costs
+// the reader at most this much.
+const readChunk = 64 << 10
 
 // NewReader returns a Reader that refuses frames whose payload exceeds
 // maxPayload bytes. r should be buffered (a bufio.Reader) when frames are
@@ -187,28 +195,63 @@ func (r *Reader) NextInto(buf []byte) (Frame, error) {
 }
 
 func (r *Reader) next(buf []byte) (Frame, error) {
-	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
-		return Frame{}, err
-	}
-	h, err := ParseHeader(&r.hdr)
+	h, err := r.NextHeader()
 	if err != nil {
 		return Frame{}, err
 	}
-	if h.Length > r.max {
-		return Frame{}, fmt.Errorf("%w: %s frame of %d bytes, the limit is %d", ErrFrameTooLarge, h.Type, h.Length, r.max)
+	return r.payload(h, buf)
+}
+
+// NextHeader reads the next frame's header and checks its type, reserved
+// bytes and length (against the reader's maximum). The caller then reads
+// the frame's payload with Payload or skips it with Skip, before the next
+// frame: so that it decides, from the header, whether the frame is worth
+// its size.
+//
+// It returns io.EOF only when the stream ends cleanly between frames.
+func (r *Reader) NextHeader() (Header, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		return Header{}, err
 	}
+	h, err := ParseHeader(&r.hdr)
+	if err != nil {
+		return Header{}, err
+	}
+	if h.Length > r.max {
+		return Header{}, fmt.Errorf("%w: %s frame of %d bytes, the limit is %d", ErrFrameTooLarge, h.Type, h.Length, r.max)
+	}
+	return h, nil
+}
+
+// Payload reads the payload of the frame whose header NextHeader just
+// returned, into a newly allocated slice the caller owns.
+func (r *Reader) Payload(h Header) (Frame, error) {
+	return r.payload(h, nil)
+}
+
+// payload reads h's payload, into buf if it fits, and checks the CRC. A
+// payload larger than readChunk that does not fit is allocated as it
+// arrives.
+func (r *Reader) payload(h Header, buf []byte) (Frame, error) {
 	n := int(h.Length)
 	var payload []byte
 	if n <= cap(buf) {
 		payload = buf[:n]
-	} else {
-		payload = make([]byte, n)
-	}
-	if _, err := io.ReadFull(r.r, payload); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+		if _, err := io.ReadFull(r.r, payload); err != nil {
+			return Frame{}, unexpected(err)
 		}
-		return Frame{}, err
+	} else {
+		payload = make([]byte, 0, min(n, readChunk))
+		for len(payload) < n {
+			if len(payload) == cap(payload) {
+				payload = slices.Grow(payload, min(n-len(payload), len(payload)))
+			}
+			k := min(n, cap(payload))
+			if _, err := io.ReadFull(r.r, payload[len(payload):k]); err != nil {
+				return Frame{}, unexpected(err)
+			}
+			payload = payload[:k]
+		}
 	}
 	crc := crc32.Update(0, castagnoli, r.hdr[:16])
 	crc = crc32.Update(crc, castagnoli, payload)
@@ -216,6 +259,36 @@ func (r *Reader) next(buf []byte) (Frame, error) {
 		return Frame{}, fmt.Errorf("%w: %s frame of %d bytes", ErrChecksum, h.Type, n)
 	}
 	return Frame{Type: h.Type, Group: h.Group, Payload: payload}, nil
+}
+
+// Skip reads and discards the payload of the frame whose header
+// NextHeader just returned, through a small buffer, and checks its CRC:
+// the stream stays usable, and the frame costs no allocation of its size.
+func (r *Reader) Skip(h Header) error {
+	if r.skip == nil {
+		r.skip = make([]byte, 4<<10)
+	}
+	crc := crc32.Update(0, castagnoli, r.hdr[:16])
+	for left := int(h.Length); left > 0; {
+		b := r.skip[:min(left, len(r.skip))]
+		if _, err := io.ReadFull(r.r, b); err != nil {
+			return unexpected(err)
+		}
+		crc = crc32.Update(crc, castagnoli, b)
+		left -= len(b)
+	}
+	if crc != h.CRC {
+		return fmt.Errorf("%w: %s frame of %d bytes", ErrChecksum, h.Type, h.Length)
+	}
+	return nil
+}
+
+// unexpected reports a stream that ended inside a frame.
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // CRC returns the CRC-32C (Castagnoli) of b continuing from crc, as used

@@ -131,3 +131,67 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestReaderAllocatesWhatArrives: a header declaring a 64 MiB payload,
+// followed by a few bytes and the end of the stream, costs the reader
+// what arrived (a first chunk), not the declared size; a payload that
+// does arrive is read whole, over several growths of its buffer.
+func TestReaderAllocatesWhatArrives(t *testing.T) {
+	const declared = 64 << 20
+	var hdr [HeaderSize]byte
+	putHeader(hdr[:], declared, TypeMessage, 1)
+	stream := append(hdr[:], make([]byte, 100)...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := NewReader(bytes.NewReader(stream), declared).Next()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("truncated frame: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4*readChunk {
+		t.Fatalf("reading a header of %d bytes and 100 bytes allocated %d bytes", declared, got)
+	}
+
+	payload := bytes.Repeat([]byte("0123456789"), 100_000) // 1 MB: growths from readChunk
+	f, err := NewReader(bytes.NewReader(AppendFrame(nil, TypeMessage, 1, payload)), declared).Next()
+	if err != nil || !bytes.Equal(f.Payload, payload) {
+		t.Fatalf("large frame: %v, %d bytes", err, len(f.Payload))
+	}
+}
+
+// TestReaderSkip: a frame skipped from its header leaves the stream at
+// the next frame, allocating nothing of its size; a skipped frame whose
+// CRC does not match is an error.
+func TestReaderSkip(t *testing.T) {
+	big := bytes.Repeat([]byte{7}, 1<<20)
+	stream := AppendFrame(nil, TypeMessage, 3, big)
+	stream = AppendFrame(stream, TypePing, 0, AppendPing(nil, 42))
+	r := NewReader(bytes.NewReader(stream), 2<<20)
+	h, err := r.NextHeader()
+	if err != nil || h.Type != TypeMessage || h.Group != 3 || h.Length != uint32(len(big)) {
+		t.Fatalf("header: %+v, %v", h, err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err = r.Skip(h)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
+		t.Fatalf("skipping %d bytes allocated %d", len(big), got)
+	}
+	f, err := r.Next()
+	if err != nil || f.Type != TypePing {
+		t.Fatalf("after the skipped frame: %v, %v", f.Type, err)
+	}
+	stream[HeaderSize+10] ^= 1
+	r = NewReader(bytes.NewReader(stream), 2<<20)
+	if h, err = r.NextHeader(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Skip(h); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("skipping a corrupted frame: %v, want ErrChecksum", err)
+	}
+}
