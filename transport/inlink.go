@@ -52,11 +52,12 @@ type inLink struct {
 	done   chan struct{} // closed when the link ends
 }
 
-// admission is an accepted attachment: the receiving group's transport and
-// its peer for the sender.
+// admission is an accepted attachment: the receiving group's transport,
+// its peer for the sender, and the incarnation the attachment presented.
 type admission struct {
-	t *Transport
-	p *peer
+	t   *Transport
+	p   *peer
+	inc uint64
 }
 
 // delivery is what one read pass got for one group.
@@ -173,6 +174,15 @@ func (il *inLink) handle(f wire.Frame) error {
 			ok = false
 		}
 		if ok {
+			if wiped, why := a.p.wiped(a.inc); wiped {
+				// Its incarnation was recorded since it was admitted, and
+				// it is another: revoke it, saying why.
+				delete(il.admitted, key)
+				ok = false
+				il.revoke(a.p, wire.CodeWiped, why)
+			}
+		}
+		if ok {
 			il.lastKey, il.last = key, a
 		} else {
 			il.last = admission{}
@@ -238,7 +248,7 @@ func (il *inLink) attach(f wire.Frame) error {
 		il.reply(f.Group, reply)
 		return nil
 	}
-	il.admitted[key] = admission{t: t, p: p}
+	il.admitted[key] = admission{t: t, p: p, inc: a.Incarnation}
 	il.reply(f.Group, reply)
 	if a.Addr != "" {
 		p.mu.Lock()
@@ -257,8 +267,12 @@ func (il *inLink) reply(group uint64, r wire.AttachReply) {
 // group: the sender) is no longer admitted.
 func (il *inLink) revoke(p *peer, code wire.Code, why string) {
 	t := p.t
-	if code == wire.CodeRemoved {
+	switch code {
+	case wire.CodeRemoved:
 		t.refused.add(ReasonRemoved)
+	case wire.CodeWiped:
+		t.refused.add(ReasonWiped)
+		t.logOnce(p.id, "refused_"+ReasonWiped, "revoked an attachment", "remote", il.remote, "detail", why)
 	}
 	il.reply(t.cfg.GroupID, wire.AttachReply{Code: code, From: p.id, To: t.cfg.ID, Cluster: t.cluster.Load(), Reason: why})
 }
