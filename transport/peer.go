@@ -31,7 +31,7 @@ type peer struct {
 	// inc is the peer's incarnation as recorded (SetPeerIncarnation), 0
 	// while unknown: what it presents must match (wiped).
 	inc atomic.Uint64
-	c    *peerCounters
+	c   *peerCounters
 
 	// mu guards the fields below; never held during I/O or Handler calls,
 	// and never while taking a link's or the mux's lock.
