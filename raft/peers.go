@@ -109,6 +109,7 @@ func (n *Node) preloadPeers(lo, hi uint64) error {
 	for id, m := range r.table.records {
 		if id != n.cfg.ID && !n.apply.members.removed[id] {
 			n.tr.AddPeer(id, m.PeerAddr)
+			n.setPeerIncarnation(id, m.Incarnation)
 		}
 	}
 	return nil
@@ -123,6 +124,21 @@ func (n *Node) preloadPeers(lo, hi uint64) error {
 // may never commit, and a member that this member refuses as removed stops
 // for good.
 func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err error) {
+	ms, removed, err := StoredMembers(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	peers = make(map[uint64]string, len(ms))
+	for id, m := range ms {
+		peers[id] = m.PeerAddr
+	}
+	return peers, removed, nil
+}
+
+// StoredMembers is StoredPeers with each member's whole record (its
+// incarnation included: what a host gives its transport to refuse a
+// wiped member from the first moment, transport.Config.PeerIncarnations).
+func StoredMembers(store Storage) (members map[uint64]Member, removed []uint64, err error) {
 	table := newMemberTable()
 	snap, err := store.Snapshot()
 	if err != nil {
@@ -165,11 +181,11 @@ func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err 
 	if err := replayCommitted(store, r, first, hs.GetCommit()); err != nil {
 		return nil, nil, err
 	}
-	peers = make(map[uint64]string, len(table.records))
+	members = make(map[uint64]Member, len(table.records))
 	for id, m := range table.records {
 		if !table.removed[id] {
-			peers[id] = m.PeerAddr
+			members[id] = m
 		}
 	}
-	return peers, table.removedIDs(), nil
+	return members, table.removedIDs(), nil
 }
