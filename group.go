@@ -286,7 +286,6 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		// empty voter under its old ID would vote. Ask the initial
 		// members first whether they know it as one that ran.
 		if err := raft.CheckBootstrap(ctx, tr, cfg.InitialMembers, cfg.ID, rcfg.ClusterID, stored.Incarnation, bootstrapCheckTimeout); err != nil {
-			logger.Error("refusing to bootstrap", slog.Uint64("id", cfg.ID), slog.Any("err", err))
 			return nil, fmt.Errorf("understudy: group %d, member %d, data dir %s: %w", cfg.GroupID, cfg.ID, dir, err)
 		}
 	}
