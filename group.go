@@ -179,10 +179,10 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	if err != nil {
 		return nil, err
 	}
-	if stored.MemberID != 0 && stored.Incarnation == 0 {
-		// A data dir written before incarnations: this copy gets one now,
-		// before it presents itself to anyone (the node makes a new data
-		// dir's when it records its identity).
+	if stored.Incarnation == 0 {
+		// This copy of the group's data gets its incarnation before it
+		// presents itself to anyone: a new data dir (the node records the
+		// rest of the identity), or one written before incarnations.
 		stored.Incarnation = raft.NewIncarnation()
 		if err := store.SetIdentity(stored); err != nil {
 			return nil, err
@@ -262,7 +262,7 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	tcfg.Listener, tcfg.ListenAddr = nil, ""
 	tcfg.TLS, tcfg.Handler, tcfg.Snapshots = h.cfg.TLS, hd, store
 	tcfg.Peers, tcfg.Removed, tcfg.PeerIncarnations = peers, removed, incs
-	tcfg.Incarnation = stored.Incarnation // 0 for a new data dir: the node sets it
+	tcfg.Incarnation = stored.Incarnation
 	if tcfg.Logger == nil {
 		tcfg.Logger = logger
 	}

@@ -148,9 +148,23 @@ func (t *Transport) SetClusterID(id uint64) { t.cluster.Store(id) }
 func (t *Transport) SetAdvertiseAddr(addr string) { t.advert.Store(&addr) }
 
 // SetIncarnation sets the incarnation this member presents
-// (Config.Incarnation), for a member that learns it after New. Connections
-// and attachments made before keep the old one.
-func (t *Transport) SetIncarnation(inc uint64) { t.inc.Store(inc) }
+// (Config.Incarnation), for a member that learns it after New: its
+// attachments on host links are sent again with it (a peer that recorded
+// it would refuse one made before). Connections made before keep the old
+// one.
+func (t *Transport) SetIncarnation(inc uint64) {
+	if t.inc.Swap(inc) == inc {
+		return
+	}
+	for _, p := range *t.peers.Load() {
+		p.mu.Lock()
+		f := p.flow
+		p.mu.Unlock()
+		if f != nil {
+			f.l.requestAttach(f)
+		}
+	}
+}
 
 // SetPeerIncarnation records member id's incarnation, as the node applied
 // it from the log: from then on a hello or attachment of id that presents
