@@ -121,8 +121,11 @@ func ExampleGroup_scaling() {
 		return
 	}
 	h := hosts[0] // any member: followers forward to the leader
-	for m, _ := h.Membership(ctx); !inContact(m); m, _ = h.Membership(ctx) {
-		time.Sleep(10 * time.Millisecond) // a new leader has not heard from everyone yet
+	for m, _ := h.Membership(ctx); !inContact(m) || !published(m); m, _ = h.Membership(ctx) {
+		// A new leader has not heard from everyone yet, or the members are
+		// still publishing their records (their incarnations) through the
+		// log: a change in flight, which the policy's preview waits for.
+		time.Sleep(10 * time.Millisecond)
 	}
 	cs := h.Settings()
 
@@ -153,6 +156,17 @@ func ExampleGroup_scaling() {
 	// target 4: invalid_setting
 	// target 1, dry run demotes: true
 	// voters 1 (the leader: true), standbys 2
+}
+
+// published reports whether every member's record carries its
+// incarnation and no change is in flight.
+func published(m raft.Membership) bool {
+	for _, st := range m.Members {
+		if st.Incarnation == 0 {
+			return false
+		}
+	}
+	return !m.Pending
 }
 
 // inContact reports whether the leader has heard from every member lately.

@@ -179,6 +179,15 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	if err != nil {
 		return nil, err
 	}
+	if stored.Incarnation == 0 {
+		// This copy of the group's data gets its incarnation before it
+		// presents itself to anyone: a new data dir (the node records the
+		// rest of the identity), or one written before incarnations.
+		stored.Incarnation = raft.NewIncarnation()
+		if err := store.SetIdentity(stored); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.ForceNewCluster {
 		if !has {
 			return nil, fmt.Errorf("%w: ForceNewCluster needs a data dir that holds a member; %s holds none", raft.ErrInvalidConfig, dir)
@@ -199,14 +208,20 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	rcfg.InitialMembers = nil
 	mode := "restart"
 	var peers map[uint64]string // restart: the peers the storage knows
+	var incs map[uint64]uint64  // and their incarnations
 	var removed []uint64
 	switch {
 	case has:
 		if len(cfg.InitialMembers) > 0 || len(cfg.Join) > 0 {
 			logger.Info("the data dir holds a member: ignoring InitialMembers and Join", slog.String("dir", dir))
 		}
-		if peers, removed, err = raft.StoredPeers(store); err != nil {
+		var ms map[uint64]raft.Member
+		if ms, removed, err = raft.StoredMembers(store); err != nil {
 			return nil, err
+		}
+		peers, incs = make(map[uint64]string, len(ms)), make(map[uint64]uint64, len(ms))
+		for id, m := range ms {
+			peers[id], incs[id] = m.PeerAddr, m.Incarnation
 		}
 	case len(cfg.InitialMembers) > 0:
 		mode = "bootstrap"
@@ -246,7 +261,8 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	tcfg.ID, tcfg.ClusterID, tcfg.GroupID, tcfg.Mux = cfg.ID, rcfg.ClusterID, cfg.GroupID, h.mux
 	tcfg.Listener, tcfg.ListenAddr = nil, ""
 	tcfg.TLS, tcfg.Handler, tcfg.Snapshots = h.cfg.TLS, hd, store
-	tcfg.Peers, tcfg.Removed = peers, removed
+	tcfg.Peers, tcfg.Removed, tcfg.PeerIncarnations = peers, removed, incs
+	tcfg.Incarnation = stored.Incarnation
 	if tcfg.Logger == nil {
 		tcfg.Logger = logger
 	}
@@ -263,6 +279,14 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		if errors.Is(derr, raft.ErrClusterMismatch) {
 			return nil, fmt.Errorf("%w: data dir %s holds cluster %x, but the cluster at %v is another one: %w",
 				ErrIdentityMismatch, dir, rcfg.ClusterID, cfg.Join, derr)
+		}
+	}
+	if mode == "bootstrap" {
+		// A replica whose data was lost must not bootstrap afresh: an
+		// empty voter under its old ID would vote. Ask the initial
+		// members first whether they know it as one that ran.
+		if err := raft.CheckBootstrap(ctx, tr, cfg.InitialMembers, cfg.ID, rcfg.ClusterID, stored.Incarnation, bootstrapCheckTimeout); err != nil {
+			return nil, fmt.Errorf("understudy: group %d, member %d, data dir %s: %w", cfg.GroupID, cfg.ID, dir, err)
 		}
 	}
 	var joinPeers []raft.Member
@@ -326,13 +350,18 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
 	pctx, cancel := context.WithCancel(context.Background())
 	g.stopPub = cancel
-	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata)})
+	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()})
 	if !h.started(cfg.GroupID, g) {
 		_ = g.close(ctx, false) // Host.Close ran while the group started
 		return nil, ErrHostClosed
 	}
 	return g, nil
 }
+
+// bootstrapCheckTimeout bounds how long a bootstrap waits for its initial
+// members' answers (raft.CheckBootstrap): those that do not answer in time
+// are skipped.
+const bootstrapCheckTimeout = 2 * time.Second
 
 // replayed waits, within ctx, until node has applied its log up to commit,
 // the commit index it persisted before it stopped: a host serves its state
@@ -415,9 +444,11 @@ func (l *lateHandler) ReportRefused(id uint64, err error) {
 }
 
 // publish makes this member's record in the log match its advertised
-// address and metadata, once the member has applied its own record (a
-// joiner learns it as it catches up), retrying until it succeeds or the
-// host closes.
+// address, metadata and incarnation, once the member has applied its own
+// record (a joiner learns it as it catches up), retrying until it succeeds
+// or the host closes. The incarnation, once recorded, is how every member
+// tells this copy of the replica's data from another (a replica that lost
+// its data and started afresh): see docs/architecture.md, "Wiped replicas".
 func (h *Group) publish(ctx context.Context, want raft.Member) {
 	defer close(h.pubDone)
 	wait := 200 * time.Millisecond
@@ -433,7 +464,10 @@ func (h *Group) publish(ctx context.Context, want raft.Member) {
 		if !ok {
 			continue // not applied here yet
 		}
-		if cur.PeerAddr == want.PeerAddr && maps.Equal(cur.Metadata, want.Metadata) {
+		if cur.Incarnation != 0 && cur.Incarnation != want.Incarnation {
+			return // another copy of this member: the node stops (raft.ErrReplicaWiped)
+		}
+		if cur.PeerAddr == want.PeerAddr && maps.Equal(cur.Metadata, want.Metadata) && cur.Incarnation == want.Incarnation {
 			return
 		}
 		want.ReadOnly = cur.ReadOnly

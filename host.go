@@ -231,18 +231,48 @@ func (h *Host) Scheduler() *raft.Scheduler { return h.sched }
 
 // DeleteGroup deletes everything the host's data dir holds of group id
 // (storage.Engine.DeleteGroup), so that the host can run a new replica of
-// the group later under a new replica ID: after its replica here was
-// removed from the group (Group.Done then reports raft.ErrRemoved), or to
-// move it to another host. Never delete the data of a replica the group
-// still lists: remove it from the group first.
+// the group later under a new replica ID, once its replica here was
+// removed from the group and learned it (Group.Done then reports
+// raft.ErrRemoved, and the data dir records it). To move a replica to
+// another host, add the new one there first, then remove this one, then
+// delete its data.
 //
-// Errors: ErrGroupRunning (close the group first); ErrHostClosed;
-// storage.ErrNoGroup; the storage's.
-func (h *Host) DeleteGroup(id uint64) error {
+// The data of a replica without that record is refused
+// (ErrGroupNotRemoved): the group may still list it, and a replica whose
+// data is lost must never start again under its ID (it would vote without
+// what it acknowledged; see docs/operations.md, "Replacing a disk").
+// ForceDeleteGroup deletes it anyway.
+//
+// Errors: ErrGroupNotRemoved; ErrGroupRunning (close the group first);
+// ErrHostClosed; storage.ErrNoGroup; the storage's.
+func (h *Host) DeleteGroup(id uint64) error { return h.deleteGroup(id, false) }
+
+// ForceDeleteGroup is DeleteGroup without the check that the replica was
+// removed: for a replica whose removal committed but that never learned
+// it (it was down), or a data dir the operator knows to be abandoned.
+// Never start the group again here under the same replica ID: a replica
+// the group still lists must be removed from it first, and the new one
+// added under a new ID.
+//
+// Errors: ErrGroupRunning; ErrHostClosed; storage.ErrNoGroup; the
+// storage's.
+func (h *Host) ForceDeleteGroup(id uint64) error { return h.deleteGroup(id, true) }
+
+func (h *Host) deleteGroup(id uint64, force bool) error {
 	if err := h.reserve(id); err != nil {
 		return err
 	}
 	defer h.release(id, nil)
+	if !force {
+		removed, err := h.engine.GroupRemoved(id)
+		if err != nil {
+			return err
+		}
+		if !removed {
+			return fmt.Errorf("%w: group %d in %s: remove the replica from the group first (RemoveMember), then delete its data; "+
+				"ForceDeleteGroup if its removal committed while it was down", ErrGroupNotRemoved, id, h.cfg.DataDir)
+		}
+	}
 	return h.engine.DeleteGroup(id)
 }
 
@@ -343,4 +373,8 @@ var (
 	ErrHostClosed = errors.New("understudy: host closed")
 	// ErrGroupRunning: StartGroup of a group the host runs already.
 	ErrGroupRunning = errors.New("understudy: group already running on this host")
+	// ErrGroupNotRemoved: DeleteGroup of a replica whose data dir does not
+	// record its removal from the group (Host.ForceDeleteGroup deletes it
+	// anyway).
+	ErrGroupNotRemoved = errors.New("understudy: the replica's removal from the group is not recorded")
 )

@@ -271,6 +271,11 @@ func (c *checker) update(m Member) {
 	for _, p := range m.problems() {
 		c.refuse(ErrInvalidMember, m.ID, p)
 	}
+	if cur := c.v.Members[m.ID].Incarnation; m.Incarnation != 0 && cur != 0 && m.Incarnation != cur {
+		c.refuse(ErrInvalidMember, m.ID, memberDetail(m.ID, "is recorded with incarnation "+
+			strconv.FormatUint(cur, 16)+", not "+strconv.FormatUint(m.Incarnation, 16)+
+			": the data it runs from is not the data it had (it was lost and started afresh); remove it and add a new member under a new ID"))
+	}
 	if m.ReadOnly && !c.v.Members[m.ID].ReadOnly && (slices.Contains(c.v.Config.Voters, m.ID) || slices.Contains(c.v.Config.VotersOutgoing, m.ID)) {
 		c.refuse(ErrMemberReadOnly, m.ID, memberDetail(m.ID, "is a voter: a voter cannot be read-only (demote it first)"))
 	}

@@ -23,10 +23,11 @@ const contextVersion = 1
 //	change ID    uvarint
 //	members      uvarint count, then per member in ascending ID order:
 //	  ID         uvarint, not 0
-//	  flags      byte: bit 0 read-only, other bits 0
+//	  flags      byte: bit 0 read-only, bit 1 incarnation, other bits 0
 //	  peer addr  uvarint length, bytes
 //	  metadata   uvarint count, then per entry in ascending key order:
 //	             uvarint length, key bytes (not empty); uvarint length, value bytes
+//	  incarnation uvarint, not 0; only with flag bit 1 (protocol version 3)
 //
 // Varints are minimal. An empty Context field (nil) decodes as the zero
 // Context, so a conf change from elsewhere is readable.
@@ -35,7 +36,10 @@ type Context struct {
 	Members  []Member
 }
 
-const flagReadOnly = 1
+const (
+	flagReadOnly    = 1
+	flagIncarnation = 2
+)
 
 // Encode returns the canonical encoding of c. Members are written in ID order;
 // a member with ID 0, a duplicate ID or an empty metadata key is an error
@@ -55,6 +59,9 @@ func (c Context) Encode() ([]byte, error) {
 		if m.ReadOnly {
 			flags |= flagReadOnly
 		}
+		if m.Incarnation != 0 {
+			flags |= flagIncarnation
+		}
 		b = append(b, flags)
 		b = appendString(b, m.PeerAddr)
 		b = binary.AppendUvarint(b, uint64(len(m.Metadata)))
@@ -64,6 +71,9 @@ func (c Context) Encode() ([]byte, error) {
 			}
 			b = appendString(b, k)
 			b = appendString(b, m.Metadata[k])
+		}
+		if m.Incarnation != 0 {
+			b = binary.AppendUvarint(b, m.Incarnation)
 		}
 	}
 	return b, nil
@@ -101,7 +111,7 @@ func DecodeContext(b []byte) (Context, error) {
 			d.fail("%s: ID %d is 0 or not ascending", what, m.ID)
 		}
 		flags := d.byte(what + " flags")
-		if d.err == nil && flags&^flagReadOnly != 0 {
+		if d.err == nil && flags&^(flagReadOnly|flagIncarnation) != 0 {
 			d.fail("%s: unknown flags %#x", what, flags)
 		}
 		m.ReadOnly = flags&flagReadOnly != 0
@@ -118,6 +128,12 @@ func DecodeContext(b []byte) (Context, error) {
 				m.Metadata = make(map[string]string, k)
 			}
 			m.Metadata[key], prev = val, key
+		}
+		if flags&flagIncarnation != 0 {
+			m.Incarnation = d.uvarint(what + " incarnation")
+			if d.err == nil && m.Incarnation == 0 {
+				d.fail("%s: incarnation 0 with its flag set", what)
+			}
 		}
 		c.Members = append(c.Members, m)
 	}

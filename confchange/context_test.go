@@ -19,6 +19,10 @@ func TestContextRoundTrip(t *testing.T) {
 			{ID: 9, PeerAddr: "[::1]:7009", ReadOnly: true, Metadata: map[string]string{"client_addr": "[::1]:8009", "zone": "b", "empty": ""}},
 			{ID: 2, PeerAddr: "", Metadata: map[string]string{"k": "v"}},
 		}},
+		{ChangeID: 9, Members: []Member{
+			{ID: 3, PeerAddr: "a:3", Incarnation: 1<<64 - 1},
+			{ID: 5, PeerAddr: "a:5", ReadOnly: true, Incarnation: 7, Metadata: map[string]string{"k": "v"}},
+		}},
 	}
 	for _, c := range tests {
 		b, err := c.Encode()
@@ -46,6 +50,12 @@ func TestContextGolden(t *testing.T) {
 	// version, change ID 300 (0xac 0x02), 1 member: ID 4, flags 1, "h:1",
 	// 1 metadata entry "a"="b". The format is a contract: it is in the log.
 	assert.Equal(t, []byte{1, 0xac, 0x02, 1, 4, 1, 3, 'h', ':', '1', 1, 1, 'a', 1, 'b'}, b)
+
+	// With an incarnation: flag bit 1, and the incarnation after the
+	// metadata (protocol version 3).
+	b, err = Context{Members: []Member{{ID: 4, PeerAddr: "h:1", Incarnation: 300}}}.Encode()
+	require.NoError(t, err)
+	assert.Equal(t, []byte{1, 0, 1, 4, 2, 3, 'h', ':', '1', 0, 0xac, 0x02}, b)
 }
 
 func TestContextEncodeErrors(t *testing.T) {
@@ -74,7 +84,9 @@ func TestDecodeContextErrors(t *testing.T) {
 		"member ID 0":       {1, 0, 1, 0, 0, 0, 0},
 		"IDs not ascending": {1, 0, 2, 3, 0, 0, 0, 2, 0, 0, 0},
 		"repeated ID":       {1, 0, 2, 3, 0, 0, 0, 3, 0, 0, 0},
-		"unknown flag":      {1, 0, 1, 3, 2, 0, 0},
+		"unknown flag":      {1, 0, 1, 3, 4, 0, 0},
+		"incarnation 0":     {1, 0, 1, 3, 2, 0, 0, 0},
+		"no incarnation":    {1, 0, 1, 3, 2, 0, 0},
 		"truncated flags":   {1, 0, 1, 3},
 		"addr too long":     {1, 0, 1, 3, 0, 9, 'h', 0},
 		"empty key":         {1, 0, 1, 3, 0, 0, 1, 0, 1, 'x'},

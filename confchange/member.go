@@ -21,6 +21,14 @@ type Member struct {
 	// ReadOnly marks a learner that is never promoted and never a failover
 	// seat (ErrMemberReadOnly).
 	ReadOnly bool
+	// Incarnation identifies the member's data (storage.Identity's): the
+	// member publishes it once it runs, and its peers then refuse a
+	// member of that ID that presents another one — its data was lost and
+	// it started afresh, so its votes and acknowledgements no longer stand
+	// for what it had. 0: not known yet. Once recorded it never changes:
+	// a record without one keeps it, and a change to another one is
+	// refused (ErrInvalidMember).
+	Incarnation uint64
 }
 
 // maxAddrLen bounds a peer address (a DNS name is at most 253 bytes).
@@ -124,7 +132,7 @@ func onlyChars(s, allowed string) bool {
 // Equal reports whether m and o are the same record (nil and empty Metadata
 // are the same).
 func (m Member) Equal(o Member) bool {
-	return m.ID == o.ID && m.PeerAddr == o.PeerAddr && m.ReadOnly == o.ReadOnly &&
+	return m.ID == o.ID && m.PeerAddr == o.PeerAddr && m.ReadOnly == o.ReadOnly && m.Incarnation == o.Incarnation &&
 		len(m.Metadata) == len(o.Metadata) && maps.Equal(m.Metadata, o.Metadata)
 }
 
@@ -137,6 +145,9 @@ func (m Member) String() string {
 	b.WriteString(m.PeerAddr)
 	if m.ReadOnly {
 		b.WriteString(" read-only")
+	}
+	if m.Incarnation != 0 {
+		b.WriteString(" incarnation=" + strconv.FormatUint(m.Incarnation, 16))
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Metadata)) {
 		b.WriteString(" " + k + "=" + m.Metadata[k])

@@ -136,6 +136,7 @@ func (n *Node) mergeBatch(batch []*raftpb.Message, ents []*raftpb.Entry) (hs *ra
 			snap = s
 		}
 		ents = mergeEntries(ents, m.GetEntries())
+		n.learnIncarnations(m.GetEntries())
 	}
 	commitOnly := hs != nil && len(ents) == 0 && snap == nil &&
 		hs.GetTerm() == n.saved.term && hs.GetVote() == n.saved.vote

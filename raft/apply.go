@@ -357,7 +357,28 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 	if slices.Contains(removed, n.cfg.ID) {
 		n.removed(fmt.Sprintf("applied its removal at index %d", e.GetIndex()), e.GetIndex())
 	}
+	n.checkOwnIncarnation(e.GetIndex())
 	return nil
+}
+
+// checkOwnIncarnation stops the node (ErrReplicaWiped) when the applied
+// member table records another incarnation for this member than the one
+// its storage holds: it caught up on a log that another copy of its data
+// wrote to (its own data was lost), and must not vote.
+func (n *Node) checkOwnIncarnation(index uint64) {
+	own := n.inc.Load()
+	rec := n.apply.members.records[n.cfg.ID].Incarnation
+	if own != 0 && rec != 0 && own != rec {
+		n.wiped(fmt.Sprintf("applied, at index %d, its record with incarnation %x; its data is incarnation %x", index, rec, own))
+	}
+}
+
+// setPeerIncarnation tells a transport that checks incarnations member
+// id's recorded one.
+func (n *Node) setPeerIncarnation(id, inc uint64) {
+	if s, ok := n.tr.(interface{ SetPeerIncarnation(id, inc uint64) }); ok && inc != 0 {
+		s.SetPeerIncarnation(id, inc)
+	}
 }
 
 // syncPeers forgets the removed members in the transport and adds (or
@@ -371,6 +392,7 @@ func (n *Node) syncPeers(removed []uint64) {
 	for id, m := range n.apply.members.records {
 		if id != n.cfg.ID {
 			n.tr.AddPeer(id, m.PeerAddr)
+			n.setPeerIncarnation(id, m.Incarnation)
 		}
 	}
 	// Learner flags after AddPeer (a member known only from a snapshot is
@@ -470,6 +492,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 		advanceTo(n.applied, index)
 	}
 	n.syncPeers(removed)
+	n.checkOwnIncarnation(index)
 	n.events.emit(Event{Type: EventSnapshotRestored, Index: index})
 	n.log.Info("restored the state machine from a snapshot", slog.Uint64("index", index), slog.Int64("bytes", size))
 	return nil

@@ -96,6 +96,24 @@ var (
 	// from it (its ID is never reused; add a new member instead).
 	ErrRemoved = errors.New("raft: this member was removed from the cluster")
 
+	// ErrReplicaWiped is the error a node stops with when a peer refuses
+	// it because the cluster recorded another incarnation for its member
+	// ID (storage.Identity.Incarnation), or when it applies its own record
+	// with another one: the data it runs from is not the data the cluster
+	// knew — the replica's data was lost (a disk replaced, the group
+	// deleted) and it started afresh, so it lacks what it acknowledged and
+	// its votes must not count. Its data dir is not marked removed (it was
+	// not). Remove the member and add it again under a new ID (a learner
+	// first, promoted once caught up).
+	ErrReplicaWiped = errors.New("raft: this replica's data was wiped: the cluster knows another copy of this member; remove the member and add it again under a new ID")
+
+	// ErrAlreadyBootstrapped is returned by CheckBootstrap when an initial
+	// member knows this member as one that ran already (it published its
+	// incarnation, or the peer refuses it as wiped or removed): its data
+	// was lost, and bootstrapping it afresh would let an empty voter vote.
+	// Remove the member and add it again under a new ID instead.
+	ErrAlreadyBootstrapped = errors.New("raft: member already bootstrapped: its data was lost; remove the member and add it again under a new ID")
+
 	// ErrNotMember is returned when joining a cluster that does not list
 	// this member (Discover): it must be added first (Node.AddLearner on a
 	// member of the cluster), then started.

@@ -63,7 +63,8 @@ func TestNodeRefusesAnotherMembersStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = n.Stop(t.Context()); <-n.Done() }()
-	if id, err := empty.Identity(); err != nil || id != (storage.Identity{ClusterID: 9, MemberID: 3}) {
-		t.Fatalf("recorded identity %+v, %v", id, err)
+	// ... with this copy's incarnation, made once.
+	if id, err := empty.Identity(); err != nil || id != (storage.Identity{ClusterID: 9, MemberID: 3, Incarnation: n.Incarnation()}) || id.Incarnation == 0 {
+		t.Fatalf("recorded identity %+v, %v (incarnation %x)", id, err, n.Incarnation())
 	}
 }

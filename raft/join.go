@@ -34,7 +34,7 @@ func (n *Node) checkIdentity() error {
 	if err != nil {
 		return fmt.Errorf("raft: reading the stored identity: %w", err)
 	}
-	want := storage.Identity{ClusterID: n.cfg.ClusterID, MemberID: n.cfg.ID}
+	want := storage.Identity{ClusterID: n.cfg.ClusterID, MemberID: n.cfg.ID, Incarnation: stored.Incarnation}
 	if want.ClusterID == 0 {
 		want.ClusterID = stored.ClusterID
 	}
@@ -42,14 +42,38 @@ func (n *Node) checkIdentity() error {
 		(stored.ClusterID != 0 && stored.ClusterID != want.ClusterID) {
 		return &storage.IdentityError{Stored: stored, Requested: want}
 	}
+	if want.Incarnation == 0 {
+		// This copy of the member's data gets its incarnation: a new one,
+		// or one written before incarnations existed.
+		want.Incarnation = NewIncarnation()
+	}
 	if stored != want {
 		if err := is.SetIdentity(want); err != nil {
 			return fmt.Errorf("raft: recording the identity: %w", err)
 		}
 	}
 	n.clusterID.Store(want.ClusterID)
+	n.inc.Store(want.Incarnation)
+	if s, ok := n.tr.(interface{ SetIncarnation(uint64) }); ok {
+		s.SetIncarnation(want.Incarnation)
+	}
 	return nil
 }
+
+// NewIncarnation returns a random non-zero incarnation
+// (storage.Identity.Incarnation).
+func NewIncarnation() uint64 {
+	for {
+		if inc := randomUint64(); inc != 0 {
+			return inc
+		}
+	}
+}
+
+// Incarnation returns this replica's incarnation (storage.Identity's), 0
+// before Start or with a Storage that keeps no identity. The host
+// publishes it through the log (UpdateMember) once the member runs.
+func (n *Node) Incarnation() uint64 { return n.inc.Load() }
 
 // ClusterID returns the cluster ID this member knows (Config.ClusterID, or
 // the one its storage recorded), 0 if none.
@@ -249,4 +273,83 @@ func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id,
 			ErrNotMember, info.ClusterID, info.From, addr, info.Index, id)
 	}
 	return info, nil
+}
+
+// CheckBootstrap asks the initial members at their addresses, all at once
+// and each within timeout, whether they know member id, about to
+// bootstrap from empty storage with incarnation inc (0: none yet), as a
+// member that ran already — as etcd asks its peers before it bootstraps
+// (isMemberBootstrapped). A member that ran published its incarnation
+// through the log; one that knows another incarnation for id (or refuses
+// id as wiped or removed) proves that id's data was lost, and
+// bootstrapping it afresh would make an empty voter whose vote can elect a
+// member that lacks acknowledged writes. It is best effort: a member that
+// does not answer within timeout (down, unreachable, starting) is skipped
+// — the incarnation check refuses such a replica's messages once its
+// peers run (ErrReplicaWiped).
+//
+// Errors: ErrAlreadyBootstrapped, naming the member that knows and what to
+// do instead.
+func CheckBootstrap(ctx context.Context, tr AddrCaller, members []Member, id, clusterID, inc uint64, timeout time.Duration) error {
+	req, err := json.Marshal(rpcRequest{V: peerRPCVersion, Op: rpcDiscover})
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	found := make(chan error, len(members))
+	asked := 0
+	for _, m := range members {
+		if m.ID == id || m.PeerAddr == "" {
+			continue
+		}
+		asked++
+		go func() { found <- bootstrappedAt(cctx, tr, m, req, id, clusterID, inc) }()
+	}
+	var errs []error
+	for range asked {
+		if err := <-found; err != nil {
+			errs = append(errs, err)
+			cancel() // one is enough
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// bootstrappedAt asks member m whether it knows member id as one that
+// ran already (see CheckBootstrap); nil when it does not, or did not
+// answer.
+func bootstrappedAt(ctx context.Context, tr AddrCaller, m Member, req []byte, id, clusterID, inc uint64) error {
+	refuse := func(why string) error {
+		return fmt.Errorf("%w: member %d (at %s) %s: member %d's data was lost (a replaced disk, a deleted group). Do not bootstrap it again: "+
+			"remove member %d from the group and add a new member under a new ID as a learner, with an empty data dir and Join (it catches up, then is promoted)",
+			ErrAlreadyBootstrapped, m.ID, m.PeerAddr, why, id, id)
+	}
+	rep, err := tr.CallAddr(ctx, m.PeerAddr, req)
+	switch {
+	case errors.Is(err, transport.ErrWiped):
+		return refuse("knows another copy of it")
+	case errors.Is(err, transport.ErrRemoved):
+		return refuse("knows it as removed")
+	case err != nil:
+		return nil // not answering: best effort
+	}
+	if clusterID != 0 && rep.ClusterID != clusterID {
+		return nil // another cluster at that address: not this check's business
+	}
+	var resp rpcResponse
+	if err := json.Unmarshal(rep.Payload, &resp); err != nil || resp.V != peerRPCVersion || resp.Cluster == nil {
+		return nil
+	}
+	info := *resp.Cluster
+	if slices.Contains(info.Removed, id) {
+		return refuse("knows it as removed")
+	}
+	if rec, ok := info.Member(id); ok && rec.Incarnation != 0 && rec.Incarnation != inc {
+		return refuse(fmt.Sprintf("knows it as a member that ran already (incarnation %x, as of index %d)", rec.Incarnation, info.Index))
+	}
+	return nil
 }

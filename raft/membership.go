@@ -87,8 +87,17 @@ func (t *memberTable) clone() *memberTable {
 // and returns the members it removed: they are forgotten and remembered as
 // removed. (A record of an ID not yet in the configuration is kept: at
 // bootstrap every initial member's record is known before its entry.)
+//
+// A member's incarnation, once recorded, stays: a record without one keeps
+// it, and a record with another one keeps it too (the leader refuses such
+// an update; this rule, applied alike by every member, holds even for one
+// that slipped through). So a replica that lost its data can never make
+// the cluster accept its new copy under the old ID.
 func (t *memberTable) apply(index uint64, ctx confchange.Context, cs *raftpb.ConfState) (removed []uint64) {
 	for _, m := range ctx.Members {
+		if old, ok := t.records[m.ID]; ok && old.Incarnation != 0 {
+			m.Incarnation = old.Incarnation
+		}
 		t.records[m.ID] = m
 	}
 	before := confchange.ConfigFromConfState(t.confState)

@@ -87,6 +87,8 @@ type Node struct {
 	members atomic.Pointer[memberTable] // the applied membership
 	// clusterID is the cluster's ID as configured or recorded (0: unknown).
 	clusterID atomic.Uint64
+	// inc is this replica's incarnation, as recorded (Incarnation).
+	inc atomic.Uint64
 	// settings are the replicated cluster settings as applied (nil: none
 	// replicated yet; the Config seeds them).
 	settings atomic.Pointer[confchange.ClusterSettings]
@@ -563,6 +565,24 @@ func (n *Node) removed(why string, index uint64) {
 	n.closeStop()
 }
 
+// wiped stops the node because its data is not the copy the cluster knows
+// (ErrReplicaWiped). Nothing is recorded: the member was not removed, and
+// the data dir is the operator's to delete.
+func (n *Node) wiped(why string) {
+	n.errMu.Lock()
+	first := n.err == nil
+	if first {
+		n.err = ErrReplicaWiped
+	}
+	n.errMu.Unlock()
+	if !first {
+		return
+	}
+	n.log.Error("this replica's data was wiped: the cluster knows another copy of this member; stopping. Remove the member and add it again under a new ID",
+		slog.String("how", why), slog.String("incarnation", fmt.Sprintf("%x", n.inc.Load())))
+	n.closeStop()
+}
+
 // do runs f on the run loop and waits for it. When do returns an error
 // (ctx ended, the node stopped) f may still run later on the loop: a caller
 // must not read or write anything f touches after an error — read f's
@@ -726,6 +746,10 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 		// A joint change this member entered was left, then (changeWaiter).
 		h.n.changes.resolveEntered()
 		h.n.removed(fmt.Sprintf("member %d refused it as removed", id), 0)
+		return
+	}
+	if errors.Is(err, transport.ErrWiped) {
+		h.n.wiped(fmt.Sprintf("member %d refused it: %v", id, err))
 		return
 	}
 	// The transport logged it, once per peer host and reason: a warning

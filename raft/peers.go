@@ -109,9 +109,95 @@ func (n *Node) preloadPeers(lo, hi uint64) error {
 	for id, m := range r.table.records {
 		if id != n.cfg.ID && !n.apply.members.removed[id] {
 			n.tr.AddPeer(id, m.PeerAddr)
+			n.setPeerIncarnation(id, m.Incarnation)
+		}
+	}
+	// The incarnations of the uncommitted tail too (learnIncarnations).
+	last, err := n.store.LastIndex()
+	if err != nil {
+		return err
+	}
+	incs, err := tailIncarnations(n.store, hi+1, last)
+	if err != nil {
+		return err
+	}
+	for id, inc := range incs {
+		if id != n.cfg.ID {
+			n.setPeerIncarnation(id, inc)
 		}
 	}
 	return nil
+}
+
+// The incarnations are taken from every conf change a member holds, not
+// only the committed ones: a record's incarnation was published by that
+// copy of the member's data, and a copy's incarnation never changes, so
+// refusing another one is right whether the record commits or not. And a
+// candidate that holds the record of member i's incarnation k but does not
+// know yet that it committed (its commit index lags; it restarted) must
+// refuse a wiped copy of i just the same: the writes i acknowledged after
+// publishing k are the ones its vote would let a stale candidate lose.
+
+// learnIncarnations tells the transport the incarnations in the member
+// records of ents, conf changes as they are appended (committed or not),
+// and stops the node when one of them records another incarnation for
+// this member than its own.
+func (n *Node) learnIncarnations(ents []*raftpb.Entry) {
+	for _, e := range ents {
+		if !isConfChange(e) {
+			continue
+		}
+		cc, err := decodeConfChange(e)
+		if err != nil {
+			continue // the apply task stops the node on it, if it commits
+		}
+		ctx, err := changeContext(cc)
+		if err != nil {
+			continue
+		}
+		for _, m := range ctx.Members {
+			switch {
+			case m.Incarnation == 0:
+			case m.ID != n.cfg.ID:
+				n.setPeerIncarnation(m.ID, m.Incarnation)
+			case n.inc.Load() != 0 && m.Incarnation != n.inc.Load():
+				n.wiped(fmt.Sprintf("its log holds, at index %d, its record with incarnation %x; its data is incarnation %x", e.GetIndex(), m.Incarnation, n.inc.Load()))
+			}
+		}
+	}
+}
+
+// tailIncarnations returns the incarnations recorded in the conf changes
+// of the log in [lo, hi], committed or not (see learnIncarnations).
+func tailIncarnations(store etcdraft.Storage, lo, hi uint64) (map[uint64]uint64, error) {
+	incs := map[uint64]uint64{}
+	for lo <= hi {
+		ents, err := store.Entries(lo, hi+1, 4<<20)
+		if err != nil {
+			return nil, fmt.Errorf("raft: reading the log: %w", err)
+		}
+		if len(ents) == 0 {
+			break
+		}
+		for _, e := range ents {
+			if !isConfChange(e) {
+				continue
+			}
+			cc, err := decodeConfChange(e)
+			if err != nil {
+				continue
+			}
+			if ctx, err := changeContext(cc); err == nil {
+				for _, m := range ctx.Members {
+					if m.Incarnation != 0 && incs[m.ID] == 0 {
+						incs[m.ID] = m.Incarnation
+					}
+				}
+			}
+		}
+		lo = ents[len(ents)-1].GetIndex() + 1
+	}
+	return incs, nil
 }
 
 // StoredPeers returns the peer addresses a stopped member's storage knows
@@ -123,6 +209,21 @@ func (n *Node) preloadPeers(lo, hi uint64) error {
 // may never commit, and a member that this member refuses as removed stops
 // for good.
 func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err error) {
+	ms, removed, err := StoredMembers(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	peers = make(map[uint64]string, len(ms))
+	for id, m := range ms {
+		peers[id] = m.PeerAddr
+	}
+	return peers, removed, nil
+}
+
+// StoredMembers is StoredPeers with each member's whole record (its
+// incarnation included: what a host gives its transport to refuse a
+// wiped member from the first moment, transport.Config.PeerIncarnations).
+func StoredMembers(store Storage) (members map[uint64]Member, removed []uint64, err error) {
 	table := newMemberTable()
 	snap, err := store.Snapshot()
 	if err != nil {
@@ -165,11 +266,22 @@ func StoredPeers(store Storage) (peers map[uint64]string, removed []uint64, err 
 	if err := replayCommitted(store, r, first, hs.GetCommit()); err != nil {
 		return nil, nil, err
 	}
-	peers = make(map[uint64]string, len(table.records))
+	last, err := store.LastIndex()
+	if err != nil {
+		return nil, nil, err
+	}
+	incs, err := tailIncarnations(store, hs.GetCommit()+1, last)
+	if err != nil {
+		return nil, nil, err
+	}
+	members = make(map[uint64]Member, len(table.records))
 	for id, m := range table.records {
 		if !table.removed[id] {
-			peers[id] = m.PeerAddr
+			if m.Incarnation == 0 {
+				m.Incarnation = incs[id] // from the uncommitted tail (learnIncarnations)
+			}
+			members[id] = m
 		}
 	}
-	return peers, table.removedIDs(), nil
+	return members, table.removedIDs(), nil
 }

@@ -16,6 +16,10 @@ var protocolContents = map[uint16]struct {
 	rpcVersion   int
 }{
 	2: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
+	// 3: member records carry an incarnation (a confchange.Context flag a
+	// member of version 2 refuses as a corrupt entry); the refusal
+	// CodeWiped.
+	3: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
 }
 
 // TestProtocolVersionCoversWhatMembersExchange is a tripwire: a new entry

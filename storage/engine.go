@@ -607,6 +607,34 @@ func (e *Engine) DeleteGroup(id uint64) error {
 	return nil
 }
 
+// GroupRemoved reports whether the data dir records group id's member as
+// removed from its cluster (Store.MarkRemoved: the tombstone). It opens
+// nothing: the group may be open or not.
+//
+// Errors: ErrNoGroup when the data dir holds nothing of id; ErrClosed.
+func (e *Engine) GroupRemoved(id uint64) (bool, error) {
+	e.mu.Lock()
+	closing := e.closing
+	e.mu.Unlock()
+	if closing {
+		return false, ErrClosed
+	}
+	var removed, found bool
+	err := e.view(func(tx kvTx) error {
+		sb := tx.Bucket(stateBucketName(id))
+		found = sb != nil || tx.Bucket(logBucketName(id)) != nil
+		removed = sb != nil && sb.Get(removedKey) != nil
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return false, fmt.Errorf("%w: %d in %s", ErrNoGroup, id, e.dir)
+	}
+	return removed, nil
+}
+
 // Dir returns the data dir the engine was opened on.
 func (e *Engine) Dir() string { return e.dir }
 

@@ -201,7 +201,7 @@ func TestEngineFailedCommitIsAllOrNothing(t *testing.T) {
 		require.EqualValues(t, 1, li, "group %d: the failed Save is not visible", g+1)
 		require.ErrorIs(t, s.Save(nil, ents(2, 3, 1), nil), ErrFailed)
 		require.ErrorIs(t, s.Compact(1), ErrFailed)
-		require.ErrorIs(t, s.SetIdentity(Identity{1, 1}), ErrFailed)
+		require.ErrorIs(t, s.SetIdentity(Identity{ClusterID: 1, MemberID: 1}), ErrFailed)
 	}
 	_, err := e.Group(groups+1, GroupOptions{})
 	require.ErrorIs(t, err, ErrFailed)
@@ -263,7 +263,7 @@ func TestEngineOpensSingleGroupDir(t *testing.T) {
 	require.NoError(t, err)
 	requireEntriesEqual(t, ents(1, 6, 2), es, "entries")
 	id, _ := g.Identity()
-	require.Equal(t, Identity{7, 3}, id)
+	require.Equal(t, Identity{ClusterID: 7, MemberID: 3}, id)
 	got, err := g.Snapshot()
 	require.NoError(t, err)
 	b, err := readSnapshot(t, g, got)

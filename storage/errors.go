@@ -127,6 +127,10 @@ type IdentityError struct {
 }
 
 func (e *IdentityError) Error() string {
+	if e.Stored.ClusterID == e.Requested.ClusterID && e.Stored.MemberID == e.Requested.MemberID {
+		return fmt.Sprintf("storage: identity mismatch: data dir holds cluster %x member %x of incarnation %x, asked to set incarnation %x",
+			e.Stored.ClusterID, e.Stored.MemberID, e.Stored.Incarnation, e.Requested.Incarnation)
+	}
 	return fmt.Sprintf("storage: identity mismatch: data dir holds cluster %x member %x, asked to set cluster %x member %x",
 		e.Stored.ClusterID, e.Stored.MemberID, e.Requested.ClusterID, e.Requested.MemberID)
 }

@@ -48,6 +48,13 @@ func stateBucketName(group uint64) []byte { return fmt.Appendf(nil, "group/%016x
 // Identity is the cluster and member a data dir belongs to.
 type Identity struct {
 	ClusterID, MemberID uint64
+	// Incarnation identifies this copy of the member's data: a random
+	// non-zero number made once, when the data dir first holds the group
+	// (or, for a data dir written before incarnations existed, when it is
+	// first opened by a member). A replica whose data was lost and that
+	// starts afresh under the same member ID gets a new one, which is how
+	// its peers tell it apart from the replica they knew. 0: none yet.
+	Incarnation uint64
 }
 
 // Store is the durable storage of one raft group: its log, hard state,
@@ -190,11 +197,17 @@ func (s *Store) load() error {
 			}
 		}
 		if v := sb.Get(identityKey); v != nil {
-			vs, err := decodeUvarints(v, 2)
+			// Two fields, or three since incarnations exist.
+			vs, err := decodeUvarints(v, 3)
+			if err != nil {
+				if vs, err = decodeUvarints(v, 2); err == nil {
+					vs = append(vs, 0)
+				}
+			}
 			if err != nil {
 				return s.corruptKey(s.stateBucket, identityKey, err)
 			}
-			s.identity = Identity{ClusterID: vs[0], MemberID: vs[1]}
+			s.identity = Identity{ClusterID: vs[0], MemberID: vs[1], Incarnation: vs[2]}
 		}
 		if err := s.loadLog(tx); err != nil {
 			return err

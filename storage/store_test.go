@@ -185,13 +185,27 @@ func TestIdentity(t *testing.T) {
 	require.ErrorIs(t, err, ErrIdentityMismatch)
 	var ie *IdentityError
 	require.ErrorAs(t, err, &ie)
-	require.Equal(t, Identity{7, 3}, ie.Stored)
+	require.Equal(t, Identity{ClusterID: 7, MemberID: 3}, ie.Stored)
 	require.ErrorIs(t, s.SetIdentity(Identity{ClusterID: 7}), ErrIdentityMismatch)
 	require.NoError(t, s.Close())
 	s = open(t, dir, testOpts())
 	id, err := s.Identity()
 	require.NoError(t, err)
-	require.Equal(t, Identity{7, 3}, id)
+	require.Equal(t, Identity{ClusterID: 7, MemberID: 3}, id)
+
+	// A data dir written before incarnations (the two-field record just
+	// read) gets one once; 0 keeps it; another one is refused.
+	require.NoError(t, s.SetIdentity(Identity{ClusterID: 7, MemberID: 3, Incarnation: 0xabc}))
+	require.NoError(t, s.SetIdentity(Identity{ClusterID: 7, MemberID: 3}))
+	err = s.SetIdentity(Identity{ClusterID: 7, MemberID: 3, Incarnation: 0xdef})
+	require.ErrorIs(t, err, ErrIdentityMismatch)
+	require.Contains(t, err.Error(), "incarnation")
+	require.NoError(t, s.Close())
+	s = open(t, dir, testOpts())
+	id, err = s.Identity()
+	require.NoError(t, err)
+	require.Equal(t, Identity{ClusterID: 7, MemberID: 3, Incarnation: 0xabc}, id)
+	require.NoError(t, s.Close())
 }
 
 func TestMarkRemoved(t *testing.T) {
@@ -360,7 +374,7 @@ func TestFailedCommitStopsWrites(t *testing.T) {
 	for _, err := range []error{
 		s.Save(nil, ents(3, 4, 1), nil),
 		s.Compact(1),
-		s.SetIdentity(Identity{1, 1}),
+		s.SetIdentity(Identity{ClusterID: 1, MemberID: 1}),
 		s.MarkRemoved(),
 	} {
 		require.ErrorIs(t, err, ErrFailed)
@@ -392,7 +406,7 @@ func TestApplySnapshotAndMetrics(t *testing.T) {
 	require.Equal(t, uint64(2), m.Saves)
 	require.Equal(t, uint64(4), m.Entries)
 	require.Contains(t, m.String(), "commits=")
-	require.Contains(t, (&IdentityError{Stored: Identity{1, 2}, Requested: Identity{3, 2}}).Error(), "cluster 1 member 2")
+	require.Contains(t, (&IdentityError{Stored: Identity{ClusterID: 1, MemberID: 2}, Requested: Identity{ClusterID: 3, MemberID: 2}}).Error(), "cluster 1 member 2")
 }
 
 // logKeys returns the indexes of every entry in the log bucket of s,

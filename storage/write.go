@@ -380,7 +380,8 @@ func (s *Store) deleteGarbage(lb kvBucket, dummy uint64, budget int) (uint64, er
 	return end + 1, nil
 }
 
-// Identity returns the recorded cluster and member IDs, zero if never set.
+// Identity returns the recorded cluster and member IDs and incarnation,
+// zero if never set.
 //
 // Errors: ErrClosed; ErrCorrupt for a damaged record.
 func (s *Store) Identity() (Identity, error) {
@@ -392,10 +393,12 @@ func (s *Store) Identity() (Identity, error) {
 	return s.identity, nil
 }
 
-// SetIdentity durably records the cluster and member IDs. A field already
-// recorded as non-zero cannot change: setting a different value (zero
-// included) returns an *IdentityError (ErrIdentityMismatch) and changes
-// nothing. Setting the recorded identity again is a no-op.
+// SetIdentity durably records the cluster and member IDs and the
+// incarnation. A field already recorded as non-zero cannot change: setting
+// a different value (zero included) returns an *IdentityError
+// (ErrIdentityMismatch) and changes nothing — except an Incarnation of 0,
+// which keeps the recorded one. Setting the recorded identity again is a
+// no-op.
 func (s *Store) SetIdentity(id Identity) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -403,14 +406,22 @@ func (s *Store) SetIdentity(id Identity) error {
 		return err
 	}
 	cur := s.identity
-	if (cur.ClusterID != 0 && cur.ClusterID != id.ClusterID) || (cur.MemberID != 0 && cur.MemberID != id.MemberID) {
+	if id.Incarnation == 0 {
+		id.Incarnation = cur.Incarnation
+	}
+	if (cur.ClusterID != 0 && cur.ClusterID != id.ClusterID) || (cur.MemberID != 0 && cur.MemberID != id.MemberID) ||
+		(cur.Incarnation != 0 && cur.Incarnation != id.Incarnation) {
 		return &IdentityError{Stored: cur, Requested: id}
 	}
 	if cur == id {
 		return nil
 	}
 	err := s.update(func(tx kvTx) error {
-		return tx.Bucket(s.stateBucket).Put(identityKey, appendUvarints(nil, id.ClusterID, id.MemberID))
+		vs := []uint64{id.ClusterID, id.MemberID}
+		if id.Incarnation != 0 { // else as written before incarnations existed
+			vs = append(vs, id.Incarnation)
+		}
+		return tx.Bucket(s.stateBucket).Put(identityKey, appendUvarints(nil, vs...))
 	})
 	if err != nil {
 		return s.fail("set identity", err)

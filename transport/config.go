@@ -51,8 +51,9 @@ type Handler interface {
 	// ErrGroupMismatch or ErrBadHello. It is called on every refused
 	// attempt of the raft stream and of snapshots (not for Call, whose
 	// caller gets the error), so the node can react, e.g. stop when removed.
-	// Only ErrRemoved is final: ErrUnknownSender is normal for a moment
-	// while members add each other, and the transport keeps retrying.
+	// Only ErrRemoved and ErrWiped are final: ErrUnknownSender is normal
+	// for a moment while members add each other, and the transport keeps
+	// retrying.
 	ReportRefused(id uint64, err error)
 }
 
@@ -127,6 +128,12 @@ type Config struct {
 	// TLS, when set, wraps every connection in TLS with this configuration,
 	// used both to serve and to dial (see NewMutualTLS). nil is plain TCP.
 	TLS *tls.Config
+	// Incarnation is this member's incarnation (storage.Identity's: which
+	// copy of its data it runs from), presented in every hello and
+	// attachment so that its peers can refuse it once they recorded
+	// another one for its ID (SetPeerIncarnation). 0: none
+	// (SetIncarnation sets it later).
+	Incarnation uint64
 
 	// Handler receives messages, reports and requests. Required.
 	Handler Handler
@@ -143,6 +150,10 @@ type Config struct {
 	// members as removed, from the first moment.
 	Peers   map[uint64]string
 	Removed []uint64
+	// PeerIncarnations are the peers' recorded incarnations, known before
+	// the first connection is accepted, as if given to SetPeerIncarnation
+	// right after New.
+	PeerIncarnations map[uint64]uint64
 
 	// MaxQueueMessages is the capacity, in messages, of each peer's outgoing
 	// queue; a message that does not fit is dropped. Default 4096.

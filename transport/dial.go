@@ -59,6 +59,9 @@ func (t *Transport) dial(ctx context.Context, addr string, kind wire.Kind, to ui
 		Cluster: t.cluster.Load(),
 		From:    t.cfg.ID,
 		To:      to,
+		// Which copy of its data this member runs from: a peer that
+		// recorded another one refuses it (wiped).
+		Incarnation: t.inc.Load(),
 	})
 	if err != nil {
 		return nil, err

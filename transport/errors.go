@@ -51,6 +51,12 @@ var (
 	// ErrBadHello: the peer could not parse our hello (a bug or an
 	// incompatible build).
 	ErrBadHello = errors.New("transport: malformed hello")
+	// ErrWiped: the peer recorded another incarnation for this member's ID
+	// (SetPeerIncarnation): this member's data is not the data its peers
+	// knew — it was lost, and the member started afresh. Final: its votes
+	// and acknowledgements are never counted again; remove the member and
+	// add a new one under a new ID.
+	ErrWiped = errors.New("transport: member's data was wiped")
 
 	// ErrProtocol: the peer sent something the protocol does not allow at
 	// that point (an unexpected frame type, a message for another member).
@@ -70,6 +76,7 @@ const (
 	ReasonVersion         = "version"
 	ReasonBusy            = "busy"
 	ReasonBadHello        = "bad_hello"
+	ReasonWiped           = "wiped"
 
 	ReasonTLS            = "tls"             // TLS handshake failed (no, or a wrong, certificate)
 	ReasonTimeout        = "timeout"         // a deadline passed: handshake, read or write
@@ -95,6 +102,7 @@ var codeErrors = map[wire.Code]struct {
 	wire.CodeRemoved:         {ErrRemoved, ReasonRemoved},
 	wire.CodeBusy:            {ErrBusy, ReasonBusy},
 	wire.CodeBadHello:        {ErrBadHello, ReasonBadHello},
+	wire.CodeWiped:           {ErrWiped, ReasonWiped},
 }
 
 // RefusedError reports a connection the peer refused in its handshake

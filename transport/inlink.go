@@ -69,11 +69,12 @@ type inLink struct {
 	done   chan struct{} // closed when the link ends
 }
 
-// admission is an accepted attachment: the receiving group's transport and
-// its peer for the sender.
+// admission is an accepted attachment: the receiving group's transport,
+// its peer for the sender, and the incarnation the attachment presented.
 type admission struct {
-	t *Transport
-	p *peer
+	t   *Transport
+	p   *peer
+	inc uint64
 }
 
 // delivery is what one read pass got for one group.
@@ -230,6 +231,18 @@ func (il *inLink) admission(key attachKey) (admission, bool) {
 		ok = false
 	}
 	if ok {
+		if wiped, why := a.p.wiped(a.inc); wiped {
+			// Its incarnation was recorded since it was admitted, and it
+			// is another: revoke it, saying why.
+			il.unadmitLocked(key)
+			ok = false
+			il.last = admission{}
+			il.amu.Unlock()
+			il.revoke(a.p, wire.CodeWiped, why)
+			il.amu.Lock()
+		}
+	}
+	if ok {
 		il.lastKey, il.last = key, a
 	} else {
 		il.last = admission{}
@@ -341,7 +354,7 @@ func (il *inLink) attach(f wire.Frame) error {
 		// stopping from now on forgets it (peer.stop); if it stopped
 		// already, it is forgotten here.
 		il.amu.Lock()
-		il.admitLocked(key, admission{t: t, p: p})
+		il.admitLocked(key, admission{t: t, p: p, inc: a.Incarnation})
 		il.amu.Unlock()
 		if !p.addInLink(il) {
 			il.amu.Lock()
@@ -420,8 +433,12 @@ func (il *inLink) reply(group uint64, r wire.AttachReply) {
 // group: the sender) is no longer admitted.
 func (il *inLink) revoke(p *peer, code wire.Code, why string) {
 	t := p.t
-	if code == wire.CodeRemoved {
+	switch code {
+	case wire.CodeRemoved:
 		t.refused.add(ReasonRemoved)
+	case wire.CodeWiped:
+		t.refused.add(ReasonWiped)
+		t.logOnce(p.id, "refused_"+ReasonWiped, "revoked an attachment", "remote", il.remote, "detail", why)
 	}
 	il.reply(t.cfg.GroupID, wire.AttachReply{Code: code, From: p.id, To: t.cfg.ID, Cluster: t.cluster.Load(), Reason: why})
 }

@@ -254,6 +254,7 @@ func (w *linkWriter) attach(f *flow) {
 	var a [wire.AttachSize + 64]byte
 	w.buf = wire.AppendFrame(w.buf, wire.TypeAttach, f.key.group, wire.AppendAttach(a[:0], wire.Attach{
 		Cluster: f.p.t.cluster.Load(), From: f.key.from, To: f.key.to, Addr: *f.p.t.advert.Load(), HostID: w.l.m.hostID,
+		Incarnation: f.p.t.inc.Load(),
 	}))
 	f.sentGen = w.gen
 }

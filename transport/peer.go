@@ -28,7 +28,10 @@ type peer struct {
 	learner atomic.Bool
 	// gone is set by stop: admissions of the peer on inbound links are void.
 	gone atomic.Bool
-	c    *peerCounters
+	// inc is the peer's incarnation as recorded (SetPeerIncarnation), 0
+	// while unknown: what it presents must match (wiped).
+	inc atomic.Uint64
+	c   *peerCounters
 
 	// routeMu serializes the peer's moves between host links (reroute):
 	// each leaves the link the one before it joined, so that the peer has
@@ -73,6 +76,18 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 }
 
 func (p *peer) hexID() string { return fmt.Sprintf("%x", p.id) }
+
+// wiped reports whether presented, the incarnation a connection or an
+// attachment of the peer presents, is not the one recorded for it; why
+// says so, and what to do.
+func (p *peer) wiped(presented uint64) (bool, string) {
+	rec := p.inc.Load()
+	if rec == 0 || presented == rec {
+		return false, ""
+	}
+	return true, fmt.Sprintf("member %x presents incarnation %x, but the cluster recorded %x for it: its data was lost and it started afresh, "+
+		"so its votes and acknowledgements no longer count; remove member %x and add it again under a new ID", p.id, presented, rec, p.id)
+}
 
 // key is the peer's attachment on a host link.
 func (p *peer) key() attachKey {

@@ -190,6 +190,9 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 	if p == nil {
 		return 0, nil, wire.CodeUnknownSender, fmt.Sprintf("member %x is not a member known to member %x", h.From, t.cfg.ID)
 	}
+	if wiped, why := p.wiped(h.Incarnation); wiped {
+		return 0, nil, wire.CodeWiped, why
+	}
 	if h.Kind == wire.KindSnapshot {
 		select {
 		case t.snapRecv <- struct{}{}:
@@ -203,7 +206,7 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 // checkAttach decides whether to admit an attachment on a host link of
 // protocol version v, with exactly the checks of a raft stream's hello.
 func (t *Transport) checkAttach(group uint64, a wire.Attach, v uint16) (*peer, wire.Code, string) {
-	_, p, code, why := t.check(wire.Hello{MinVersion: v, MaxVersion: v, Kind: wire.KindStream, Group: group, Cluster: a.Cluster, From: a.From, To: a.To})
+	_, p, code, why := t.check(wire.Hello{MinVersion: v, MaxVersion: v, Kind: wire.KindStream, Group: group, Cluster: a.Cluster, From: a.From, To: a.To, Incarnation: a.Incarnation})
 	return p, code, why
 }
 
@@ -229,6 +232,12 @@ func (t *Transport) serveStream(a *accepted) error {
 			}
 			if err := t.checkMessage(m, from); err != nil {
 				return err
+			}
+			if wiped, why := a.peer.wiped(a.hello.Incarnation); wiped {
+				// Recorded since the stream was accepted: drop it, and the
+				// redial is refused with the reason.
+				t.refused.add(ReasonWiped)
+				return fmt.Errorf("%w: %s", ErrWiped, why)
 			}
 			a.peer.c.msgsRecv.Add(1)
 			a.peer.c.bytesRecv.Add(uint64(wire.HeaderSize + len(f.Payload)))
@@ -276,6 +285,10 @@ func (t *Transport) serveRequests(a *accepted) error {
 		budget, req, err := wire.ParseRequest(f.Payload)
 		if err != nil {
 			return err
+		}
+		if wiped, why := a.peer.wiped(a.hello.Incarnation); wiped {
+			t.refused.add(ReasonWiped)
+			return fmt.Errorf("%w: %s", ErrWiped, why)
 		}
 		timeout := t.cfg.MaxRequestDuration
 		if budget > 0 && time.Duration(budget) < timeout {

@@ -31,6 +31,7 @@ type Transport struct {
 	ownMux  bool // the mux is this transport's own: Close closes it
 	cluster atomic.Uint64
 	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
+	inc     atomic.Uint64          // Config.Incarnation, or SetIncarnation's
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -97,6 +98,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
+	t.inc.Store(cfg.Incarnation)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.peers.Store(&map[uint64]*peer{})
 	if t.mux == nil {
@@ -118,6 +120,7 @@ func New(cfg Config) (*Transport, error) {
 	for id, addr := range cfg.Peers {
 		if !slices.Contains(cfg.Removed, id) {
 			t.AddPeer(id, addr)
+			t.SetPeerIncarnation(id, cfg.PeerIncarnations[id])
 		}
 	}
 	if !t.ownMux {
@@ -143,6 +146,39 @@ func (t *Transport) SetClusterID(id uint64) { t.cluster.Store(id) }
 // (Config.AdvertiseAddr), for a member that learns it after New (a
 // joiner's recorded address). Attachments made before keep the old one.
 func (t *Transport) SetAdvertiseAddr(addr string) { t.advert.Store(&addr) }
+
+// SetIncarnation sets the incarnation this member presents
+// (Config.Incarnation), for a member that learns it after New: its
+// attachments on host links are sent again with it (a peer that recorded
+// it would refuse one made before). Connections made before keep the old
+// one.
+func (t *Transport) SetIncarnation(inc uint64) {
+	if t.inc.Swap(inc) == inc {
+		return
+	}
+	for _, p := range *t.peers.Load() {
+		p.mu.Lock()
+		f := p.flow
+		p.mu.Unlock()
+		if f != nil {
+			f.l.requestAttach(f)
+		}
+	}
+}
+
+// SetPeerIncarnation records member id's incarnation, as the node applied
+// it from the log: from then on a hello or attachment of id that presents
+// another one (0 included) is refused with reason "wiped" (the sender
+// learns it as ErrWiped), and the messages of a connection or attachment
+// admitted before with another one are dropped and it is refused then.
+// inc 0 records nothing (not known yet: any is accepted); a recorded
+// incarnation is kept until the member is removed. Unknown members are
+// ignored: call it after AddPeer.
+func (t *Transport) SetPeerIncarnation(id, inc uint64) {
+	if p := t.peer(id); p != nil && inc != 0 {
+		p.inc.CompareAndSwap(0, inc)
+	}
+}
 
 // ClusterID returns the cluster ID, 0 if not known yet.
 func (t *Transport) ClusterID() uint64 { return t.cluster.Load() }

@@ -148,6 +148,9 @@ func run(ctx context.Context, o *options) error {
 		if errors.Is(runErr, raft.ErrRemoved) {
 			runErr = fmt.Errorf("member %d was removed from the cluster; its data dir %s cannot be used again (add a new member with a new ID)", o.id, o.dataDir)
 		}
+		if errors.Is(runErr, raft.ErrReplicaWiped) {
+			runErr = wipedError(o, runErr)
+		}
 	case err := <-serveErr:
 		runErr = fmt.Errorf("client API: %v", err)
 	}
@@ -165,6 +168,8 @@ func startError(err error, o *options) error {
 	switch {
 	case errors.Is(err, understudy.ErrRemoved):
 		return fmt.Errorf("member %d was removed from the cluster; its data dir %s cannot be used again (add a new member with a new ID)", o.id, o.dataDir)
+	case errors.Is(err, raft.ErrAlreadyBootstrapped), errors.Is(err, raft.ErrReplicaWiped):
+		return wipedError(o, err)
 	case errors.Is(err, understudy.ErrIdentityMismatch) && o.join && errors.Is(err, raft.ErrClusterMismatch):
 		return fmt.Errorf("data dir %s holds a member of another cluster than the one at --peers (%v) — one it bootstrapped on its own when started without --join? To join the cluster at --peers, stop, delete %s (it holds only that other cluster's data) and start again with --join", o.dataDir, err, o.dataDir)
 	case errors.Is(err, understudy.ErrIdentityMismatch):
@@ -177,6 +182,14 @@ func startError(err error, o *options) error {
 		return fmt.Errorf("cannot join: %v (gave up after --join-timeout %s: check --peers, or wait longer with --join-timeout, 0s for ever)", err, o.joinTimeout)
 	}
 	return err
+}
+
+// wipedError says what to do with a member whose data was lost: it must
+// not vote again under its ID (docs/operations.md, "Replacing a disk").
+func wipedError(o *options, err error) error {
+	return fmt.Errorf("member %d's data was lost (data dir %s is not the one the cluster knows), so it must not start again as member %d: "+
+		"remove it (kvctl member remove %d), add a new member under a new ID (kvctl member add NEW_ID PEER_ADDR), "+
+		"and start that one with an empty data dir and --join --peers (cause: %v)", o.id, o.dataDir, o.id, o.id, err)
 }
 
 // unwrapOp drops net.OpError's prefix ("listen tcp …:") from an error.

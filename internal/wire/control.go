@@ -18,8 +18,10 @@ import (
 // frame or payload change.
 //
 // Version 1 was the first release's; 2 adds the entry kinds, snapshot
-// header versions and request ops that came after it.
-const Version uint16 = 2
+// header versions and request ops that came after it; 3 adds the
+// incarnation to the member records (confchange.Context) and the refusal
+// CodeWiped.
+const Version uint16 = 3
 
 // The range of versions this build speaks: only its own, so members of
 // different versions refuse each other at the hello (CodeVersion, with a
@@ -158,6 +160,10 @@ const (
 	CodeRemoved         Code = 6 // the sender was removed from the cluster
 	CodeBusy            Code = 7 // too many concurrent snapshots; retry later
 	CodeBadHello        Code = 8 // the hello was malformed or had an unknown kind
+	// CodeWiped: the sender presents another incarnation than the one
+	// recorded for its member ID: its data was lost and it started
+	// afresh (version 3).
+	CodeWiped Code = 9
 )
 
 // MaxReasonSize bounds the free-text reason in a HelloReply or an error
