@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/diskfault"
 	"github.com/understudy-raft/understudy/internal/netproxy"
 	"github.com/understudy-raft/understudy/kv"
@@ -39,6 +40,10 @@ type hostsRig struct {
 	spare      *understudy.Host
 	spareProxy *netproxy.Proxy
 	churnIDs   uint64 // the last replica ID the nemesis added (never reused)
+	// ids holds the replica IDs that replaced a wiped replica, by host and
+	// group (a replica absent has ID host+1); wipedIDs is the last given.
+	ids      map[[2]uint64]uint64
+	wipedIDs uint64
 	// bulk is a group beside the others, on every host, whose writer
 	// proposes 128 KiB values: its large appends (and catch-ups after a
 	// restart) share every host link with the small groups' heartbeats.
@@ -140,7 +145,158 @@ func (r *hostsRig) churn(ctx context.Context, g uint64, hold time.Duration) stri
 }
 
 func (r *hostsRig) raftConfig() raft.Config {
-	return raft.Config{TickInterval: 10 * time.Millisecond, ElectionTicks: 10, SnapshotCount: 2000}
+	return raft.Config{TickInterval: 10 * time.Millisecond, ElectionTicks: 10, SnapshotCount: 2000,
+		// A replica that replaced a wiped one is promoted soon after it
+		// caught up.
+		Membership: confchange.Settings{Stabilization: 300 * time.Millisecond}}
+}
+
+// id is host i's replica ID in group g. r.mu is held.
+func (r *hostsRig) id(i int, g uint64) uint64 {
+	if id, ok := r.ids[[2]uint64{uint64(i), g}]; ok {
+		return id
+	}
+	return uint64(i + 1)
+}
+
+// groupConfig is the configuration host i starts group g's replica with,
+// every time: its initial members, or for a replica that replaced a wiped
+// one, the addresses to join through. r.mu is held.
+func (r *hostsRig) groupConfig(i int, g uint64) understudy.GroupConfig {
+	cfg := understudy.GroupConfig{GroupID: g, ID: r.id(i, g), Raft: r.raftConfig(),
+		Storage: storage.GroupOptions{TailCacheBytes: 1 << 20}}
+	if cfg.ID != uint64(i+1) {
+		for _, p := range r.proxies {
+			cfg.Join = append(cfg.Join, p.Addr())
+		}
+		return cfg
+	}
+	for j, p := range r.proxies {
+		cfg.InitialMembers = append(cfg.InitialMembers, raft.Member{ID: uint64(j + 1), PeerAddr: p.Addr()})
+	}
+	return cfg
+}
+
+// wipe loses host i's data of group g — the replica closed, its data
+// deleted — and starts it again with its usual configuration, as a
+// restart after a disk replacement would. The start must be refused
+// (raft.ErrAlreadyBootstrapped) or the replica stopped by its peers
+// (raft.ErrReplicaWiped): nothing it acknowledged may be lost, which the
+// histories check. Then it does what operations.md says: removes the
+// member and adds a new one under a new ID on the same host.
+func (r *hostsRig) wipe(ctx context.Context, i int, g uint64) string {
+	r.t.Helper()
+	r.mu.Lock()
+	h, rep, old := r.hosts[i], r.reps[i][g], r.id(i, g)
+	usual := r.groupConfig(i, g)
+	r.mu.Unlock()
+	// Only a replica the group has recorded the incarnation of: one wiped
+	// before its first record committed is the gap the docs name (its
+	// peers cannot tell it from a replica that never ran).
+	if !r.incarnationRecorded(ctx, g, old) {
+		return fmt.Sprintf("group %d: replica %d's incarnation not recorded yet, not wiped", g, old)
+	}
+	r.mu.Lock()
+	delete(r.reps[i], g)
+	r.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = rep.Close(cctx)
+	if err := h.ForceDeleteGroup(g); err != nil {
+		r.t.Fatalf("group %d: deleting replica %d's data on host %d: %v", g, old, i, err)
+	}
+	outcome := ""
+	again, err := h.StartGroup(cctx, usual, kv.New())
+	switch {
+	case errors.Is(err, raft.ErrAlreadyBootstrapped):
+		outcome = "its bootstrap refused"
+	case err != nil:
+		r.t.Fatalf("group %d: the wiped replica %d's start failed otherwise: %v", g, old, err)
+	default:
+		select {
+		case <-again.Done():
+		case <-cctx.Done():
+		}
+		if !errors.Is(again.Err(), raft.ErrReplicaWiped) {
+			r.t.Fatalf("group %d: the wiped replica %d started with its usual configuration and ran (err %v)", g, old, again.Err())
+		}
+		_ = again.Close(cctx)
+		outcome = "stopped by its peers as wiped"
+	}
+	if err := h.ForceDeleteGroup(g); err != nil && !errors.Is(err, storage.ErrNoGroup) {
+		r.t.Fatalf("group %d: deleting the refused replica's data on host %d: %v", g, i, err)
+	}
+	// The operator's way back: remove the member, add one under a new ID.
+	r.retryOnLeader(ctx, g, fmt.Sprintf("removing wiped replica %d", old), func(l *understudy.Group, c context.Context) error {
+		if err := l.RemoveMember(c, old); errors.Is(err, raft.ErrNotMember) {
+			return nil
+		} else {
+			return err
+		}
+	})
+	r.mu.Lock()
+	r.wipedIDs++
+	id := r.wipedIDs
+	r.mu.Unlock()
+	r.retryOnLeader(ctx, g, fmt.Sprintf("adding replica %d", id), func(l *understudy.Group, c context.Context) error {
+		if err := l.AddLearner(c, raft.Member{ID: id, PeerAddr: r.proxies[i].Addr()}); errors.Is(err, confchange.ErrMemberExists) {
+			return nil
+		} else {
+			return err
+		}
+	})
+	r.mu.Lock()
+	r.ids[[2]uint64{uint64(i), g}] = id
+	cfg := r.groupConfig(i, g)
+	r.mu.Unlock()
+	fresh, err := h.StartGroup(cctx, cfg, kv.New())
+	if err != nil {
+		r.t.Fatalf("group %d: replica %d joining on host %d: %v", g, id, i, err)
+	}
+	r.mu.Lock()
+	r.reps[i][g] = fresh
+	r.mu.Unlock()
+	return fmt.Sprintf("group %d: replica %d on host %d wiped and restarted as before: %s; removed, replaced by replica %d", g, old, i, outcome, id)
+}
+
+// incarnationRecorded reports whether group g's leader lists member id
+// with an incarnation.
+func (r *hostsRig) incarnationRecorded(ctx context.Context, g, id uint64) bool {
+	l := r.leaderOf(g)
+	if l == nil {
+		return false
+	}
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ms, err := l.Membership(c)
+	if err != nil {
+		return false
+	}
+	for _, m := range ms.Members {
+		if m.ID == id {
+			return m.Incarnation != 0
+		}
+	}
+	return false
+}
+
+// retryOnLeader runs f on group g's leader until it succeeds, for up to 20 s.
+func (r *hostsRig) retryOnLeader(ctx context.Context, g uint64, what string, f func(*understudy.Group, context.Context) error) {
+	r.t.Helper()
+	var err error
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		l := r.leaderOf(g)
+		if l == nil {
+			continue
+		}
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = f(l, c)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	r.t.Fatalf("group %d: %s: %v", g, what, err)
 }
 
 // up starts host i and every group's replica on it (bootstrap the first
@@ -160,14 +316,10 @@ func (r *hostsRig) up(ctx context.Context, i int) {
 	}
 	reps := map[uint64]*understudy.Group{}
 	for g := uint64(1); g <= uint64(r.groups)+1; g++ {
-		var initial []raft.Member
-		for j, p := range r.proxies {
-			initial = append(initial, raft.Member{ID: uint64(j + 1), PeerAddr: p.Addr()})
-		}
-		rep, err := h.StartGroup(ctx, understudy.GroupConfig{
-			GroupID: g, ID: uint64(i + 1), InitialMembers: initial, Raft: r.raftConfig(),
-			Storage: storage.GroupOptions{TailCacheBytes: 1 << 20},
-		}, kv.New())
+		r.mu.Lock()
+		cfg := r.groupConfig(i, g)
+		r.mu.Unlock()
+		rep, err := h.StartGroup(ctx, cfg, kv.New())
 		if err != nil {
 			r.t.Fatalf("host %d, group %d: %v", i, g, err)
 		}
@@ -195,7 +347,7 @@ func (r *hostsRig) pick(g uint64, rng *rand.Rand) Endpoint {
 	defer r.mu.Unlock()
 	var up []int
 	for i, reps := range r.reps {
-		if reps != nil {
+		if reps != nil && reps[g] != nil {
 			up = append(up, i)
 		}
 	}
@@ -206,7 +358,7 @@ func (r *hostsRig) pick(g uint64, rng *rand.Rand) Endpoint {
 	rep := r.reps[i][g]
 	e, ok := r.runs[rep]
 	if !ok {
-		e = &memberEndpoint{id: uint64(i + 1), node: rep.Node, sessions: r.sess[g]}
+		e = &memberEndpoint{id: r.id(i, g), node: rep.Node, sessions: r.sess[g]}
 		r.runs[rep] = e
 	}
 	return e
@@ -240,7 +392,8 @@ func TestHostsUnderFaults(t *testing.T) {
 	t.Logf("seed %d, %d groups and one of 128 KiB writes", seed, groups)
 	rng := rand.New(rand.NewSource(seed))
 	r := &hostsRig{t: t, dir: t.TempDir(), groups: groups, bulk: uint64(groups) + 1, hosts: make([]*understudy.Host, 3),
-		reps: make([]map[uint64]*understudy.Group, 3), runs: map[*understudy.Group]*memberEndpoint{}, sess: map[uint64]*clientSessions{}}
+		reps: make([]map[uint64]*understudy.Group, 3), runs: map[*understudy.Group]*memberEndpoint{}, sess: map[uint64]*clientSessions{},
+		ids: map[[2]uint64]uint64{}, wipedIDs: 1000}
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -337,7 +490,17 @@ func TestHostsUnderFaults(t *testing.T) {
 	faults := 0
 	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); faults++ {
 		i := rng.Intn(3)
-		switch k := rng.Intn(6); {
+		switch k := rng.Intn(7); {
+		case k == 6:
+			g := uint64(1 + rng.Intn(groups))
+			r.mu.Lock()
+			replaced := r.id(i, g) != uint64(i+1)
+			r.mu.Unlock()
+			if replaced {
+				continue // wiped once already: its replica joined, a bootstrap no more
+			}
+			fault("wipe", fmt.Sprintf("group %d: host %d's replica loses its data and starts with its usual configuration", g, i))
+			fault("wiped", r.wipe(ctx, i, g))
 		case k == 4:
 			d := time.Duration(5+rng.Intn(40)) * time.Millisecond
 			fault("slow", fmt.Sprintf("host %d's commits take %v more", i, d))
@@ -475,7 +638,7 @@ func (r *hostsRig) leaderOf(g uint64) *understudy.Group {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, reps := range r.reps {
-		if reps != nil && reps[g].IsLeader() {
+		if reps != nil && reps[g] != nil && reps[g].IsLeader() {
 			return reps[g]
 		}
 	}
