@@ -180,6 +180,12 @@ func (n *Node) Start(tr Transport) error {
 		}
 		return ErrStopped
 	}
+	if !n.sched.enter() {
+		n.stopOnce.Do(func() { close(n.stopc) })
+		n.events.closeAll()
+		n.doneOnce.Do(func() { close(n.donec) })
+		return fmt.Errorf("%w: its scheduler is closed", ErrStopped)
+	}
 	n.tr = tr
 	// Request IDs must not repeat across restarts (the dedup window, restored
 	// from the snapshot and the log, would skip a reused one as a duplicate),
@@ -196,6 +202,7 @@ func (n *Node) Start(tr Transport) error {
 	if err != nil {
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.events.closeAll()
+		n.sched.leave()
 		n.closeOwnScheduler()
 		n.doneOnce.Do(func() { close(n.donec) })
 		return err
@@ -245,6 +252,7 @@ func (n *Node) release() {
 		n.waiters.failAll(n.stopErr())
 		n.changes.failAll(n.stopErr())
 		n.events.closeAll()
+		n.sched.leave()
 		if n.ownSched {
 			n.sched.close() // its goroutines exit: Stop waits for them
 		}
