@@ -66,6 +66,12 @@ type Node struct {
 	snapWake atomic.Bool
 	// Owned by their tasks: each has exited.
 	loopExited, appendExited, applyExited bool
+	// applyMu is held by the apply task while it runs (it guards the
+	// apply state and applyExited): a stopping node whose apply task
+	// waits for a worker ends it from the append task (exitApplyIdle).
+	applyMu sync.Mutex
+	// applyExitAsked: the append task exited (see exitApplyIdle).
+	applyExitAsked atomic.Bool
 
 	life     atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
 	stopOnce sync.Once
