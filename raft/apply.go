@@ -443,7 +443,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 		}
 		r = br
 	}
-	if err := n.sm.Restore(r); err != nil {
+	if err := n.smRestore(r); err != nil {
 		return fmt.Errorf("restoring the state machine from snapshot %d: %w", index, err)
 	}
 	t := newMemberTable()

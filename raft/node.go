@@ -389,7 +389,7 @@ func (n *Node) Read(ctx context.Context, query []byte) ([]byte, error) {
 	if err := n.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
-	return n.sm.Lookup(query)
+	return n.lookup(query)
 }
 
 // ReadBarrier returns once this member has applied everything committed
@@ -435,7 +435,7 @@ func (n *Node) StaleRead(query []byte) ([]byte, error) {
 	if err := n.usable(); err != nil {
 		return nil, err
 	}
-	return n.sm.Lookup(query)
+	return n.lookup(query)
 }
 
 // AppliedIndex returns the index of the last entry applied to the state machine.
