@@ -30,12 +30,13 @@ import (
 //     those addresses, which must have added it first (AddLearner on any
 //     member).
 //
-// StartGroup checks the whole configuration before it touches the
-// storage, whatever the storage holds, and refuses one that contradicts
-// itself with raft.ErrInvalidConfig naming every problem: InitialMembers
-// and Join both set, an initial member ID or PeerAddr listed twice, a list
-// without ID, a ClusterID other than the one ClusterIDFor derives from
-// InitialMembers and ClusterToken, a negative size or duration.
+// StartGroup checks the configuration before it opens the group's
+// storage, and refuses one that contradicts itself with
+// raft.ErrInvalidConfig naming every problem: InitialMembers and Join
+// both set, a negative size or duration, a bad address; and when the
+// storage holds no member yet (a bootstrap), an initial member ID or
+// PeerAddr listed twice, a list without ID, a ClusterID other than the one
+// ClusterIDFor derives from InitialMembers and ClusterToken.
 type GroupConfig struct {
 	// GroupID is the raft group: the same on every host that runs a
 	// replica of it. Default 1.
@@ -166,8 +167,14 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		logger = logger.With("group", cfg.GroupID)
 	}
 	dir := h.cfg.DataDir
-	_, ierr := h.engine.GroupInfo(cfg.GroupID)
+	info, ierr := h.engine.GroupInfo(cfg.GroupID)
 	existed := !errors.Is(ierr, storage.ErrNoGroup)
+	if ierr == nil && !info.HasState && !info.Removed || !existed {
+		// A bootstrap, if InitialMembers is set (a restart ignores them).
+		if err := cfg.validateBootstrap(h); err != nil {
+			return nil, err
+		}
+	}
 	store, err := h.engine.Group(cfg.GroupID, cfg.Storage)
 	if err != nil {
 		if errors.Is(err, storage.ErrRemoved) {

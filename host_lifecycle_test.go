@@ -433,6 +433,18 @@ func TestGroupConfigRefusedUpFront(t *testing.T) {
 	g, err := h.StartGroup(ctx, cfg, kv.New())
 	require.NoError(t, err)
 	require.Equal(t, cfg.ClusterID, g.ClusterID())
+	_, err = g.Propose(ctx, kv.Put("a", "1")) // committed: written
+	require.NoError(t, err)
+
+	// A restart ignores the initial members, as etcd does: a list that no
+	// longer names the member is no contradiction then.
+	require.NoError(t, g.Close(ctx))
+	cfg.InitialMembers = []raft.Member{{ID: 2, PeerAddr: "127.0.0.1:1"}, {ID: 3, PeerAddr: "127.0.0.1:1"}}
+	g, err = h.StartGroup(ctx, cfg, kv.New())
+	require.NoError(t, err)
+	v, err := g.Read(ctx, []byte("a"))
+	require.NoError(t, err)
+	require.Equal(t, "1", string(v))
 }
 
 // Item 6: negative scheduler sizes are refused by NewHost.

@@ -9,11 +9,12 @@ import (
 )
 
 // validate reports every problem of cfg at once, before StartGroup opens
-// the group's storage: a refused configuration leaves nothing behind. A
-// configuration must be consistent in itself, whatever the storage holds
-// (a restart ignores InitialMembers and Join, but not contradictions
-// between them). Each error wraps raft.ErrInvalidConfig (those of the
-// Transport settings transport.ErrInvalidConfig) and names the field.
+// the group's storage: a refused configuration leaves nothing behind.
+// Whatever the storage holds, a configuration must not contradict itself
+// (a restart ignores InitialMembers and Join, but not that both are set);
+// validateBootstrap checks the initial members, which only a bootstrap
+// uses. Each error wraps raft.ErrInvalidConfig (those of the Transport
+// settings transport.ErrInvalidConfig) and names the field.
 func (cfg GroupConfig) validate(h *Host) error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -38,24 +39,11 @@ func (cfg GroupConfig) validate(h *Host) error {
 	if cfg.JoinTimeout < 0 {
 		bad("JoinTimeout (%v) must not be negative (0: as long as the context allows)", cfg.JoinTimeout)
 	}
-	// The node's settings, with the initial members as StartGroup passes
-	// them on a bootstrap (raft.Config.Validate: IDs, addresses, this
-	// member listed, no address twice).
 	rcfg := cfg.Raft
-	rcfg.ID, rcfg.InitialMembers = cfg.ID, pickedPort(cfg.InitialMembers, cfg.ID, h.mux.Addr())
+	rcfg.ID, rcfg.InitialMembers = cfg.ID, nil
 	if cfg.ID != 0 {
 		if err := rcfg.WithDefaults().Validate(); err != nil {
 			errs = append(errs, err)
-		}
-	}
-	if cfg.ClusterID != 0 && len(cfg.InitialMembers) > 0 {
-		// Every initial member derives the cluster ID from the list and the
-		// token: one given must be that one, or this member would be alone
-		// in a cluster of its own.
-		derived := ClusterIDFor(rcfg.InitialMembers, cfg.ClusterToken)
-		if cfg.ClusterID != derived && cfg.ClusterID != ClusterIDFor(cfg.InitialMembers, cfg.ClusterToken) {
-			bad("ClusterID %x is not the ID of InitialMembers with ClusterToken %q (ClusterIDFor gives %x): leave ClusterID zero or fix the list",
-				cfg.ClusterID, cfg.ClusterToken, derived)
 		}
 	}
 	if err := cfg.Storage.Validate(); err != nil {
@@ -66,6 +54,36 @@ func (cfg GroupConfig) validate(h *Host) error {
 	tcfg.Listener, tcfg.ListenAddr = nil, ""
 	if err := tcfg.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// validateBootstrap reports every problem of cfg's initial members, when
+// the storage holds no member (they bootstrap it): the node's own checks
+// (raft.Config.Validate: IDs, addresses, this member listed, no ID or
+// address twice), and a ClusterID that is not theirs.
+func (cfg GroupConfig) validateBootstrap(h *Host) error {
+	if len(cfg.InitialMembers) == 0 {
+		return nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{raft.ErrInvalidConfig}, args...)...))
+	}
+	rcfg := cfg.Raft
+	rcfg.ID, rcfg.InitialMembers = cfg.ID, pickedPort(cfg.InitialMembers, cfg.ID, h.mux.Addr())
+	if err := rcfg.WithDefaults().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.ClusterID != 0 {
+		// Every initial member derives the cluster ID from the list and the
+		// token: one given must be that one, or this member would be alone
+		// in a cluster of its own.
+		derived := ClusterIDFor(rcfg.InitialMembers, cfg.ClusterToken)
+		if cfg.ClusterID != derived && cfg.ClusterID != ClusterIDFor(cfg.InitialMembers, cfg.ClusterToken) {
+			bad("ClusterID %x is not the ID of InitialMembers with ClusterToken %q (ClusterIDFor gives %x): leave ClusterID zero or fix the list",
+				cfg.ClusterID, cfg.ClusterToken, derived)
+		}
 	}
 	return errors.Join(errs...)
 }
