@@ -61,7 +61,7 @@ type HostConfig struct {
 	// Scheduler bounds the goroutines that run every group's raft work
 	// (raft.Scheduler: the run loops, the appends, the applies). Zero
 	// fields take the defaults: GOMAXPROCS loop workers, 32 I/O workers,
-	// 16 apply workers.
+	// 16 apply workers; negative ones are refused (raft.ErrInvalidConfig).
 	Scheduler raft.SchedulerConfig
 }
 
