@@ -12,7 +12,6 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
@@ -30,6 +29,14 @@ import (
 //   - it holds none and Join is set: it joins the cluster reachable at
 //     those addresses, which must have added it first (AddLearner on any
 //     member).
+//
+// StartGroup checks the configuration before it opens the group's
+// storage, and refuses one that contradicts itself with
+// raft.ErrInvalidConfig naming every problem: InitialMembers and Join
+// both set, a negative size or duration, a bad address; and when the
+// storage holds no member yet (a bootstrap), an initial member ID or
+// PeerAddr listed twice, a list without ID, a ClusterID other than the one
+// ClusterIDFor derives from InitialMembers and ClusterToken.
 type GroupConfig struct {
 	// GroupID is the raft group: the same on every host that runs a
 	// replica of it. Default 1.
@@ -113,8 +120,14 @@ type Group struct {
 // storage says (see GroupConfig). Joining waits, within ctx, until a
 // member at one of the Join addresses lists this member. A restarted member
 // returns once it has replayed its log up to the commit index it had
-// persisted, so that its stale reads never show less than that. On error
-// nothing of the group stays open; the host runs on.
+// persisted, so that its stale reads never show less than that; when ctx
+// ends first (a replay stuck in the state machine's Apply), StartGroup
+// returns ctx's error at once and the node finishes stopping in the
+// background (the group's storage stays open until it has). Host.Close
+// makes a StartGroup under way return ErrHostClosed. On error nothing of
+// the group stays open, and a group that recorded nothing (a refused
+// configuration, a join nobody answered) leaves nothing in the data dir
+// (Host.StoredGroups); the host runs on.
 //
 // Errors: ErrGroupRunning; ErrHostClosed; ErrRemoved; an error matching
 // ErrIdentityMismatch (a *storage.IdentityError names both);
@@ -125,27 +138,43 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	if cfg.GroupID == 0 {
 		cfg.GroupID = 1
 	}
-	if cfg.ID == 0 {
-		return nil, fmt.Errorf("%w: ID must be non-zero", raft.ErrInvalidConfig)
-	}
 	if cfg.advertise == "" {
 		cfg.advertise = h.cfg.AdvertisePeer
-	} else if err := confchange.CheckPeerAddr(cfg.advertise); err != nil {
-		return nil, fmt.Errorf("%w: AdvertisePeer: %v", raft.ErrInvalidConfig, refusalDetail(err))
 	}
-	if err := h.reserve(cfg.GroupID); err != nil {
+	if err := cfg.validate(h); err != nil {
+		return nil, err
+	}
+	if sm == nil {
+		return nil, fmt.Errorf("%w: nil StateMachine", raft.ErrInvalidConfig)
+	}
+	// Host.Close cancels the start (cause ErrHostClosed) and waits for it.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := h.reserveStart(cfg.GroupID, cancel); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			h.release(cfg.GroupID, nil)
+			if errors.Is(context.Cause(ctx), ErrHostClosed) && !errors.Is(err, ErrHostClosed) {
+				err = fmt.Errorf("%w: %w", ErrHostClosed, err)
+			}
 		}
+		h.endStart(cfg.GroupID) // last: Close waits for everything above
 	}()
 	logger := h.log
 	if !cfg.single { // Start's one group logs as a single member always did
 		logger = logger.With("group", cfg.GroupID)
 	}
 	dir := h.cfg.DataDir
+	info, ierr := h.engine.GroupInfo(cfg.GroupID)
+	existed := !errors.Is(ierr, storage.ErrNoGroup)
+	if ierr == nil && !info.HasState && !info.Removed || !existed {
+		// A bootstrap, if InitialMembers is set (a restart ignores them).
+		if err := cfg.validateBootstrap(h); err != nil {
+			return nil, err
+		}
+	}
 	store, err := h.engine.Group(cfg.GroupID, cfg.Storage)
 	if err != nil {
 		if errors.Is(err, storage.ErrRemoved) {
@@ -153,13 +182,30 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		}
 		return nil, err
 	}
-	var tr *transport.Transport
+	var (
+		tr   *transport.Transport
+		node *raft.Node // started: the store stays open until it is done
+	)
 	defer func() {
-		if err != nil {
-			if tr != nil {
-				_ = tr.Close()
+		if err == nil || store == nil {
+			return
+		}
+		if tr != nil {
+			_ = tr.Close()
+		}
+		if node != nil {
+			select {
+			case <-node.Done():
+			default:
+				// A state machine that does not return holds the node:
+				// it finishes stopping in the background.
+				go func() { <-node.Done(); _ = store.Close() }()
+				return
 			}
-			_ = store.Close()
+		}
+		_ = store.Close()
+		if !existed {
+			h.dropUnstarted(cfg.GroupID, logger)
 		}
 	}()
 	stored, err := store.Identity()
@@ -321,11 +367,11 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		return nil, err
 	}
 	tr.SetAdvertiseAddr(advert) // peer hosts learn from it where this one is now
-	node, err := raft.NewNode(rcfg, sm, store)
+	n, err := raft.NewNode(rcfg, sm, store)
 	if err != nil {
 		return nil, err
 	}
-	hd.set(node.PeerHandler())
+	hd.set(n.PeerHandler())
 	for _, m := range joinPeers {
 		if m.ID != cfg.ID {
 			tr.AddPeer(m.ID, m.PeerAddr)
@@ -335,24 +381,26 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	if err != nil {
 		return nil, err
 	}
-	if err := node.Start(tr); err != nil {
+	if err := n.Start(tr); err != nil {
 		return nil, err
 	}
+	node = n
 	if err := replayed(ctx, node, hs.GetCommit()); err != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = node.Stop(sctx)
-		<-node.Done()
+		// Stopped within what is left of ctx; a replay stuck in the state
+		// machine is not waited for (the store is closed once it is done).
+		_ = node.Stop(ctx)
 		return nil, err
 	}
 	logger.Info("member started", slog.Uint64("id", cfg.ID), slog.String("mode", mode),
 		slog.String("peer_addr", advert), slog.String("cluster", fmt.Sprintf("%x", node.ClusterID())))
 	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
-	pctx, cancel := context.WithCancel(context.Background())
-	g.stopPub = cancel
+	pctx, stopPub := context.WithCancel(context.Background())
+	g.stopPub = stopPub
 	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()})
 	if !h.started(cfg.GroupID, g) {
-		_ = g.close(ctx, false) // Host.Close ran while the group started
+		// Host.Close ran while the group started: g.close closes it all.
+		_ = g.close(ctx, false)
+		tr, node, store = nil, nil, nil
 		return nil, ErrHostClosed
 	}
 	return g, nil
@@ -362,6 +410,21 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 // members' answers (raft.CheckBootstrap): those that do not answer in time
 // are skipped.
 const bootstrapCheckTimeout = 2 * time.Second
+
+// dropUnstarted deletes the records of group id when they hold nothing
+// (no member or cluster identity, no raft state): a start refused before
+// it recorded anything — an invalid configuration, a bootstrap refused by
+// its peers — leaves no group behind (Host.StoredGroups). An incarnation
+// alone is nothing: the next start of an empty data dir makes a new one.
+func (h *Host) dropUnstarted(id uint64, logger *slog.Logger) {
+	info, err := h.engine.GroupInfo(id)
+	if err != nil || info.HasState || info.Removed || info.Identity.MemberID != 0 || info.Identity.ClusterID != 0 {
+		return
+	}
+	if err := h.engine.DeleteGroup(id); err != nil {
+		logger.Warn("deleting the records of a group that did not start", slog.Any("err", err))
+	}
+}
 
 // replayed waits, within ctx, until node has applied its log up to commit,
 // the commit index it persisted before it stopped: a host serves its state

@@ -62,7 +62,7 @@ type HostConfig struct {
 	// Scheduler bounds the goroutines that run every group's raft work
 	// (raft.Scheduler: the run loops, the appends, the applies). Zero
 	// fields take the defaults: GOMAXPROCS loop workers, 32 I/O workers,
-	// 16 apply workers.
+	// 16 apply workers; negative ones are refused (raft.ErrInvalidConfig).
 	Scheduler raft.SchedulerConfig
 }
 
@@ -98,6 +98,10 @@ type Host struct {
 	mu     sync.Mutex
 	closed bool
 	groups map[uint64]*Group
+	// starting are the StartGroup calls under way (their groups are
+	// reserved in groups): Close cancels them and waits for them (starts).
+	starting map[uint64]context.CancelCauseFunc
+	starts   sync.WaitGroup
 }
 
 // NewHost opens the data dir and starts listening for peers. On error
@@ -117,6 +121,12 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		if err := confchange.CheckPeerAddr(cfg.AdvertisePeer); err != nil {
 			return nil, fmt.Errorf("%w: AdvertisePeer: %v", raft.ErrInvalidConfig, refusalDetail(err))
 		}
+	}
+	if err := cfg.Scheduler.Validate(); err != nil {
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -184,8 +194,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	cfg.Listener = ln
 	return &Host{
 		cfg: cfg, log: cfg.Logger, engine: engine, mux: mux, listenAddr: listenAddr, id: hostID,
-		sched:  raft.NewScheduler(cfg.Scheduler),
-		groups: map[uint64]*Group{},
+		sched:    raft.NewScheduler(cfg.Scheduler),
+		groups:   map[uint64]*Group{},
+		starting: map[uint64]context.CancelCauseFunc{},
 	}, nil
 }
 
@@ -213,11 +224,85 @@ func (h *Host) Group(id uint64) (*Group, bool) {
 	return g, ok && g != nil
 }
 
-// StoredGroups returns the IDs of the groups the data dir holds, running or
-// not.
+// StoredGroups returns the groups the data dir holds, running or not, in
+// order, each with its state: a restart of the host restarts the groups
+// in GroupMember (StartGroup with the group's ID and member ID: the
+// bootstrap settings are then ignored), deletes those in GroupRemoved
+// (DeleteGroup) and starts those in GroupNotStarted with their bootstrap
+// settings again, or deletes them. A StartGroup refused before its group
+// recorded anything leaves nothing here.
 //
-// Errors: the storage's.
-func (h *Host) StoredGroups() ([]uint64, error) { return h.engine.Groups() }
+// Errors: ErrHostClosed; the storage's (storage.ErrCorrupt).
+func (h *Host) StoredGroups() ([]StoredGroup, error) {
+	infos, err := h.engine.GroupInfos()
+	if err != nil {
+		if errors.Is(err, storage.ErrClosed) {
+			return nil, fmt.Errorf("%w: %w", ErrHostClosed, err)
+		}
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]StoredGroup, 0, len(infos))
+	for _, info := range infos {
+		sg := StoredGroup{ID: info.ID, MemberID: info.Identity.MemberID, ClusterID: info.Identity.ClusterID, State: GroupNotStarted}
+		switch {
+		case info.Removed:
+			sg.State = GroupRemoved
+		case info.HasState:
+			sg.State = GroupMember
+		}
+		sg.Running = h.groups[info.ID] != nil
+		out = append(out, sg)
+	}
+	return out, nil
+}
+
+// StoredGroup is a group a host's data dir holds (Host.StoredGroups).
+type StoredGroup struct {
+	// ID is the group's ID (GroupConfig.GroupID).
+	ID uint64
+	// MemberID and ClusterID are the identity recorded for the group's
+	// replica here: the GroupConfig.ID to restart it with. Zero when none
+	// was recorded (a start that stopped before it could).
+	MemberID, ClusterID uint64
+	// State says how the group can start.
+	State GroupState
+	// Running reports whether the host runs the group now.
+	Running bool
+}
+
+// GroupState is what a host's data dir holds of a group.
+type GroupState int
+
+// The states of a stored group.
+const (
+	// GroupNotStarted: the group's replica never started — a bootstrap or
+	// a join that stopped before its first write (its identity may be
+	// recorded). StartGroup needs InitialMembers or Join again (else
+	// ErrNoBootstrap); DeleteGroup removes it.
+	GroupNotStarted GroupState = iota + 1
+	// GroupMember: the data dir holds a replica of the group (its log,
+	// vote or snapshot). StartGroup restarts it as that member.
+	GroupMember
+	// GroupRemoved: the replica here was removed from its group.
+	// StartGroup refuses it (ErrRemoved); DeleteGroup makes room for a new
+	// replica under a new member ID.
+	GroupRemoved
+)
+
+// String returns the state's name.
+func (s GroupState) String() string {
+	switch s {
+	case GroupNotStarted:
+		return "not-started"
+	case GroupMember:
+		return "member"
+	case GroupRemoved:
+		return "removed"
+	}
+	return fmt.Sprintf("GroupState(%d)", int(s))
+}
 
 // Engine returns the host's storage engine (for metrics).
 func (h *Host) Engine() *storage.Engine { return h.engine }
@@ -290,6 +375,30 @@ func (h *Host) reserve(id uint64) error {
 	return nil
 }
 
+// reserveStart claims group id for a StartGroup call, whose context
+// Close cancels (with ErrHostClosed as the cause); endStart ends the call.
+func (h *Host) reserveStart(id uint64, cancel context.CancelCauseFunc) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrHostClosed
+	}
+	if _, ok := h.groups[id]; ok {
+		return fmt.Errorf("%w: group %d", ErrGroupRunning, id)
+	}
+	h.groups[id] = nil
+	h.starting[id] = cancel
+	h.starts.Add(1)
+	return nil
+}
+
+func (h *Host) endStart(id uint64) {
+	h.mu.Lock()
+	delete(h.starting, id)
+	h.mu.Unlock()
+	h.starts.Done()
+}
+
 func (h *Host) release(id uint64, g *Group) {
 	h.mu.Lock()
 	if g == nil || h.groups[id] == g {
@@ -311,8 +420,12 @@ func (h *Host) started(id uint64, g *Group) bool {
 }
 
 // Close stops every group (each Group.Close: a leader hands leadership over
-// first, bounded by ctx), then closes the listener and the storage engine.
-// Close is idempotent.
+// first, bounded by ctx) and makes the StartGroup calls under way give up
+// (they return ErrHostClosed), then closes the listener and the storage
+// engine. A group whose state machine does not return within ctx finishes
+// stopping in the background (Close's error then matches
+// raft.ErrStopTimeout); the others are not held up by it. Close is
+// idempotent.
 func (h *Host) Close(ctx context.Context) error {
 	h.mu.Lock()
 	if h.closed {
@@ -325,6 +438,9 @@ func (h *Host) Close(ctx context.Context) error {
 		if g != nil {
 			gs = append(gs, g)
 		}
+	}
+	for _, cancel := range h.starting {
+		cancel(ErrHostClosed)
 	}
 	h.mu.Unlock()
 	var (
@@ -344,21 +460,24 @@ func (h *Host) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	// The scheduler's goroutines exit once the groups' work is done. A
-	// group that did not stop within ctx (a state machine that does not
-	// return) may hold one: then wait for them in the background only.
-	stuck := false
-	for _, g := range gs {
+	// The StartGroup calls under way return (their contexts are canceled)
+	// once they have stopped what they started: wait for them within ctx.
+	starts := make(chan struct{})
+	go func() { h.starts.Wait(); close(starts) }()
+	select {
+	case <-starts:
+	default:
 		select {
-		case <-g.Done():
-		default:
-			stuck = true
+		case <-starts:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("%w: a StartGroup under way did not return: %w", raft.ErrStopTimeout, ctx.Err()))
 		}
 	}
-	if stuck {
-		go h.sched.Close()
-	} else {
-		h.sched.Close()
+	// The scheduler's goroutines exit once every node on it is done: a
+	// node that did not stop within ctx (a state machine that does not
+	// return) is waited for in the background only.
+	if err := h.sched.CloseContext(ctx); err != nil && !slices.ContainsFunc(errs, func(e error) bool { return errors.Is(e, raft.ErrStopTimeout) }) {
+		errs = append(errs, err)
 	}
 	errs = append(errs, h.mux.Close())
 	// A group whose node did not stop in time closes its store once it

@@ -202,6 +202,10 @@ func testHostRunsManyGroups(t *testing.T, backend storage.Backend) {
 	stored, err := hc.hosts[1].StoredGroups()
 	require.NoError(t, err)
 	require.Len(t, stored, groups)
+	for _, sg := range stored {
+		require.Equal(t, understudy.GroupMember, sg.State, "group %d", sg.ID)
+		require.True(t, sg.Running, "group %d", sg.ID)
+	}
 
 	// Group 3's state machine panics: group 3 stops, the others serve.
 	_, _ = leaderOf(ctx, t, all[3]).Propose(ctx, kv.Put("boom", "1"))
@@ -254,7 +258,8 @@ func TestHostOpensASingleGroupDataDir(t *testing.T) {
 	defer h.Close(ctx)
 	stored, err := h.StoredGroups()
 	require.NoError(t, err)
-	require.Equal(t, []uint64{1}, stored)
+	require.Equal(t, []understudy.StoredGroup{{ID: 1, MemberID: 1, ClusterID: stored[0].ClusterID, State: understudy.GroupMember}}, stored)
+	require.NotZero(t, stored[0].ClusterID)
 	g, err := h.StartGroup(ctx, understudy.GroupConfig{ID: 1, Raft: fastRaft()}, kv.New())
 	require.NoError(t, err)
 	v, err := g.Read(ctx, []byte("a"))

@@ -43,6 +43,7 @@ func (n *Node) runAppend() {
 		n.appendExited = true
 		close(n.appendDone)
 		n.applyTask.Signal()
+		n.exitApplyIdle()
 		n.release()
 		return
 	}

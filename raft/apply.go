@@ -97,23 +97,53 @@ const applyBatch = 8
 // runApply is the apply task: it applies committed entries and restores
 // received snapshots in order, and takes snapshots when due.
 func (n *Node) runApply() {
-	if !n.running.Load() || n.applyExited {
+	if !n.running.Load() {
 		return
 	}
-	if n.stopped() {
-		// The append task may queue a restore until it exits (it signals
-		// this task when it does).
-		select {
-		case <-n.appendDone:
-		default:
-			return
+	n.applyMu.Lock()
+	if !n.applyExited {
+		if n.stopped() {
+			n.exitApply()
+		} else {
+			n.applyOnce()
 		}
-		n.closeQueuedSnapshots()
-		n.applyExited = true
-		n.release()
+	}
+	n.applyMu.Unlock()
+	if n.applyExitAsked.Load() {
+		// The append task exited while this ran: it left the exit to it.
+		n.exitApplyIdle()
+	}
+}
+
+// exitApply ends the apply task of a stopped node, once the append task
+// has exited (it may queue a restore until then, and signals this task
+// when it exits). The caller holds applyMu.
+func (n *Node) exitApply() {
+	select {
+	case <-n.appendDone:
+	default:
 		return
 	}
-	n.applyOnce()
+	n.closeQueuedSnapshots()
+	n.applyExited = true
+	n.release()
+}
+
+// exitApplyIdle ends the apply task of a stopped node, from the append
+// task's exit, unless the apply task runs now: the apply workers may all
+// be held by other nodes' state machines that do not return, and a node
+// must be able to stop without one. A running apply task does it once it
+// returns: applyExitAsked is set before the lock is tried, and the apply
+// task looks at it after it unlocks.
+func (n *Node) exitApplyIdle() {
+	n.applyExitAsked.Store(true)
+	if !n.applyMu.TryLock() {
+		return // held: by the apply task, which calls this again after
+	}
+	defer n.applyMu.Unlock()
+	if !n.applyExited {
+		n.exitApply()
+	}
 }
 
 func (n *Node) applyOnce() {
@@ -448,7 +478,7 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 		}
 		r = br
 	}
-	if err := n.sm.Restore(r); err != nil {
+	if err := n.smRestore(r); err != nil {
 		return fmt.Errorf("restoring the state machine from snapshot %d: %w", index, err)
 	}
 	t := newMemberTable()

@@ -34,7 +34,8 @@ type Config struct {
 
 	// InitialMembers bootstraps a new cluster when the storage is empty: every
 	// listed member starts as a voter, and every initial member must be given
-	// the same list. It must contain ID. Ignored when the storage already
+	// the same list. It must contain ID, and no ID or PeerAddr twice.
+	// Ignored when the storage already
 	// holds state (a restart). Leave it empty to join an existing cluster: the
 	// node then waits, empty, for the leader to contact it (it must have been
 	// added to the cluster first).
@@ -273,8 +274,13 @@ func (c Config) Validate() error {
 		bad("Membership: %v", err)
 	}
 	seen := make(map[uint64]bool)
+	addrs := make(map[string]uint64)
 	self := false
 	for _, m := range c.InitialMembers {
+		if other, ok := addrs[m.PeerAddr]; ok && m.PeerAddr != "" && other != m.ID {
+			bad("InitialMembers: members %d and %d have the same PeerAddr %q", other, m.ID, m.PeerAddr)
+		}
+		addrs[m.PeerAddr] = m.ID
 		if m.ID == 0 {
 			bad("InitialMembers: member ID must be non-zero")
 		}

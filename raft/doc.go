@@ -179,8 +179,9 @@
 // # Failure
 //
 // A failure to persist, a storage read that fails inside raft, a committed
-// entry that does not decode or a panic in the state machine stops the node
-// with a *FatalError (Node.Err, Node.Done); no entry is ever skipped.
+// entry that does not decode or a panic in the state machine (in any of
+// its calls, a snapshot's writer included) stops the node with a
+// *FatalError (Node.Err, Node.Done); no entry is ever skipped.
 //
 // # Use
 //

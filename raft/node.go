@@ -66,6 +66,12 @@ type Node struct {
 	snapWake atomic.Bool
 	// Owned by their tasks: each has exited.
 	loopExited, appendExited, applyExited bool
+	// applyMu is held by the apply task while it runs (it guards the
+	// apply state and applyExited): a stopping node whose apply task
+	// waits for a worker ends it from the append task (exitApplyIdle).
+	applyMu sync.Mutex
+	// applyExitAsked: the append task exited (see exitApplyIdle).
+	applyExitAsked atomic.Bool
 
 	life     atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
 	stopOnce sync.Once
@@ -182,6 +188,12 @@ func (n *Node) Start(tr Transport) error {
 		}
 		return ErrStopped
 	}
+	if !n.sched.enter() {
+		n.stopOnce.Do(func() { close(n.stopc) })
+		n.events.closeAll()
+		n.doneOnce.Do(func() { close(n.donec) })
+		return fmt.Errorf("%w: its scheduler is closed", ErrStopped)
+	}
 	n.tr = tr
 	// Request IDs must not repeat across restarts (the dedup window, restored
 	// from the snapshot and the log, would skip a reused one as a duplicate),
@@ -198,6 +210,7 @@ func (n *Node) Start(tr Transport) error {
 	if err != nil {
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.events.closeAll()
+		n.sched.leave()
 		n.closeOwnScheduler()
 		n.doneOnce.Do(func() { close(n.donec) })
 		return err
@@ -247,6 +260,7 @@ func (n *Node) release() {
 		n.waiters.failAll(n.stopErr())
 		n.changes.failAll(n.stopErr())
 		n.events.closeAll()
+		n.sched.leave()
 		if n.ownSched {
 			n.sched.close() // its goroutines exit: Stop waits for them
 		}
@@ -377,7 +391,7 @@ func (n *Node) Read(ctx context.Context, query []byte) ([]byte, error) {
 	if err := n.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
-	return n.sm.Lookup(query)
+	return n.lookup(query)
 }
 
 // ReadBarrier returns once this member has applied everything committed
@@ -423,7 +437,7 @@ func (n *Node) StaleRead(query []byte) ([]byte, error) {
 	if err := n.usable(); err != nil {
 		return nil, err
 	}
-	return n.sm.Lookup(query)
+	return n.lookup(query)
 }
 
 // AppliedIndex returns the index of the last entry applied to the state machine.

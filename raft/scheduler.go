@@ -1,6 +1,9 @@
 package raft
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 
@@ -34,10 +37,20 @@ import (
 // uses Config.Scheduler when set (a host shares one among its groups); a
 // node without one gets its own with one goroutine of each kind, closed
 // when the node stops.
+//
+// Closing a scheduler refuses the nodes that start after (Node.Start
+// returns ErrStopped) and waits for those that run to be done (Node.Done)
+// before its goroutines exit: a node started on it always has its tasks
+// run, so that it can stop.
 type Scheduler struct {
 	loops, appends, applies *sched.Pool
 	clock                   *sched.Clock
 	closeOnce               sync.Once
+
+	mu      sync.Mutex
+	closing bool
+	nodes   int           // nodes started on it and not done
+	idle    chan struct{} // closed once closing and no node is left
 }
 
 // SchedulerConfig bounds a Scheduler's goroutines. Zero fields take the
@@ -68,12 +81,84 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 		appends: sched.NewPool(cfg.IOWorkers),
 		applies: sched.NewPool(cfg.ApplyWorkers),
 		clock:   sched.NewClock(),
+		idle:    make(chan struct{}),
 	}
 }
 
-// Close lets the scheduler's goroutines exit once the nodes using it have
-// stopped (Node.Done), and waits for them. It is idempotent.
-func (s *Scheduler) Close() {
+// Validate reports negative bounds (zero takes the default).
+//
+// Errors: ErrInvalidConfig naming each negative field.
+func (c SchedulerConfig) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"Workers", c.Workers}, {"IOWorkers", c.IOWorkers}, {"ApplyWorkers", c.ApplyWorkers}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%w: Scheduler.%s (%d) must not be negative (0: the default)", ErrInvalidConfig, f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// enter counts a node starting on the scheduler; false once it is closing.
+func (s *Scheduler) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.nodes++
+	return true
+}
+
+// leave ends the count of a node that entered: it is done.
+func (s *Scheduler) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes--
+	if s.nodes == 0 && s.closing {
+		close(s.idle)
+	}
+}
+
+// Close refuses new nodes, waits for every node using the scheduler to be
+// done (Node.Done: stop them first), then lets the scheduler's goroutines
+// exit and waits for them. It is idempotent.
+func (s *Scheduler) Close() { _ = s.CloseContext(context.Background()) }
+
+// CloseContext is Close, its wait for the nodes not done yet bounded by
+// ctx: when ctx ends first (a node's state machine does not return), it
+// returns an error matching ErrStopTimeout and the goroutines exit in the
+// background once those nodes are done. The workers themselves exit at
+// once when no node is left.
+func (s *Scheduler) CloseContext(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		if s.nodes == 0 {
+			close(s.idle)
+		}
+	}
+	left := s.nodes
+	s.mu.Unlock()
+	select {
+	case <-s.idle:
+	default:
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			go s.finish()
+			return fmt.Errorf("%w: %d node(s) of the scheduler still running: %w", ErrStopTimeout, left, ctx.Err())
+		}
+	}
+	s.finish()
+	return nil
+}
+
+// finish lets the goroutines exit once no node is left, and waits for them.
+func (s *Scheduler) finish() {
+	<-s.idle
 	s.closeOnce.Do(s.close)
 	s.loops.Wait()
 	s.appends.Wait()

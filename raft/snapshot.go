@@ -174,7 +174,12 @@ func (n *Node) maybeSnapshot() {
 		n.resolveSnapshotWaiters(snapResult{err: errors.New("raft: nothing applied yet to snapshot")})
 		return
 	}
-	snap, err := n.sm.Snapshot()
+	snap, err := n.smSnapshot()
+	if isPanic(err) {
+		n.resolveSnapshotWaiters(snapResult{err: fmt.Errorf("raft: state machine snapshot: %w", err)})
+		n.fail("state machine snapshot", err)
+		return
+	}
 	if err != nil {
 		d := n.snapshotFailed()
 		n.log.Error("state machine snapshot failed", slog.Duration("retry_in", d), slog.Any("err", err))
@@ -197,7 +202,7 @@ func (n *Node) maybeSnapshot() {
 	n.hold()
 	go func() {
 		defer n.release()
-		defer snap.Release()
+		defer n.releaseSnap(snap)
 		err := n.writeSnapshot(index, cs, h, snap)
 		if errors.Is(err, errSnapshotSuperseded) {
 			// The snapshot that replaces it answers these callers.
@@ -238,10 +243,14 @@ func (n *Node) writeSnapshot(index uint64, cs *raftpb.ConfState, h *snapHeader, 
 		if err := h.writeTo(cw); err != nil {
 			return err
 		}
-		err := s.Write(cw)
+		err := writeSnap(s, cw)
 		size = cw.n
 		return err
 	})
+	if isPanic(err) {
+		n.fail("state machine snapshot", err)
+		return fmt.Errorf("raft: writing snapshot %d: %w", index, err)
+	}
 	if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
 		n.apply.snap.succeeded()
 		return nil // a newer snapshot arrived from the leader meanwhile

@@ -15,6 +15,10 @@ import "io"
 //     reads of local files or the network.
 //   - The Node owns the byte slices it passes in; the host must copy what it
 //     keeps beyond the call.
+//   - A panic in any of its calls — Apply, Lookup, Snapshot, Restore, and a
+//     Snapshot's Write and Release — stops this node with a *FatalError
+//     (Node.Err) naming the call; the process and the other nodes of the
+//     host run on. A Lookup that panicked returns ErrStopped to its caller.
 type StateMachine interface {
 	// Apply applies committed commands in log order. It must set results[i]
 	// for cmds[i] (len(results) == len(cmds)); the result is returned to the

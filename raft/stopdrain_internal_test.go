@@ -81,6 +81,7 @@ func TestAppendsPersistedAfterASnapshotSavedAtStop(t *testing.T) {
 		n.running.Store(true)
 		n.loopExited = true
 		n.live.Store(2)
+		n.sched.enter() // as Start does
 		n.runAppend()
 		<-n.donec // the apply task closed the queued restore's files
 		n.closeOwnScheduler()

@@ -197,17 +197,11 @@ func (s *Store) load() error {
 			}
 		}
 		if v := sb.Get(identityKey); v != nil {
-			// Two fields, or three since incarnations exist.
-			vs, err := decodeUvarints(v, 3)
-			if err != nil {
-				if vs, err = decodeUvarints(v, 2); err == nil {
-					vs = append(vs, 0)
-				}
-			}
+			id, err := decodeIdentity(v)
 			if err != nil {
 				return s.corruptKey(s.stateBucket, identityKey, err)
 			}
-			s.identity = Identity{ClusterID: vs[0], MemberID: vs[1], Incarnation: vs[2]}
+			s.identity = id
 		}
 		if err := s.loadLog(tx); err != nil {
 			return err

@@ -107,7 +107,7 @@ func (p *Pool) push(t *Task) {
 	switch {
 	case p.waiting > 0:
 		p.cond.Signal()
-	case p.workers < p.max:
+	case p.workers < p.max && !p.closed:
 		p.workers++
 		p.wg.Add(1)
 		go p.work()
@@ -154,7 +154,9 @@ func (p *Pool) work() {
 }
 
 // Close lets the workers exit once the queue is empty; tasks signaled
-// after Close still run while a worker is left. It does not wait: Wait
+// after Close still run while a worker is left, but no worker is started
+// after Close (a task signaled once every worker exited is never run: close
+// a pool only once its tasks have no more work). It does not wait: Wait
 // does.
 func (p *Pool) Close() {
 	p.mu.Lock()
