@@ -2,8 +2,6 @@ package raft
 
 import (
 	"time"
-
-	"github.com/understudy-raft/understudy/transport"
 )
 
 // CatchUp is how a member is catching up with the leader, as the leader
@@ -22,7 +20,7 @@ type CatchUp struct {
 	ETA time.Duration
 	// Snapshot is the snapshot being streamed to it, if any (Index 0: none;
 	// Sent and Total in bytes), as the transport reports it.
-	Snapshot transport.SnapshotProgress
+	Snapshot SnapshotProgress
 	// SnapshotBytesPerSec is how fast that snapshot streams: the bytes of
 	// its file sent per second, sampled about once a second from the
 	// transport's progress (an exponentially weighted average, as
@@ -77,7 +75,7 @@ func (n *Node) trackCatchUp(id, match uint64, now time.Time) *catchUpTrack {
 }
 
 // trackSnapshot updates the byte rate of the snapshot stream sp.
-func (tr *catchUpTrack) trackSnapshot(sp transport.SnapshotProgress, now time.Time) {
+func (tr *catchUpTrack) trackSnapshot(sp SnapshotProgress, now time.Time) {
 	if sp.Index == 0 || sp.Index != tr.snapIndex || sp.Sent < tr.snapSent {
 		// None, or another stream (a new snapshot, or a retry from the
 		// start): its rate is measured afresh.
@@ -97,13 +95,13 @@ func (tr *catchUpTrack) trackSnapshot(sp transport.SnapshotProgress, now time.Ti
 
 // snapshotProgress is the transport's progress of a snapshot stream to
 // member id (Index 0: none, or a transport that does not say).
-func (n *Node) snapshotProgress(id uint64) transport.SnapshotProgress {
+func (n *Node) snapshotProgress(id uint64) SnapshotProgress {
 	if sp, ok := n.tr.(interface {
-		SnapshotProgress(id uint64) transport.SnapshotProgress
+		SnapshotProgress(id uint64) SnapshotProgress
 	}); ok {
 		return sp.SnapshotProgress(id)
 	}
-	return transport.SnapshotProgress{}
+	return SnapshotProgress{}
 }
 
 // catchUp builds member id's CatchUp from its lag and tracked rate.

@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	"github.com/understudy-raft/understudy/confchange"
-	"github.com/understudy-raft/understudy/storage"
-	"github.com/understudy-raft/understudy/transport"
+	"github.com/understudy-raft/understudy/raft/raftio"
 )
 
 // Errors returned by the Node. They are sentinels: compare them with errors.Is.
@@ -120,14 +119,14 @@ var (
 	ErrNotMember = errors.New("raft: not a member of the cluster")
 
 	// ErrClusterMismatch is returned when a member belongs to another
-	// cluster than the one expected (Discover). It is the transport's
-	// sentinel, so a refused connection matches it too.
-	ErrClusterMismatch = transport.ErrClusterMismatch
+	// cluster than the one expected (Discover). It is raftio's, which a
+	// transport's refusal matches too (transport.ErrClusterMismatch).
+	ErrClusterMismatch = raftio.ErrClusterMismatch
 
 	// ErrIdentityMismatch is returned by Start for a storage that holds
-	// another member or another cluster (a *storage.IdentityError says
-	// which). It is the storage's sentinel.
-	ErrIdentityMismatch = storage.ErrIdentityMismatch
+	// another member or another cluster (an *IdentityError says which).
+	// It is raftio's, as a storage's (storage.ErrIdentityMismatch).
+	ErrIdentityMismatch = raftio.ErrIdentityMismatch
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
 	ErrInvalidConfig = errors.New("raft: invalid config")
@@ -153,3 +152,18 @@ func (e *FatalError) Error() string { return fmt.Sprintf("raft: fatal error in %
 
 // Unwrap returns the cause.
 func (e *FatalError) Unwrap() error { return e.Err }
+
+// Identity is the cluster and member a storage belongs to, and the
+// incarnation of its copy of the member's data (see IdentityStore).
+type Identity = raftio.Identity
+
+// IdentityError says which identity a storage holds and which was asked
+// for; it matches ErrIdentityMismatch.
+type IdentityError = raftio.IdentityError
+
+// SnapshotProgress is how far a snapshot stream to a peer has come, as a
+// transport that streams snapshots reports it.
+type SnapshotProgress = raftio.SnapshotProgress
+
+// Reply is a peer's answer to a call to an address (AddrCaller).
+type Reply = raftio.Reply

@@ -62,6 +62,8 @@ type Transport interface {
 	// Call sends a member-to-member request to member to and returns the
 	// answer of its PeerHandler.ServeRequest, waiting within ctx. The node
 	// uses it to forward membership requests to the leader.
+	// Call's error matches raftio.ErrNotSent when the request certainly
+	// never reached the peer (a retry is then safe).
 	Call(ctx context.Context, to uint64, req []byte) ([]byte, error)
 }
 
@@ -83,7 +85,11 @@ type PeerHandler interface {
 	ReportSnapshot(id uint64, status etcdraft.SnapshotStatus)
 	// ServeRequest answers a member-to-member request from a peer.
 	ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error)
-	// ReportRefused tells the node that peer id refused its connection, and why.
+	// ReportRefused tells the node that peer id refused its connection, and
+	// why. The node acts on errors that match raftio.ErrRemoved (it was
+	// removed: it stops for good) and raftio.ErrWiped (its data is not the
+	// copy the peers knew: it stops with ErrReplicaWiped); any other is
+	// logged.
 	ReportRefused(id uint64, err error)
 }
 

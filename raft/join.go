@@ -5,21 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
-	"github.com/understudy-raft/understudy/storage"
-	"github.com/understudy-raft/understudy/transport"
 )
 
 // IdentityStore is the part of a Storage that keeps the identity of the
 // member it belongs to (storage.Store implements it). When the node's
 // Storage implements it, Start checks and records the identity.
 type IdentityStore interface {
-	Identity() (storage.Identity, error)
-	SetIdentity(storage.Identity) error
+	Identity() (Identity, error)
+	SetIdentity(Identity) error
 }
 
 // checkIdentity refuses a storage of another member or cluster, and records
@@ -34,13 +33,13 @@ func (n *Node) checkIdentity() error {
 	if err != nil {
 		return fmt.Errorf("raft: reading the stored identity: %w", err)
 	}
-	want := storage.Identity{ClusterID: n.cfg.ClusterID, MemberID: n.cfg.ID, Incarnation: stored.Incarnation}
+	want := Identity{ClusterID: n.cfg.ClusterID, MemberID: n.cfg.ID, Incarnation: stored.Incarnation}
 	if want.ClusterID == 0 {
 		want.ClusterID = stored.ClusterID
 	}
 	if (stored.MemberID != 0 && stored.MemberID != want.MemberID) ||
 		(stored.ClusterID != 0 && stored.ClusterID != want.ClusterID) {
-		return &storage.IdentityError{Stored: stored, Requested: want}
+		return &IdentityError{Stored: stored, Requested: want}
 	}
 	if want.Incarnation == 0 {
 		// This copy of the member's data gets its incarnation: a new one,
@@ -61,7 +60,7 @@ func (n *Node) checkIdentity() error {
 }
 
 // NewIncarnation returns a random non-zero incarnation
-// (storage.Identity.Incarnation).
+// (Identity.Incarnation).
 func NewIncarnation() uint64 {
 	for {
 		if inc := randomUint64(); inc != 0 {
@@ -70,7 +69,7 @@ func NewIncarnation() uint64 {
 	}
 }
 
-// Incarnation returns this replica's incarnation (storage.Identity's), 0
+// Incarnation returns this replica's incarnation (Identity's), 0
 // before Start or with a Storage that keeps no identity. The host
 // publishes it through the log (UpdateMember) once the member runs.
 func (n *Node) Incarnation() uint64 { return n.inc.Load() }
@@ -128,7 +127,7 @@ func (n *Node) clusterInfo() ClusterInfo {
 // AddrCaller sends a member-to-member request to an address:
 // transport.Transport's CallAddr.
 type AddrCaller interface {
-	CallAddr(ctx context.Context, addr string, req []byte) (*transport.Reply, error)
+	CallAddr(ctx context.Context, addr string, req []byte) (*Reply, error)
 }
 
 // Discover asks the members at addrs (any member: leader, follower or
@@ -242,11 +241,11 @@ func DiscoverWith(ctx context.Context, tr AddrCaller, o DiscoverOptions) (Cluste
 func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id, clusterID uint64) (ClusterInfo, error) {
 	rep, err := tr.CallAddr(ctx, addr, req)
 	switch {
-	case errors.Is(err, transport.ErrClusterMismatch):
+	case errors.Is(err, ErrClusterMismatch):
 		return ClusterInfo{}, fmt.Errorf("%w: the member at %s: %w", ErrClusterMismatch, addr, err)
-	case errors.Is(err, transport.ErrRemoved):
+	case errors.Is(err, raftio.ErrRemoved):
 		return ClusterInfo{}, fmt.Errorf("%w: the member at %s knows member %d as removed", ErrRemoved, addr, id)
-	case errors.Is(err, transport.ErrUnknownSender):
+	case errors.Is(err, raftio.ErrUnknownSender):
 		return ClusterInfo{}, fmt.Errorf("%w: the member at %s does not know member %d", ErrNotMember, addr, id)
 	case err != nil:
 		return ClusterInfo{}, fmt.Errorf("raft: asking %s: %w", addr, err)
@@ -330,9 +329,9 @@ func bootstrappedAt(ctx context.Context, tr AddrCaller, m Member, req []byte, id
 	}
 	rep, err := tr.CallAddr(ctx, m.PeerAddr, req)
 	switch {
-	case errors.Is(err, transport.ErrWiped):
+	case errors.Is(err, raftio.ErrWiped):
 		return refuse("knows another copy of it")
-	case errors.Is(err, transport.ErrRemoved):
+	case errors.Is(err, raftio.ErrRemoved):
 		return refuse("knows it as removed")
 	case err != nil:
 		return nil // not answering: best effort

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/sched"
-	"github.com/understudy-raft/understudy/transport"
 )
 
 // Node is one member of a replicated state machine. Three tasks, each run
@@ -172,7 +172,7 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 // storage cannot be read or the snapshot cannot be restored.
 //
 // Errors: ErrInvalidConfig (nil tr); ErrIdentityMismatch, a
-// *storage.IdentityError naming the stored and the requested identity (the
+// *IdentityError naming the stored and the requested identity (the
 // storage belongs to another member or cluster: use the right data dir,
 // never force it); the storage's errors (storage.ErrCorrupt: restore the
 // member from a backup or add it again as a new one); the state machine's
@@ -754,7 +754,7 @@ func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) 
 }
 
 func (h peerHandler) ReportRefused(id uint64, err error) {
-	if errors.Is(err, transport.ErrRemoved) {
+	if errors.Is(err, raftio.ErrRemoved) {
 		// IDs are never reused: a member that knows this ID as removed is
 		// right, even if this member missed its removal entry (it was down).
 		// A joint change this member entered was left, then (changeWaiter).
@@ -762,7 +762,7 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 		h.n.removed(fmt.Sprintf("member %d refused it as removed", id), 0)
 		return
 	}
-	if errors.Is(err, transport.ErrWiped) {
+	if errors.Is(err, raftio.ErrWiped) {
 		h.n.wiped(fmt.Sprintf("member %d refused it: %v", id, err))
 		return
 	}

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 
 	"github.com/understudy-raft/understudy/confchange"
-	"github.com/understudy-raft/understudy/transport"
 )
 
 // The member-to-member requests the node serves (through
@@ -247,7 +247,7 @@ func retryForward(err error, readOnly bool) bool {
 	if !errors.As(err, &fe) {
 		return false
 	}
-	return readOnly || errors.Is(err, transport.ErrNotSent)
+	return readOnly || errors.Is(err, raftio.ErrNotSent)
 }
 
 // maxForwardHops bounds how often a forwarded request follows a

@@ -2,7 +2,7 @@ package storage
 
 import (
 	"errors"
-	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 
 	"go.etcd.io/raft/v3"
 )
@@ -74,7 +74,7 @@ var (
 
 	// ErrIdentityMismatch is returned by SetIdentity when a different cluster
 	// or member ID is already recorded. The *IdentityError says which.
-	ErrIdentityMismatch = errors.New("storage: identity mismatch")
+	ErrIdentityMismatch = raftio.ErrIdentityMismatch
 
 	// ErrFailed is returned by every write after a bbolt commit failed or
 	// bbolt panicked: what reached the disk is then unknown (an fsync error may
@@ -121,19 +121,6 @@ func (e *CorruptError) Unwrap() []error {
 }
 
 // IdentityError is returned by SetIdentity when the recorded identity differs
-// from the one being set. It unwraps to ErrIdentityMismatch.
-type IdentityError struct {
-	Stored, Requested Identity
-}
-
-func (e *IdentityError) Error() string {
-	if e.Stored.ClusterID == e.Requested.ClusterID && e.Stored.MemberID == e.Requested.MemberID {
-		return fmt.Sprintf("storage: identity mismatch: data dir holds cluster %x member %x of incarnation %x, asked to set incarnation %x",
-			e.Stored.ClusterID, e.Stored.MemberID, e.Stored.Incarnation, e.Requested.Incarnation)
-	}
-	return fmt.Sprintf("storage: identity mismatch: data dir holds cluster %x member %x, asked to set cluster %x member %x",
-		e.Stored.ClusterID, e.Stored.MemberID, e.Requested.ClusterID, e.Requested.MemberID)
-}
-
-// Unwrap returns ErrIdentityMismatch.
-func (e *IdentityError) Unwrap() error { return ErrIdentityMismatch }
+// from the one being set (raftio.IdentityError). It unwraps to
+// ErrIdentityMismatch.
+type IdentityError = raftio.IdentityError

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -45,17 +46,10 @@ var (
 func logBucketName(group uint64) []byte   { return fmt.Appendf(nil, "group/%016x/log", group) }
 func stateBucketName(group uint64) []byte { return fmt.Appendf(nil, "group/%016x/state", group) }
 
-// Identity is the cluster and member a data dir belongs to.
-type Identity struct {
-	ClusterID, MemberID uint64
-	// Incarnation identifies this copy of the member's data: a random
-	// non-zero number made once, when the data dir first holds the group
-	// (or, for a data dir written before incarnations existed, when it is
-	// first opened by a member). A replica whose data was lost and that
-	// starts afresh under the same member ID gets a new one, which is how
-	// its peers tell it apart from the replica they knew. 0: none yet.
-	Incarnation uint64
-}
+// Identity is the cluster and member a data dir belongs to, and the
+// incarnation of its copy of the member's data (raftio.Identity, which
+// package raft shares).
+type Identity = raftio.Identity
 
 // Store is the durable storage of one raft group: its log, hard state,
 // latest snapshot and identity in a bbolt file, and its snapshot files in a

@@ -3,19 +3,14 @@ package transport
 import (
 	"context"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 	"time"
 
 	"github.com/understudy-raft/understudy/internal/wire"
 )
 
 // Reply is the answer to CallAddr: the response and who gave it.
-type Reply struct {
-	// Payload is the peer Handler's response.
-	Payload []byte
-	// ClusterID is the peer's cluster ID (0 if it has none yet) and MemberID
-	// its member ID, from its handshake reply: how a joiner learns them.
-	ClusterID, MemberID uint64
-}
+type Reply = raftio.Reply
 
 // Call sends req to member to and returns its Handler.ServeRequest
 // response. It waits for the answer until ctx ends. Each call uses a new

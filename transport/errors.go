@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 
 	"github.com/understudy-raft/understudy/internal/wire"
 )
@@ -26,20 +27,20 @@ var (
 	// a refusal, a closed transport. Retrying such a call cannot apply a
 	// request twice. Any other error (the connection broke after the request
 	// was written) leaves the outcome unknown.
-	ErrNotSent = errors.New("transport: request not sent")
+	ErrNotSent = raftio.ErrNotSent
 	// ErrRefused matches every refusal of a connection by the peer; the
 	// reason is one of the sentinels below.
 	ErrRefused = errors.New("transport: connection refused by peer")
 
 	// ErrRemoved: the peer knows this member as removed from the cluster.
-	ErrRemoved = errors.New("transport: member was removed")
+	ErrRemoved = raftio.ErrRemoved
 	// ErrClusterMismatch: the peer belongs to another cluster, or has not
 	// joined one yet.
-	ErrClusterMismatch = errors.New("transport: cluster ID mismatch")
+	ErrClusterMismatch = raftio.ErrClusterMismatch
 	// ErrGroupMismatch: the peer serves another raft group.
 	ErrGroupMismatch = errors.New("transport: group ID mismatch")
 	// ErrUnknownSender: the peer does not know this member (not added yet).
-	ErrUnknownSender = errors.New("transport: sender is not a known member")
+	ErrUnknownSender = raftio.ErrUnknownSender
 	// ErrWrongReceiver: the member at the address is not the one dialed
 	// (an address now used by another member).
 	ErrWrongReceiver = errors.New("transport: receiver ID mismatch")
@@ -56,7 +57,7 @@ var (
 	// knew — it was lost, and the member started afresh. Final: its votes
 	// and acknowledgements are never counted again; remove the member and
 	// add a new one under a new ID.
-	ErrWiped = errors.New("transport: member's data was wiped")
+	ErrWiped = raftio.ErrWiped
 
 	// ErrProtocol: the peer sent something the protocol does not allow at
 	// that point (an unexpected frame type, a message for another member).

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"github.com/understudy-raft/understudy/raft/raftio"
 	"maps"
 	"slices"
 	"strings"
@@ -62,12 +63,9 @@ type PeerStats struct {
 	SnapshotInFlight SnapshotProgress
 }
 
-// SnapshotProgress is how far a snapshot stream to a peer has come.
-type SnapshotProgress struct {
-	Index uint64 // the snapshot's index; 0: no snapshot in flight
-	Sent  int64  // bytes of its file sent so far
-	Total int64  // bytes of its file
-}
+// SnapshotProgress is how far a snapshot stream to a peer has come
+// (raftio.SnapshotProgress, which package raft shares).
+type SnapshotProgress = raftio.SnapshotProgress
 
 // Histogram is a distribution of durations in fixed buckets, in the shape
 // Prometheus wants: Buckets are cumulative and ascending; observations
