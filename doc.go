@@ -38,7 +38,10 @@
 //
 // A restart uses the same Config: once the data dir holds a member,
 // InitialMembers and Join are ignored, and a data dir of another member or
-// cluster is refused (ErrIdentityMismatch). ForceNewCluster recovers a
+// cluster is refused (ErrIdentityMismatch). A data dir that lost the member
+// (a replaced disk) is not a restart: started with the same Config, it is
+// refused (raft.ErrAlreadyBootstrapped, or raft.ErrReplicaWiped once its
+// peers see it) — remove the member and add a new one under a new ID. ForceNewCluster recovers a
 // member's data dir as a one-member cluster after the permanent loss of a
 // quorum; Node.Backup and RestoreBackup copy a running member's state into a
 // new one.

@@ -56,8 +56,8 @@
 // the peer retries its attachment on its backoff. The listener hands each
 // group what one read got for it at once: to a BatchHandler directly, to a
 // plain Handler through a bounded inbox drained on demand; it never waits
-// for one group. A host of the previous release, which knows no host
-// links, is reached with a raft stream of the old kind per group.
+// for one group. A host that answers a link hello as an unknown kind is
+// reached with a raft stream of the old kind per group (legacy.go).
 //
 // Messages to a learner (SetLearner) are gathered for LearnerBatchDelay
 // after each write, and the contiguous appends among them merged into one:

@@ -238,6 +238,7 @@ func (il *inLink) admission(key attachKey) (admission, bool) {
 			ok = false
 			il.last = admission{}
 			il.amu.Unlock()
+			a.p.removeInLink(il) // the link holds nothing of it now
 			il.revoke(a.p, wire.CodeWiped, why)
 			il.amu.Lock()
 		}

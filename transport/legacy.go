@@ -12,7 +12,9 @@ import (
 // raft stream of its own (a solo link: KindStream, the group's hello, no
 // attachments), as before host links. The host link tries its own kind
 // again when a fallback stream breaks or cannot connect (the peer host may
-// have been upgraded), at most once per Mux.legacyHold.
+// have been upgraded), at most once per Mux.legacyHold. Since protocol
+// version 3, such a host (version 2) is refused at the hello for its version
+// first: the fallback serves a build that speaks version 2 again.
 
 // defaultLegacyHold is how long a link stays on fallback streams at least.
 const defaultLegacyHold = 30 * time.Second
