@@ -451,6 +451,13 @@ func replayed(ctx context.Context, node *raft.Node, commit uint64) error {
 	return nil
 }
 
+// The host's transport tells its groups of their peers' hosts' liveness,
+// both ways: reports (LivenessHandler) and on request (HostContact).
+var (
+	_ transport.LivenessHandler = (*lateHandler)(nil)
+	_ raft.LivenessTransport    = (*transport.Transport)(nil)
+)
+
 // lateHandler is the transport's Handler until the node exists.
 type lateHandler struct {
 	mu sync.RWMutex
@@ -503,6 +510,12 @@ func (l *lateHandler) ServeRequest(ctx context.Context, from uint64, req []byte)
 func (l *lateHandler) ReportRefused(id uint64, err error) {
 	if h := l.get(); h != nil {
 		h.ReportRefused(id, err)
+	}
+}
+
+func (l *lateHandler) HostLiveness(member uint64, live bool, since time.Time) {
+	if h := l.get(); h != nil {
+		h.HostLiveness(member, live, since)
 	}
 }
 

@@ -68,13 +68,17 @@ type HostConfig struct {
 
 // LinkSettings tune a host's links to its peer hosts (see
 // transport.MuxConfig): how long a dial and a link's reads and writes may
-// take, how often a link is pinged, the backoff between dials, and the
-// largest frame a link accepts. Zero fields take the transport's defaults.
+// take, how often a link is pinged, the backoff between dials, the largest
+// frame a link accepts, and how late a peer host's answer to a ping may be
+// before it is no longer live (LivenessTimeout: default 3 × PingInterval,
+// at least twice it; see "Host liveness" in docs/architecture.md). Zero
+// fields take the transport's defaults.
 type LinkSettings struct {
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PingInterval                           time.Duration
 	MinBackoff, MaxBackoff                 time.Duration
 	MaxFrameSize                           int
+	LivenessTimeout                        time.Duration
 }
 
 // Host runs raft groups in one process: it owns the storage engine (one
@@ -168,8 +172,8 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		MaxConcurrentSnapshots: cfg.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.SnapshotBytesPerSec,
 		DialTimeout: cfg.Links.DialTimeout, ReadTimeout: cfg.Links.ReadTimeout, WriteTimeout: cfg.Links.WriteTimeout,
 		PingInterval: cfg.Links.PingInterval, MinBackoff: cfg.Links.MinBackoff, MaxBackoff: cfg.Links.MaxBackoff,
-		MaxFrameSize: cfg.Links.MaxFrameSize,
-		Addresses:    loadAddressBook(cfg.DataDir, cfg.Logger),
+		MaxFrameSize: cfg.Links.MaxFrameSize, LivenessTimeout: cfg.Links.LivenessTimeout,
+		Addresses: loadAddressBook(cfg.DataDir, cfg.Logger),
 		OnAddressesChanged: func(book map[uint64]transport.HostAddress) {
 			bookMu.Lock()
 			defer bookMu.Unlock()

@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/understudy-raft/understudy/confchange"
 
@@ -91,6 +92,25 @@ type PeerHandler interface {
 	// copy the peers knew: it stops with ErrReplicaWiped); any other is
 	// logged.
 	ReportRefused(id uint64, err error)
+	// HostLiveness tells the node that the host member runs on turned live
+	// or not live (transport.LivenessHandler); since is when it was last
+	// heard. It never waits. The node only counts it for now
+	// (Status.HostLivenessReports); LivenessTransport.HostContact is what
+	// Status reads.
+	HostLiveness(member uint64, live bool, since time.Time)
+}
+
+// LivenessTransport is a Transport that knows whether the host each peer
+// member runs on is live: one answer for every group there, from the
+// host's own link (transport.Transport implements it). The node looks for
+// it, as for the Transport's other optional methods; without it, Status
+// says nothing of the peers' hosts.
+type LivenessTransport interface {
+	Transport
+	// HostContact returns (now, true) while the host that member id runs
+	// on is live, else when it was last heard and false; the zero time and
+	// false when nothing is known of it.
+	HostContact(id uint64) (at time.Time, live bool)
 }
 
 // Member is a member of the cluster as every member knows it: its ID, the

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -106,6 +107,8 @@ type Node struct {
 	applied   *watched[uint64]
 	state     *watched[nodeState]
 	events    eventHub
+	// hostReports counts PeerHandler.HostLiveness calls.
+	hostReports atomic.Uint64
 
 	loop   loopState   // owned by the run loop
 	apply  applyState  // owned by the apply task
@@ -751,6 +754,12 @@ func (h peerHandler) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
 
 func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) ([]byte, error) {
 	return h.n.serveRequest(ctx, from, req)
+}
+
+// HostLiveness only counts the report for now: Status reads the hosts'
+// liveness from the transport (LivenessTransport).
+func (h peerHandler) HostLiveness(member uint64, live bool, since time.Time) {
+	h.n.hostReports.Add(1)
 }
 
 func (h peerHandler) ReportRefused(id uint64, err error) {

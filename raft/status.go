@@ -38,6 +38,10 @@ type Status struct {
 	// more than 4,096 waited for the run loop (raft retransmits; a steady
 	// growth means the host's loop workers cannot keep up).
 	PeerMessagesDropped uint64
+	// HostLivenessReports counts the changes of its peers' hosts'
+	// liveness the transport reported to this member (one per peer on a
+	// host that turned live or not live). Nothing acts on them yet.
+	HostLivenessReports uint64
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -61,6 +65,16 @@ type PeerProgress struct {
 	// zero time if never since start).
 	LastContact time.Time
 	Learner     bool
+	// HostLive reports whether the host the member runs on is live: its
+	// host link answers pings (see "Host liveness" in
+	// docs/architecture.md). It says the member's process answers, not that
+	// its group does: RecentActive and LastContact say that. False when
+	// the transport does not know (it is no LivenessTransport, the member's
+	// host was never reached, or it refused the member's attachment).
+	HostLive bool
+	// HostContact is when the member's host was last heard: now while it
+	// is live, else its last answer to a ping (the zero time: never).
+	HostContact time.Time
 }
 
 // Status returns this member's status, taken on the run loop.
@@ -95,10 +109,12 @@ func (n *Node) status() Status {
 		LearnersNext:        cfg.LearnersNext,
 		EventsDropped:       n.events.dropped.Load(),
 		PeerMessagesDropped: n.recv.droppedCount(),
+		HostLivenessReports: n.hostReports.Load(),
 	}
 	if rs.RaftState == etcdraft.StateLeader {
 		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))
 		now := time.Now()
+		lt, hosts := n.tr.(LivenessTransport)
 		for id, pr := range rs.Progress {
 			if id == n.cfg.ID {
 				continue
@@ -114,6 +130,9 @@ func (n *Node) status() Status {
 			}
 			if last > pr.Match {
 				pp.Lag = last - pr.Match
+			}
+			if hosts {
+				pp.HostContact, pp.HostLive = lt.HostContact(id)
 			}
 			st.Progress[id] = pp
 		}

@@ -73,6 +73,22 @@ type BatchHandler interface {
 	ProcessBatch(ms []*raftpb.Message)
 }
 
+// LivenessHandler is a Handler told when the host a peer member runs on
+// turns live or not live (see Config.LivenessTimeout): the liveness of a
+// host link, which every group's members on that host share.
+//
+// HostLiveness is called once for each of the group's members on that
+// host at each change, from the link's goroutines, and must not block:
+// a host's change reaches every group there in turn. since is the pong
+// that made the host live, or, for a host no longer live, its last pong
+// (the last moment it was known live). Transport.HostContact says the
+// same at any time. A member on a fallback stream (a host of an earlier
+// release) is never reported.
+type LivenessHandler interface {
+	Handler
+	HostLiveness(member uint64, live bool, since time.Time)
+}
+
 // SnapshotStore reads and writes the snapshot files that travel beside
 // MsgSnap. The raft snapshot's Data is a small descriptor of the file
 // (name, size, checksum: the store's business); the transport streams the
@@ -225,6 +241,15 @@ type Config struct {
 	// a shared one, the MuxConfig's do (and these to snapshots, requests,
 	// and a group's re-attachments after a refusal).
 	PingInterval time.Duration
+	// LivenessTimeout is how late the last pong on the link to a peer host
+	// may be before that host is no longer live (see Transport.HostContact
+	// and LivenessHandler): a host is live while its link is connected and
+	// answered a ping within LivenessTimeout, and not live once no pong came
+	// for that long, or the link broke and the next dial failed (a link that
+	// breaks and redials at once stays live). Default 3 × PingInterval; at
+	// least twice PingInterval. It applies to the host links of a private
+	// Mux; on a shared one, the MuxConfig's does.
+	LivenessTimeout time.Duration
 	// SnapshotAckTimeout is how long the sender of a snapshot waits, after
 	// the last byte, for the receiver to store it. Default 1 minute.
 	SnapshotAckTimeout time.Duration
@@ -264,10 +289,12 @@ const (
 	DefaultReadTimeout            = 15 * time.Second
 	DefaultWriteTimeout           = 10 * time.Second
 	DefaultPingInterval           = time.Second
-	DefaultSnapshotAckTimeout     = time.Minute
-	DefaultMaxRequestDuration     = 30 * time.Second
-	DefaultMinBackoff             = 100 * time.Millisecond
-	DefaultMaxBackoff             = 5 * time.Second
+	// DefaultLivenessPings is LivenessTimeout's default, in PingIntervals.
+	DefaultLivenessPings      = 3
+	DefaultSnapshotAckTimeout = time.Minute
+	DefaultMaxRequestDuration = 30 * time.Second
+	DefaultMinBackoff         = 100 * time.Millisecond
+	DefaultMaxBackoff         = 5 * time.Second
 
 	minFrameSize = 64 << 10
 	maxFrameSize = 1 << 30
@@ -311,6 +338,7 @@ func (c Config) WithDefaults() Config {
 	defDur(&c.ReadTimeout, DefaultReadTimeout)
 	defDur(&c.WriteTimeout, DefaultWriteTimeout)
 	defDur(&c.PingInterval, DefaultPingInterval)
+	defDur(&c.LivenessTimeout, DefaultLivenessPings*c.PingInterval)
 	defDur(&c.SnapshotAckTimeout, DefaultSnapshotAckTimeout)
 	defDur(&c.MaxRequestDuration, DefaultMaxRequestDuration)
 	defDur(&c.MinBackoff, DefaultMinBackoff)
@@ -359,7 +387,7 @@ func (c Config) Validate() error {
 	}{
 		{"DialTimeout", c.DialTimeout}, {"HandshakeTimeout", c.HandshakeTimeout},
 		{"ReadTimeout", c.ReadTimeout}, {"WriteTimeout", c.WriteTimeout},
-		{"PingInterval", c.PingInterval}, {"SnapshotAckTimeout", c.SnapshotAckTimeout},
+		{"PingInterval", c.PingInterval}, {"LivenessTimeout", c.LivenessTimeout}, {"SnapshotAckTimeout", c.SnapshotAckTimeout},
 		{"MaxRequestDuration", c.MaxRequestDuration},
 		{"MinBackoff", c.MinBackoff}, {"MaxBackoff", c.MaxBackoff},
 	} {
@@ -376,6 +404,9 @@ func (c Config) Validate() error {
 	}
 	if d.PingInterval > 0 && d.ReadTimeout > 0 && d.ReadTimeout < 2*d.PingInterval {
 		bad("ReadTimeout (%v) must be at least twice PingInterval (%v)", d.ReadTimeout, d.PingInterval)
+	}
+	if d.PingInterval > 0 && d.LivenessTimeout > 0 && d.LivenessTimeout < 2*d.PingInterval {
+		bad("LivenessTimeout (%v) must be at least twice PingInterval (%v): one late pong is no death", d.LivenessTimeout, d.PingInterval)
 	}
 	if d.MinBackoff > d.MaxBackoff {
 		bad("MinBackoff (%v) must not exceed MaxBackoff (%v)", d.MinBackoff, d.MaxBackoff)

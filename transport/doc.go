@@ -34,7 +34,10 @@
 // writer dials (with exponential backoff and jitter between attempts) and
 // pings every PingInterval; the listener answers with a pong on the same
 // connection, which gives the round-trip time (every group's peers there
-// share it) and keeps an idle link within the listener's ReadTimeout. A
+// share it), says whether the peer host is live (Transport.HostContact,
+// LivenessHandler: no pong within LivenessTimeout, or a redial that
+// failed after a break) and keeps an idle link within the listener's
+// ReadTimeout. A
 // link that breaks or cannot connect makes every group's peer there
 // unreachable; it redials at once when the peer host reaches us.
 //

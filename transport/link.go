@@ -54,6 +54,12 @@ type link struct {
 	// peerMax is the largest frame payload the peer accepts on the
 	// connection (its hello reply's), 0 if it did not say.
 	peerMax atomic.Int64
+	// rtt and rttHist are the round trips measured on the link (ping to
+	// pong), which every flow on it shares.
+	rtt     atomic.Int64
+	rttHist *histogram
+	// lv is the peer host's liveness (liveness.go); a host link's only.
+	lv liveness
 
 	mu          sync.Mutex
 	flows       map[attachKey]*flow // every flow routed to the link
@@ -76,7 +82,7 @@ func newLink(m *Mux, addr string, parent *link, solo *peer) *link {
 	l := &link{
 		m: m, addr: addr, parent: parent,
 		wake: make(chan struct{}, 1), kickc: make(chan struct{}, 1), reprobec: make(chan struct{}, 1),
-		flows: make(map[attachKey]*flow, 1),
+		flows: make(map[attachKey]*flow, 1), rttHist: newHistogram(rttBounds),
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	if solo != nil {
@@ -164,6 +170,7 @@ func (m *Mux) leave(hf *flow) {
 // close stops the link: its goroutines end, its connection closes.
 func (l *link) close() {
 	l.cancel()
+	l.closeLiveness()
 	l.mu.Lock()
 	l.closed = true
 	c := l.conn
@@ -345,6 +352,9 @@ func (l *link) connectFailed(err error) {
 	l.mu.Lock()
 	l.failed = true
 	l.mu.Unlock()
+	if l.solo == nil {
+		l.dialFailed(err)
+	}
 	flows := l.flowList()
 	var re *RefusedError
 	if errors.As(err, &re) && (l.solo != nil || errors.Is(err, ErrVersion)) {
@@ -419,8 +429,12 @@ func (l *link) read(c *conn) error {
 			if err != nil {
 				return err
 			}
-			if rtt := time.Since(l.m.start) - time.Duration(tok); rtt >= 0 {
+			now := time.Now()
+			if rtt := now.Sub(l.m.start) - time.Duration(tok); rtt >= 0 {
 				l.observeRTT(rtt)
+			}
+			if l.solo == nil {
+				l.pong(now)
 			}
 		case f.Type == wire.TypeAttachReply && l.solo == nil:
 			r, err := wire.ParseAttachReply(f.Payload)
@@ -449,10 +463,9 @@ func (l *link) attachReply(group uint64, r wire.AttachReply) {
 	f.p.refused(f, refusedError(f.p.id, l.addr, wire.HelloReply{Code: r.Code, Cluster: r.Cluster, Reason: r.Reason}), true)
 }
 
-// observeRTT records a round trip for every peer on the link.
+// observeRTT records a round trip on the link, for every peer on it:
+// O(1), whatever the number of groups.
 func (l *link) observeRTT(rtt time.Duration) {
-	for _, f := range l.flowList() {
-		f.p.c.rtt.Store(int64(rtt))
-		f.p.c.rttHist.observe(rtt)
-	}
+	l.rtt.Store(int64(rtt))
+	l.rttHist.observe(rtt)
 }

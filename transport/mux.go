@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,11 @@ type MuxConfig struct {
 	PingInterval time.Duration
 	MinBackoff   time.Duration
 	MaxBackoff   time.Duration
+	// LivenessTimeout is how late a peer host's last pong may be before it
+	// is no longer live (Transport.HostContact, MuxStats.Hosts,
+	// LivenessHandler; see Config.LivenessTimeout). Default 3 ×
+	// PingInterval; at least twice PingInterval.
+	LivenessTimeout time.Duration
 	// MaxFrameSize is the largest frame a host link accepts (a group's
 	// Config.MaxFrameSize bounds what it sends). The link's hello reply
 	// says it, and a sender drops a message over it; one that arrives
@@ -155,6 +161,7 @@ type linkSettings struct {
 	dialTimeout, readTimeout, writeTimeout, pingInterval time.Duration
 	minBackoff, maxBackoff                               time.Duration
 	maxFrame                                             int
+	livenessTimeout                                      time.Duration
 }
 
 // NewMux starts listening and serving the groups registered later.
@@ -169,15 +176,16 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 			ErrInvalidConfig, cfg.HandshakeTimeout, cfg.MaxConcurrentSnapshots, cfg.SnapshotBytesPerSec)
 	}
 	if cfg.DialTimeout < 0 || cfg.ReadTimeout < 0 || cfg.WriteTimeout < 0 || cfg.PingInterval < 0 ||
-		cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 || cfg.MaxFrameSize < 0 {
-		return nil, fmt.Errorf("%w: the link settings (DialTimeout %s, ReadTimeout %s, WriteTimeout %s, PingInterval %s, MinBackoff %s, MaxBackoff %s, MaxFrameSize %d) must not be negative",
-			ErrInvalidConfig, cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.PingInterval, cfg.MinBackoff, cfg.MaxBackoff, cfg.MaxFrameSize)
+		cfg.MinBackoff < 0 || cfg.MaxBackoff < 0 || cfg.MaxFrameSize < 0 || cfg.LivenessTimeout < 0 {
+		return nil, fmt.Errorf("%w: the link settings (DialTimeout %s, ReadTimeout %s, WriteTimeout %s, PingInterval %s, MinBackoff %s, MaxBackoff %s, MaxFrameSize %d, LivenessTimeout %s) must not be negative",
+			ErrInvalidConfig, cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.PingInterval, cfg.MinBackoff, cfg.MaxBackoff, cfg.MaxFrameSize, cfg.LivenessTimeout)
 	}
 	// The link settings are checked as a Config's.
 	check := Config{
 		ID: 1, Handler: nopHandler{}, ListenAddr: "x",
 		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		PingInterval: cfg.PingInterval, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, MaxFrameSize: cfg.MaxFrameSize,
+		LivenessTimeout: cfg.LivenessTimeout,
 	}
 	if err := check.Validate(); err != nil {
 		return nil, err
@@ -205,6 +213,7 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 	d := Config{
 		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		PingInterval: cfg.PingInterval, MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, MaxFrameSize: cfg.MaxFrameSize,
+		LivenessTimeout: cfg.LivenessTimeout,
 	}.WithDefaults()
 	m := &Mux{
 		ln: ln, tls: cfg.TLS, log: cfg.Logger, timeout: cfg.HandshakeTimeout, private: private,
@@ -213,6 +222,7 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 		ls: linkSettings{
 			dialTimeout: d.DialTimeout, readTimeout: d.ReadTimeout, writeTimeout: d.WriteTimeout,
 			pingInterval: d.PingInterval, minBackoff: d.MinBackoff, maxBackoff: d.MaxBackoff, maxFrame: d.MaxFrameSize,
+			livenessTimeout: d.LivenessTimeout,
 		},
 		start: time.Now(), quantum: defaultQuantum, legacyHold: defaultLegacyHold,
 		snapSend:  newSlots(cfg.MaxConcurrentSnapshots),
@@ -299,6 +309,9 @@ type MuxStats struct {
 	// AddressesLearned counts the peer hosts' moves the address book
 	// learned (Mux.Addresses).
 	AddressesLearned uint64
+	// Hosts is the liveness of each peer host this host keeps a host link
+	// to, by address (see Config.LivenessTimeout).
+	Hosts []HostLiveness
 }
 
 // Stats returns the mux's counters.
@@ -314,14 +327,19 @@ func (m *Mux) Stats() MuxStats {
 	m.mu.Unlock()
 	for _, l := range links {
 		l.mu.Lock()
+		legacy := l.legacy
 		switch {
-		case l.legacy:
+		case legacy:
 			s.LegacyLinks++
 		case l.gen != 0:
 			s.Links++
 		}
 		l.mu.Unlock()
+		if !legacy {
+			s.Hosts = append(s.Hosts, l.hostLiveness())
+		}
 	}
+	slices.SortFunc(s.Hosts, func(a, b HostLiveness) int { return strings.Compare(a.Addr, b.Addr) })
 	return s
 }
 

@@ -58,6 +58,9 @@ type peer struct {
 	snapping   bool                 // a snapshot to this peer is in flight
 	snapProg   SnapshotProgress     // its progress (Index 0: none)
 	stopped    bool
+	// hostRefused: its attachment on the host link was refused since it
+	// was last accepted (HostContact then knows nothing of the member).
+	hostRefused bool
 
 	largeLog rateLog // messages too large for the peer, logged at warning level
 }
@@ -175,6 +178,7 @@ func (p *peer) moveTo(addr string) {
 	}
 	p.addr = addr
 	old := p.host
+	p.hostRefused = false // a refusal of the host it left
 	p.mu.Unlock()
 	p.t.log.Info("peer address changed", "peer", p.hexID(), "addr", addr)
 	if old != nil {
@@ -362,6 +366,9 @@ func (p *peer) accepted(f *flow, addr string) {
 		return
 	}
 	p.down = false
+	if f == p.host {
+		p.hostRefused = false
+	}
 	if p.retry != nil {
 		p.retry.Stop()
 	}
@@ -385,6 +392,9 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 	if p.flow != f || p.stopped {
 		p.mu.Unlock()
 		return
+	}
+	if f == p.host {
+		p.hostRefused = true
 	}
 	if retry {
 		if p.retry != nil {
@@ -442,6 +452,7 @@ func (p *peer) stats() PeerStats {
 		QueuedMessages: len(p.queue) - p.head,
 		QueuedBytes:    p.queueBytes,
 	}
+	f := p.flow
 	p.mu.Unlock()
 	c := p.c
 	s.Connected = c.connected.Load()
@@ -452,8 +463,12 @@ func (p *peer) stats() PeerStats {
 	if r := c.lastRefusal.Load(); r != nil {
 		s.LastRefusal = *r
 	}
-	s.RTT = time.Duration(c.rtt.Load())
-	s.RTTHistory = c.rttHist.snapshot()
+	if f != nil {
+		s.RTT = time.Duration(f.l.rtt.Load())
+		s.RTTHistory = f.l.rttHist.snapshot()
+	} else {
+		s.RTTHistory = emptyHistogram(rttBounds)
+	}
 	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = c.snapsSent.Load(), c.snapsFailed.Load(), c.snapsRecv.Load()
 	s.SnapshotBytesSent, s.SnapshotBytesReceived = c.snapBytesSent.Load(), c.snapBytesRecv.Load()
 	s.SnapshotSendDuration = c.snapHist.snapshot()

@@ -53,7 +53,12 @@ type PeerStats struct {
 	Refusals     uint64 // attempts the peer refused (any connection kind)
 	LastRefusal  string // the reason of the last refusal since the last connection, "" if none
 
-	RTT        time.Duration // last measured round trip (ping to pong on the host link, shared by its groups)
+	// RTT is the last round trip measured (ping to pong) on the link the
+	// peer's messages ride now, and RTTHistory its distribution there: a
+	// host link's, which every group with a member on that host shares,
+	// counted since the link was made (a peer that moves to another host
+	// link starts from that link's).
+	RTT        time.Duration
 	RTTHistory Histogram
 
 	SnapshotsSent, SnapshotsFailed, SnapshotsReceived uint64
@@ -136,17 +141,15 @@ type peerCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Uint64
 	dropFull, dropDown, dropLarge            atomic.Uint64
 	dials, dialFailures, refusals            atomic.Uint64
-	rtt                                      atomic.Int64
 	snapsSent, snapsFailed, snapsRecv        atomic.Uint64
 	snapBytesSent, snapBytesRecv             atomic.Uint64
 	lastRefusal                              atomic.Pointer[string]
-	rttHist                                  *histogram
 	snapHist                                 lazyHistogram // snapshots are rare: allocated with the first
 	connected                                atomic.Bool
 }
 
 func newPeerCounters() *peerCounters {
-	return &peerCounters{rttHist: newHistogram(rttBounds), snapHist: lazyHistogram{bounds: snapshotBounds}}
+	return &peerCounters{snapHist: lazyHistogram{bounds: snapshotBounds}}
 }
 
 // lazyHistogram is a histogram allocated with its first observation.
@@ -168,7 +171,12 @@ func (l *lazyHistogram) snapshot() Histogram {
 	if h := l.h.Load(); h != nil {
 		return h.snapshot()
 	}
-	return (&histogram{bounds: l.bounds, counts: make([]atomic.Uint64, len(l.bounds)+1)}).snapshot()
+	return emptyHistogram(l.bounds)
+}
+
+// emptyHistogram is a Histogram of no observations.
+func emptyHistogram(bounds []time.Duration) Histogram {
+	return (&histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}).snapshot()
 }
 
 // reasonCounter counts by reason.

@@ -107,6 +107,7 @@ func New(cfg Config) (*Transport, error) {
 			HandshakeTimeout: cfg.HandshakeTimeout, DialTimeout: cfg.DialTimeout,
 			ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, PingInterval: cfg.PingInterval,
 			MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, MaxFrameSize: cfg.MaxFrameSize,
+			LivenessTimeout: cfg.LivenessTimeout,
 		}, t)
 		if err != nil {
 			t.cancel()

@@ -41,6 +41,9 @@ type Network struct {
 	held      []heldMsg         // messages to or from a paused member, in order
 	closed    bool
 	wg        sync.WaitGroup
+
+	// hosts are the members' hosts' liveness (SetHostLive).
+	hosts map[uint64]hostState
 }
 
 type link struct{ from, to uint64 }
@@ -49,6 +52,13 @@ type link struct{ from, to uint64 }
 type heldMsg struct {
 	from uint64
 	m    *raftpb.Message
+}
+
+// hostState is a member's host's liveness as SetHostLive set it: at is
+// when it was last live.
+type hostState struct {
+	live bool
+	at   time.Time
 }
 
 // NetStats counts what the network did.
@@ -65,7 +75,52 @@ func NewNetwork(seed int64) *Network {
 		dropRate:  make(map[link]float64),
 		snapsTo:   make(map[uint64]uint64),
 		paused:    make(map[uint64]bool),
+		hosts:     make(map[uint64]hostState),
 	}
+}
+
+// SetHostLive sets whether the host member id runs on is live, as a host
+// link's pings would say it to every other member, and tells the other
+// members of a change (PeerHandler.HostLiveness), as transport.Transport
+// does. Until it is set, nothing is known of it (HostContact: the zero
+// time, false). It touches no message: the network's partitions and
+// pauses are the groups' traffic, this the hosts'.
+func (nw *Network) SetHostLive(id uint64, live bool) {
+	now := time.Now()
+	nw.mu.Lock()
+	prev, known := nw.hosts[id]
+	st := hostState{live: live, at: now}
+	if !live && known && !prev.live {
+		st.at = prev.at // still its last moment live
+	}
+	nw.hosts[id] = st
+	var tell []*endpoint
+	if !known || prev.live != live {
+		for oid, ep := range nw.endpoints {
+			if oid != id {
+				tell = append(tell, ep)
+			}
+		}
+	}
+	nw.mu.Unlock()
+	for _, ep := range tell {
+		ep.handler.HostLiveness(id, live, st.at)
+	}
+}
+
+// HostContact is raft.LivenessTransport's: (now, true) while member id's
+// host is live, else when it was last live and false.
+func (ep *endpoint) HostContact(id uint64) (time.Time, bool) {
+	ep.net.mu.Lock()
+	st, ok := ep.net.hosts[id]
+	ep.net.mu.Unlock()
+	switch {
+	case !ok:
+		return time.Time{}, false
+	case st.live:
+		return time.Now(), true
+	}
+	return st.at, false
 }
 
 // SnapshotsTo returns how many snapshot sends to member id were attempted

@@ -3,7 +3,9 @@
 // load balancer, a DNS name or a container's port mapping. Cutting the
 // proxy makes the member unreachable through it — and only through it: a
 // test that cuts it proves that the other members dial the address the
-// cluster recorded, not the one the member listens on.
+// cluster recorded, not the one the member listens on. Pausing it stalls
+// the connections through it without closing them: a peer that stopped
+// answering (a stopped process, a network that drops everything).
 package netproxy
 
 import (
@@ -21,7 +23,8 @@ type Proxy struct {
 	addr   string
 
 	mu      sync.Mutex
-	ln      net.Listener // nil while cut
+	ln      net.Listener  // nil while cut
+	flowing chan struct{} // closed unless paused
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 	closed  bool
@@ -34,7 +37,8 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}, flowing: make(chan struct{})}
+	close(p.flowing)
 	p.serve(ln)
 	return p, nil
 }
@@ -45,9 +49,41 @@ func (p *Proxy) Addr() string { return p.addr }
 // Accepted is how many connections the proxy has accepted.
 func (p *Proxy) Accepted() int64 { return p.accepts.Load() }
 
+// Pause stalls every connection through the proxy, in both directions,
+// until Resume: what is sent is held (the sender's buffers fill up), and
+// nothing is closed. New connections are accepted and stall alike.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+		p.flowing = make(chan struct{})
+	default: // paused already
+	}
+}
+
+// Resume lets the connections through the proxy flow again.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+	default:
+		close(p.flowing)
+	}
+}
+
+// gate returns a channel closed unless the proxy is paused.
+func (p *Proxy) gate() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flowing
+}
+
 // Cut stops accepting and closes every connection through the proxy: the
-// target is unreachable through it until Restore.
+// target is unreachable through it until Restore. It ends a pause.
 func (p *Proxy) Cut() {
+	p.Resume() // the connections closed, what a pause holds goes nowhere
 	p.mu.Lock()
 	if p.ln != nil {
 		_ = p.ln.Close()
@@ -129,7 +165,7 @@ func (p *Proxy) forward(ln net.Listener, c net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		_, _ = io.Copy(dst, gatedReader{p, src})
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}
@@ -142,4 +178,17 @@ func (p *Proxy) forward(ln net.Listener, c net.Conn) {
 	delete(p.conns, c)
 	delete(p.conns, t)
 	p.mu.Unlock()
+}
+
+// gatedReader reads from r, then waits while the proxy is paused before it
+// hands over what it read.
+type gatedReader struct {
+	p *Proxy
+	r io.Reader
+}
+
+func (g gatedReader) Read(b []byte) (int, error) {
+	n, err := g.r.Read(b)
+	<-g.p.gate()
+	return n, err
 }

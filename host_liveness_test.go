@@ -1,0 +1,137 @@
+package understudy_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+)
+
+// livenessLinks are link settings that detect a host's death quickly and
+// leave a loaded test machine room enough not to see one that is not.
+var livenessLinks = understudy.LinkSettings{
+	PingInterval: 100 * time.Millisecond, LivenessTimeout: 2 * time.Second,
+	MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+}
+
+// newLivenessHost starts host i of hc on ln with livenessLinks.
+func newLivenessHost(t *testing.T, hc *hostsCluster, i int, ln net.Listener) *understudy.Host {
+	t.Helper()
+	h, err := understudy.NewHost(understudy.HostConfig{
+		DataDir: filepath.Join(hc.dir, fmt.Sprint(i)), Listener: ln, AdvertisePeer: ln.Addr().String(),
+		Storage: storage.EngineOptions{NoSync: true}, Links: livenessLinks,
+	})
+	require.NoError(t, err)
+	return h
+}
+
+// hostLive returns, from the status of group gs's leader among on, whether
+// it sees the host of the replica of host i as live, and the replica's
+// host contact; ok is false when the leader has no view of it (it is that
+// replica, or it lost the lead).
+func hostLive(ctx context.Context, t *testing.T, gs []*understudy.Group, on []int, g uint64, i int) (live bool, at time.Time, ok, self bool) {
+	t.Helper()
+	var cands []*understudy.Group
+	for _, j := range on {
+		cands = append(cands, gs[j])
+	}
+	st, err := leaderOf(ctx, t, cands).Status(ctx)
+	if err != nil || st.Progress == nil {
+		return false, time.Time{}, false, false // not leading any more: ask again
+	}
+	if st.ID == replicaID(g, i) {
+		return false, time.Time{}, false, true
+	}
+	pp, ok := st.Progress[replicaID(g, i)]
+	return pp.HostLive, pp.HostContact, ok, false
+}
+
+// TestHostLivenessInStatus: three hosts, three groups. Every group's
+// leader sees each peer's host live (PeerProgress.HostLive). Host 2
+// closes: every group's leader on hosts 0 and 1 sees the replica on host
+// 2 on a host not live, all groups alike, and hosts 0 and 1 still live;
+// host 0's mux lists host 2 as not live, and the groups were told
+// (Status.HostLivenessReports). Host 2 starts again: live again
+// everywhere.
+func TestHostLivenessInStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	hc := &hostsCluster{t: t, dir: t.TempDir()}
+	for i := range 3 {
+		ln := listen(t)
+		hc.hosts = append(hc.hosts, newLivenessHost(t, hc, i, ln))
+		hc.addrs = append(hc.addrs, ln.Addr().String())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for _, h := range hc.hosts {
+			_ = h.Close(ctx)
+		}
+	})
+	groups := []uint64{1, 2, 3}
+	gs := map[uint64][]*understudy.Group{}
+	for _, g := range groups {
+		gs[g] = hc.start(ctx, g, func() raft.StateMachine { return kv.New() })
+		require.NoError(t, put(ctx, t, gs[g], "k", "v"))
+	}
+	all := []int{0, 1, 2}
+	waitLive := func(on []int, i int, want bool) {
+		t.Helper()
+		for _, g := range groups {
+			for {
+				live, at, ok, self := hostLive(ctx, t, gs[g], on, g, i)
+				if self || ok && live == want && (!live || time.Since(at) < time.Minute) {
+					break
+				}
+				require.NoError(t, ctx.Err(), "group %d: waiting for host %d live=%t", g, i, want)
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	for i := range all {
+		waitLive(all, i, true)
+	}
+
+	// Host 2 closes.
+	require.NoError(t, hc.hosts[2].Close(ctx))
+	waitLive([]int{0, 1}, 2, false)
+	waitLive([]int{0, 1}, 0, true)
+	waitLive([]int{0, 1}, 1, true)
+	var row2 bool
+	for _, row := range hc.hosts[0].Mux().Stats().Hosts {
+		if row.Addr == hc.addrs[2] {
+			row2 = true
+			require.False(t, row.Live, "host 0's row for host 2: %+v", row)
+			require.Equal(t, hc.hosts[2].ID(), row.HostID, "host 0's row for host 2: %+v", row)
+			require.GreaterOrEqual(t, row.Transitions, uint64(2), "host 0's row for host 2: %+v", row)
+		}
+	}
+	require.True(t, row2, "host 0 lists no link to host 2: %+v", hc.hosts[0].Mux().Stats().Hosts)
+	for _, g := range groups {
+		for _, j := range []int{0, 1} {
+			st, err := gs[g][j].Status(ctx)
+			require.NoError(t, err)
+			require.NotZero(t, st.HostLivenessReports, "group %d on host %d was never told of a host's liveness", g, j)
+		}
+	}
+
+	// Host 2 starts again on its address.
+	ln, err := net.Listen("tcp", hc.addrs[2])
+	require.NoError(t, err)
+	hc.hosts[2] = newLivenessHost(t, hc, 2, ln)
+	for _, g := range groups {
+		gs[g][2], err = hc.hosts[2].StartGroup(ctx, hc.groupConfig(g, 2), kv.New())
+		require.NoError(t, err, "group %d on host 2", g)
+	}
+	waitLive([]int{0, 1, 2}, 2, true)
+}
