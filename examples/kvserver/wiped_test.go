@@ -44,9 +44,18 @@ func TestWipedDataDirRefused(t *testing.T) {
 	}
 	victim.start(victim.args...) // the restart command line
 	code := victim.wait(30 * time.Second)
-	out := strings.TrimSpace(victim.out.String())
-	if code == 0 || strings.Contains(out, "\n") {
-		t.Fatalf("exit %d, output %q: want non-zero and one line", code, out)
+	// The reason is one line, the last; what comes before it can only be
+	// log records (a peer's attachment refused while the member checked
+	// its bootstrap, say).
+	lines := strings.Split(strings.TrimSpace(victim.out.String()), "\n")
+	out := lines[len(lines)-1]
+	if code == 0 || !strings.HasPrefix(out, "kvserver: ") {
+		t.Fatalf("exit %d, output %q: want non-zero and a one-line reason", code, victim.out.String())
+	}
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasPrefix(l, "time=") {
+			t.Fatalf("output line %q is neither a log record nor the reason (output %q)", l, victim.out.String())
+		}
 	}
 	for _, want := range []string{"data was lost", "kvctl member remove 2", "new ID", "--join"} {
 		if !strings.Contains(out, want) {
