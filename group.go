@@ -341,10 +341,18 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		if cfg.JoinTimeout > 0 {
 			jctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
 		}
+		// A wiped replica that first joined restarts with its usual Join:
+		// the members that know its published incarnation refuse it
+		// (ErrAlreadyBootstrapped), the one asked and then every member
+		// it lists — the one asked may not know it (yet).
 		info, err := raft.DiscoverWith(jctx, tr, raft.DiscoverOptions{
-			Addrs: cfg.Join, ID: cfg.ID, ClusterID: rcfg.ClusterID,
+			Addrs: cfg.Join, ID: cfg.ID, ClusterID: rcfg.ClusterID, Incarnation: stored.Incarnation,
 			NotListedGrace: cfg.NotListedGrace, Logger: logger,
 		})
+		if err == nil {
+			tr.SetClusterID(info.ClusterID)
+			err = raft.CheckBootstrap(jctx, tr, info.Members, cfg.ID, info.ClusterID, stored.Incarnation, bootstrapCheckTimeout)
+		}
 		cancel()
 		if err != nil {
 			if errors.Is(err, raft.ErrClusterMismatch) && stored.ClusterID != 0 {

@@ -326,7 +326,9 @@ func (h *Host) Scheduler() *raft.Scheduler { return h.sched }
 // another host, add the new one there first, then remove this one, then
 // delete its data.
 //
-// The data of a replica without that record is refused
+// A group that never started (GroupNotStarted: no vote, log or snapshot
+// recorded) is deleted too. The data of any other replica without the
+// removal record is refused
 // (ErrGroupNotRemoved): the group may still list it, and a replica whose
 // data is lost must never start again under its ID (it would vote without
 // what it acknowledged; see docs/operations.md, "Replacing a disk").
@@ -358,6 +360,13 @@ func (h *Host) deleteGroup(id uint64, force bool) error {
 			return err
 		}
 		if !removed {
+			// A replica that never started (GroupNotStarted: at most an
+			// identity, no vote, log or snapshot) acknowledged nothing:
+			// its records go as a refused start's do.
+			info, err := h.engine.GroupInfo(id)
+			if err == nil && !info.HasState {
+				return h.engine.DeleteGroup(id)
+			}
 			return fmt.Errorf("%w: group %d in %s: remove the replica from the group first (RemoveMember), then delete its data; "+
 				"ForceDeleteGroup if its removal committed while it was down", ErrGroupNotRemoved, id, h.cfg.DataDir)
 		}

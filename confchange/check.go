@@ -183,6 +183,14 @@ func (c *checker) add(r Request) next {
 	for _, p := range m.problems() {
 		c.refuse(ErrInvalidMember, m.ID, p)
 	}
+	if m.Incarnation != 0 {
+		// A new member has no data yet: its incarnation is its own to
+		// publish once it runs. One given here (a record copied from
+		// another member) would make every peer refuse the real replica
+		// as wiped.
+		c.refuse(ErrInvalidMember, m.ID, memberDetail(m.ID, "is added with incarnation "+
+			strconv.FormatUint(m.Incarnation, 16)+": a new member's incarnation is published by the member itself once it runs; leave Incarnation 0"))
+	}
 	switch {
 	case m.ID == 0:
 	case cfg.Contains(m.ID):

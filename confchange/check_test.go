@@ -73,6 +73,16 @@ func TestCheckRules(t *testing.T) {
 		{name: "update keeps own address", view: "voters=(1 2 3)", req: UpdateMember(member(2))},
 		{name: "update unknown", view: "voters=(1 2 3)", req: UpdateMember(member(5)), want: []string{"unknown_member"}},
 		{name: "update to a taken address", view: "voters=(1 2 3)", req: UpdateMember(Member{ID: 2, PeerAddr: "10.0.0.3:7001"}), want: []string{"member_exists"}},
+		// Incarnations: a new member's is its own to publish; a recorded one never changes.
+		{name: "add learner with an incarnation", view: "voters=(1 2 3)", req: AddLearner(Member{ID: 4, PeerAddr: "h:1", Incarnation: 0xabc}), want: []string{"invalid_member"}},
+		{name: "add voter with an incarnation", view: "voters=(1 2 3)", req: AddVoter(Member{ID: 4, PeerAddr: "h:1", Incarnation: 0xabc}), want: []string{"invalid_member"}},
+		{name: "add learner with a record copied from another member", view: "voters=(1 2 3)",
+			opts: record(Member{ID: 3, PeerAddr: "10.0.0.3:7001", Incarnation: 0xabc}),
+			req:  AddLearner(Member{ID: 4, PeerAddr: "10.0.0.4:7001", Incarnation: 0xabc}), want: []string{"invalid_member"}},
+		{name: "update to another incarnation", view: "voters=(1 2 3)", opts: record(Member{ID: 2, PeerAddr: "10.0.0.2:7001", Incarnation: 0xabc}),
+			req: UpdateMember(Member{ID: 2, PeerAddr: "10.0.0.2:7001", Incarnation: 0xdef}), want: []string{"invalid_member"}},
+		{name: "update keeps the recorded incarnation", view: "voters=(1 2 3)", opts: record(Member{ID: 2, PeerAddr: "10.0.0.2:7001", Incarnation: 0xabc}),
+			req: UpdateMember(Member{ID: 2, PeerAddr: "new:1", Incarnation: 0xabc})},
 
 		// Learners.
 		{name: "too many learners", view: "voters=(1 2 3) learners=(4 5)", req: AddLearner(member(6)), want: []string{"too_many_learners"}},

@@ -120,6 +120,8 @@ type snapshotImporter interface {
 // member of the backup is recorded as removed. Start a node on store
 // afterwards with no InitialMembers (record a new cluster ID with it, e.g.
 // Config.ClusterID). It returns the index the backup is at.
+// self.Incarnation is ignored: the restored data is a new copy, whose
+// incarnation the member publishes once it runs.
 //
 // Errors: ErrCorruptBackup (nothing installed); ErrInvalidConfig for a
 // store that is not empty or cannot import snapshots; the storage's.
@@ -131,6 +133,11 @@ func RestoreBackup(r io.Reader, store Storage, self Member) (uint64, error) {
 	if self.ID == 0 || self.PeerAddr == "" {
 		return 0, fmt.Errorf("%w: RestoreBackup needs this member's ID and PeerAddr", ErrInvalidConfig)
 	}
+	// The restored data is a new copy: its incarnation is the new data
+	// dir's, published once it runs. One copied from a record (Membership)
+	// is the old copy's, and the restored member would stop itself as
+	// wiped on every start.
+	self.Incarnation = 0
 	if last, err := store.LastIndex(); err != nil || last != 0 {
 		return 0, fmt.Errorf("%w: RestoreBackup needs an empty storage (last index %d, %v)", ErrInvalidConfig, last, err)
 	}

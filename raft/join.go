@@ -147,6 +147,11 @@ type DiscoverOptions struct {
 	// ClusterID is the cluster the joiner expects (0: any); the caller's
 	// transport must have the same cluster ID (or 0).
 	ClusterID uint64
+	// Incarnation is the joiner's data's (Identity.Incarnation; 0: none
+	// yet). A cluster that recorded another one for ID knows a copy of the
+	// member that ran already: its data was lost, and DiscoverWith refuses
+	// it (ErrAlreadyBootstrapped). A first join never published one.
+	Incarnation uint64
 	// NotListedGrace is how long members may answer that the cluster does
 	// not list ID before DiscoverWith gives up with ErrNotMember: the add
 	// may still be on its way to the member asked. Default 5s; negative:
@@ -172,9 +177,12 @@ const DefaultNotListedGrace = 5 * time.Second
 //
 // Errors: ErrNotMember when the cluster does not list o.ID (it was not
 // added; answered for NotListedGrace, or until ctx ended); ErrRemoved when
-// it was removed; an error matching ErrClusterMismatch when the cluster is
-// another one; ctx's error, with the last failure, when no address
-// answered.
+// it was removed; ErrAlreadyBootstrapped when a member knows another copy
+// of o.ID (it refuses o.Incarnation as wiped, or its record of o.ID holds
+// another incarnation): the data of a member that ran was lost, and it
+// must not join again under its ID; an error matching ErrClusterMismatch
+// when the cluster is another one; ctx's error, with the last failure,
+// when no address answered.
 func DiscoverWith(ctx context.Context, tr AddrCaller, o DiscoverOptions) (ClusterInfo, error) {
 	if len(o.Addrs) == 0 {
 		return ClusterInfo{}, fmt.Errorf("%w: no peer address to join through", ErrInvalidRequest)
@@ -198,11 +206,11 @@ func DiscoverWith(ctx context.Context, tr AddrCaller, o DiscoverOptions) (Cluste
 	)
 	for attempt := 0; ; attempt++ {
 		for _, addr := range o.Addrs {
-			info, err := discoverAt(ctx, tr, addr, req, o.ID, o.ClusterID)
+			info, err := discoverAt(ctx, tr, addr, req, o.ID, o.ClusterID, o.Incarnation)
 			if err == nil {
 				return info, nil
 			}
-			if errors.Is(err, ErrRemoved) || errors.Is(err, ErrClusterMismatch) {
+			if errors.Is(err, ErrRemoved) || errors.Is(err, ErrClusterMismatch) || errors.Is(err, ErrAlreadyBootstrapped) {
 				return ClusterInfo{}, err
 			}
 			if errors.Is(err, ErrNotMember) && notListed.IsZero() {
@@ -238,9 +246,11 @@ func DiscoverWith(ctx context.Context, tr AddrCaller, o DiscoverOptions) (Cluste
 	}
 }
 
-func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id, clusterID uint64) (ClusterInfo, error) {
+func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id, clusterID, inc uint64) (ClusterInfo, error) {
 	rep, err := tr.CallAddr(ctx, addr, req)
 	switch {
+	case errors.Is(err, raftio.ErrWiped):
+		return ClusterInfo{}, alreadyBootstrapped(fmt.Sprintf("the member at %s", addr), "knows another copy of it", id, err)
 	case errors.Is(err, ErrClusterMismatch):
 		return ClusterInfo{}, fmt.Errorf("%w: the member at %s: %w", ErrClusterMismatch, addr, err)
 	case errors.Is(err, raftio.ErrRemoved):
@@ -267,11 +277,28 @@ func discoverAt(ctx context.Context, tr AddrCaller, addr string, req []byte, id,
 	if slices.Contains(info.Removed, id) {
 		return ClusterInfo{}, fmt.Errorf("%w: cluster %x removed member %d", ErrRemoved, info.ClusterID, id)
 	}
-	if _, ok := info.Member(id); !ok {
+	rec, ok := info.Member(id)
+	if !ok {
 		return ClusterInfo{}, fmt.Errorf("%w: cluster %x (as member %d at %s applied it, index %d) does not list member %d",
 			ErrNotMember, info.ClusterID, info.From, addr, info.Index, id)
 	}
+	if rec.Incarnation != 0 && rec.Incarnation != inc {
+		return ClusterInfo{}, alreadyBootstrapped(fmt.Sprintf("member %d (at %s)", info.From, addr),
+			fmt.Sprintf("knows it as a member that ran already (incarnation %x, as of index %d)", rec.Incarnation, info.Index), id, nil)
+	}
 	return info, nil
+}
+
+// alreadyBootstrapped is ErrAlreadyBootstrapped for member id: who knows
+// it, why, and what to do instead; cause, if any, is wrapped too.
+func alreadyBootstrapped(who, why string, id uint64, cause error) error {
+	err := fmt.Errorf("%w: %s %s: member %d's data was lost (a replaced disk, a deleted group). Do not start it again under its ID: "+
+		"remove member %d from the group and add a new member under a new ID as a learner, with an empty data dir and Join (it catches up, then is promoted)",
+		ErrAlreadyBootstrapped, who, why, id, id)
+	if cause != nil {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
 }
 
 // CheckBootstrap asks the initial members at their addresses, all at once
@@ -323,9 +350,7 @@ func CheckBootstrap(ctx context.Context, tr AddrCaller, members []Member, id, cl
 // answer.
 func bootstrappedAt(ctx context.Context, tr AddrCaller, m Member, req []byte, id, clusterID, inc uint64) error {
 	refuse := func(why string) error {
-		return fmt.Errorf("%w: member %d (at %s) %s: member %d's data was lost (a replaced disk, a deleted group). Do not bootstrap it again: "+
-			"remove member %d from the group and add a new member under a new ID as a learner, with an empty data dir and Join (it catches up, then is promoted)",
-			ErrAlreadyBootstrapped, m.ID, m.PeerAddr, why, id, id)
+		return alreadyBootstrapped(fmt.Sprintf("member %d (at %s)", m.ID, m.PeerAddr), why, id, nil)
 	}
 	rep, err := tr.CallAddr(ctx, m.PeerAddr, req)
 	switch {

@@ -219,6 +219,9 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 		}
 		return ChangeResult{}, n.TransferLeadership(ctx, req.IDs[0])
 	}
+	if err := n.checkIncarnation(req, n.cfg.ID); err != nil {
+		return ChangeResult{}, err
+	}
 	var leaderless time.Time // since when no leader is known
 	for {
 		res, err := n.changeLocally(ctx, req, dryRun)
@@ -270,6 +273,25 @@ func (n *Node) change(ctx context.Context, req confchange.Request, dryRun bool) 
 			return res, werr
 		}
 	}
+}
+
+// checkIncarnation refuses an update that records an incarnation unless
+// it is member from's publication of its own: from is the member asking
+// (this one, or the one that forwarded the request) and, when it is this
+// member, the incarnation must be this replica's. Any other would make the
+// cluster refuse that member's real replica as wiped, for good (the
+// incarnation, once recorded, never changes). Adds carry none
+// (confchange refuses them).
+func (n *Node) checkIncarnation(req confchange.Request, from uint64) error {
+	m := req.Member
+	if req.Op != confchange.OpUpdate || m.Incarnation == 0 {
+		return nil
+	}
+	if m.ID == from && (from != n.cfg.ID || m.Incarnation == n.Incarnation()) {
+		return nil
+	}
+	return &confchange.Refusal{Err: confchange.ErrInvalidMember, ID: m.ID,
+		Detail: fmt.Sprintf("member %d: an incarnation (%x) is published only by the member itself, of its own data; leave Incarnation 0 (the recorded one is kept)", m.ID, m.Incarnation)}
 }
 
 // changeThroughPeers sends req to the leader through each member this one
@@ -428,6 +450,11 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 // of member m.ID. Every member's transport follows the new address once it
 // applies it. Clearing ReadOnly is how a read-only learner becomes
 // promotable; a voter cannot be made read-only (demote it first).
+//
+// m.Incarnation is left 0 (the recorded one is kept): a member publishes
+// its own incarnation itself once it runs, and an update that records
+// one for any other member, or another one than this replica's, is
+// refused (ErrInvalidMember).
 //
 // Errors: ErrUnknownMember; ErrInvalidMember; ErrMemberReadOnly (m is a
 // voter and ReadOnly is set); ErrChangeInProgress; and the errors of

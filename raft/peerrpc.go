@@ -185,7 +185,11 @@ func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte,
 	resp := rpcResponse{V: peerRPCVersion}
 	switch req.Op {
 	case rpcChange, rpcCheck:
-		res, err := n.changeLocally(ctx, req.Req, req.Op == rpcCheck)
+		var res ChangeResult
+		err := n.checkIncarnation(req.Req, from)
+		if err == nil {
+			res, err = n.changeLocally(ctx, req.Req, req.Op == rpcCheck)
+		}
 		resp.Result, resp.Err = &res, toRPCError(err)
 	case rpcMembership:
 		// What f writes is read only once n.do returned nil (f ran): after

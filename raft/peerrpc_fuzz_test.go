@@ -66,7 +66,7 @@ func FuzzDiscoverAnswer(f *testing.F) {
 		})
 		// One attempt (Discover retries a refusal until its context ends:
 		// that would make each input cost the whole timeout).
-		info, err := discoverAt(context.Background(), tr, "x:1", nil, 4, 0)
+		info, err := discoverAt(context.Background(), tr, "x:1", nil, 4, 0, 0)
 		if err == nil {
 			if _, ok := info.Member(4); !ok || info.ClusterID == 0 {
 				t.Fatalf("Discover accepted a cluster that does not list member 4: %+v", info)

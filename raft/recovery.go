@@ -25,7 +25,8 @@ import (
 // on and must be added again as new members (with new IDs).
 //
 // self is this member's record (its ID, and its peer address and metadata:
-// an empty PeerAddr keeps the recorded one). Call it with the node stopped
+// an empty PeerAddr keeps the recorded one; its Incarnation is ignored: the
+// recorded one stays). Call it with the node stopped
 // and the storage open. It returns the index of the last entry it appended.
 // Data written by the lost members and not replicated to self is lost: that
 // is what "last resort" means.
@@ -96,6 +97,10 @@ func ForceNewCluster(store Storage, self Member, log *slog.Logger) (uint64, erro
 	before := confchange.ConfigFromConfState(chg.Tracker.ConfState())
 
 	rec := self
+	// The incarnation recorded for self stays (this is its data); one
+	// given here, e.g. copied from another member's record, is not
+	// recorded: the member would stop itself as wiped.
+	rec.Incarnation = 0
 	if rec.PeerAddr == "" && recorded != nil {
 		rec.PeerAddr = recorded.PeerAddr
 	}

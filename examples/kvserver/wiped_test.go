@@ -67,3 +67,51 @@ func TestWipedDataDirRefused(t *testing.T) {
 		t.Fatalf("GET: %d %q", code, v)
 	}
 }
+
+// TestWipedJoinedDataDirRefused: the same for a member that first joined
+// (--join): its restart command line takes the join path with the empty
+// data dir, and is refused in one line too — before, it retried for ever
+// ("no member answered yet"), its peers refusing it as wiped.
+func TestWipedJoinedDataDirRefused(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3)
+	p4 := newProc(t, root, 4)
+	body := fmt.Sprintf(`{"id": 4, "peer_addr": %q, "client_addr": %q}`, p4.peer, p4.client)
+	if code, out := ps[1].req("POST", "/members", body); code != 201 {
+		t.Fatalf("POST /members: %d %s", code, out)
+	}
+	p4.start("--join", "--peers", ps[2].peer)
+	p4.waitHealthy(t)
+	eventually(t, 20*time.Second, func() string {
+		for _, p := range ps {
+			m, ok := p.members(t)
+			if !ok {
+				return "no membership"
+			}
+			for _, mm := range m.Members {
+				if mm.ID == 4 && mm.ClientAddr != p4.client {
+					return fmt.Sprintf("member 4 not published on %d yet", p.id)
+				}
+			}
+		}
+		return ""
+	})
+	_ = p4.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p4.wait(20 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p4.out)
+	}
+	if err := os.RemoveAll(p4.dir); err != nil {
+		t.Fatal(err)
+	}
+	p4.start(p4.args...) // the restart command line
+	code := p4.wait(30 * time.Second)
+	out := strings.TrimSpace(p4.out.String())
+	if code == 0 || strings.Contains(out, "\n") {
+		t.Fatalf("exit %d, output %q: want non-zero and one line", code, out)
+	}
+	for _, want := range []string{"data was lost", "kvctl member remove 4", "new ID"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the reason %q does not say %q", out, want)
+		}
+	}
+}
