@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -187,6 +188,10 @@ func (n *Node) loopOnce() {
 		for i, m := range l.recvBuf {
 			n.stepPeer(m, now)
 			l.recvBuf[i] = nil
+			if n.stopped() { // a message told it its data was lost: write nothing more
+				clear(l.recvBuf)
+				return
+			}
 		}
 	}
 	if room := n.cfg.MaxPendingProposals - len(l.pending); room > 0 {
@@ -238,9 +243,36 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) {
 	if n.holdReadIndex(m) {
 		return
 	}
+	if m.GetType() == raftpb.MessageType_MsgHeartbeat && m.GetCommit() > l.ms.lastIndex && n.stepLostLog(m) {
+		return
+	}
 	if err := l.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
 		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
 	}
+}
+
+// stepLostLog steps a leader's heartbeat whose commit index is past the
+// last index this member wrote. The leader sends a member at most what
+// that member acknowledged (its match), so if raft's log — which may hold
+// entries not yet written — ends before it too, this member lost entries
+// it acknowledged: its data is not the copy the cluster knew (a replaced
+// disk, a data dir restored from an old copy). raft panics on it ("tocommit
+// out of range"); the node stops with ErrReplicaWiped instead, saying so.
+// It reports whether it stopped the node.
+func (n *Node) stepLostLog(m *raftpb.Message) (lost bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			if !strings.Contains(fmt.Sprint(r), "out of range") {
+				panic(r)
+			}
+			lost = true
+			n.wiped(fmt.Sprintf("leader %d holds this member's log acknowledged up to index %d, but it ends at %d: it lost what it acknowledged", m.GetFrom(), m.GetCommit(), n.loop.ms.lastIndex))
+		}
+	}()
+	if err := n.loop.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
+		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
+	}
+	return false
 }
 
 // flushProposals hands the pending proposals to raft, in MsgProp messages of

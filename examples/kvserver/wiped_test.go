@@ -44,19 +44,7 @@ func TestWipedDataDirRefused(t *testing.T) {
 	}
 	victim.start(victim.args...) // the restart command line
 	code := victim.wait(30 * time.Second)
-	// The reason is one line, the last; what comes before it can only be
-	// log records (a peer's attachment refused while the member checked
-	// its bootstrap, say).
-	lines := strings.Split(strings.TrimSpace(victim.out.String()), "\n")
-	out := lines[len(lines)-1]
-	if code == 0 || !strings.HasPrefix(out, "kvserver: ") {
-		t.Fatalf("exit %d, output %q: want non-zero and a one-line reason", code, victim.out.String())
-	}
-	for _, l := range lines[:len(lines)-1] {
-		if !strings.HasPrefix(l, "time=") {
-			t.Fatalf("output line %q is neither a log record nor the reason (output %q)", l, victim.out.String())
-		}
-	}
+	out := refusalReason(t, code, victim.out.String())
 	for _, want := range []string{"data was lost", "kvctl member remove 2", "new ID", "--join"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the reason %q does not say %q", out, want)
@@ -105,13 +93,29 @@ func TestWipedJoinedDataDirRefused(t *testing.T) {
 	}
 	p4.start(p4.args...) // the restart command line
 	code := p4.wait(30 * time.Second)
-	out := strings.TrimSpace(p4.out.String())
-	if code == 0 || strings.Contains(out, "\n") {
-		t.Fatalf("exit %d, output %q: want non-zero and one line", code, out)
-	}
+	out := refusalReason(t, code, p4.out.String())
 	for _, want := range []string{"data was lost", "kvctl member remove 4", "new ID"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the reason %q does not say %q", out, want)
 		}
 	}
+}
+
+// refusalReason returns the one-line reason a refused start printed: the
+// last line of its output, after which it exited non-zero. What comes
+// before it can only be log records (a peer's attachment refused while the
+// member checked its data, say).
+func refusalReason(t *testing.T, code int, output string) string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(output), "\n")
+	out := lines[len(lines)-1]
+	if code == 0 || !strings.HasPrefix(out, "kvserver: ") {
+		t.Fatalf("exit %d, output %q: want non-zero and a one-line reason", code, output)
+	}
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.HasPrefix(l, "time=") {
+			t.Fatalf("output line %q is neither a log record nor the reason (output %q)", l, output)
+		}
+	}
+	return out
 }
