@@ -78,7 +78,8 @@ type BatchHandler interface {
 // host link, which every group's members on that host share.
 //
 // HostLiveness is called once for each of the group's members on that
-// host at each change, from the link's goroutines, and must not block:
+// host when its attachment joins a link to a live host, then at each
+// change, from the link's goroutines, and must not block:
 // a host's change reaches every group there in turn. since is the pong
 // that made the host live, or, for a host no longer live, its last pong
 // (the last moment it was known live). Transport.HostContact says the

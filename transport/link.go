@@ -26,6 +26,9 @@ type flow struct {
 	// queued is guarded by p.mu: the flow is on l.active (or its writer's
 	// round), and an enqueue need not put it there again.
 	queued bool
+	// told is the host liveness last reported to the peer's group for this
+	// flow (0 none, 1 live, 2 not live); guarded by l.lv.mu.
+	told uint8
 
 	// Owned by l's writer goroutine.
 	deficit   int       // bytes it may still write in this round (negative: in debt)
@@ -122,10 +125,10 @@ func (m *Mux) join(p *peer, addr string) {
 func (l *link) addFlow(p *peer) bool {
 	hf := &flow{p: p, l: l, key: p.key()}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
+		l.mu.Unlock()
 		return false
 	}
 	p.host, p.flow = hf, hf
@@ -139,6 +142,8 @@ func (l *link) addFlow(p *peer) bool {
 		l.attach = append(l.attach, hf)
 		l.poke()
 	}
+	l.mu.Unlock()
+	l.tellJoined(hf)
 	return true
 }
 

@@ -145,11 +145,34 @@ func (l *link) setNotLiveLocked(now time.Time, why string, args ...any) {
 }
 
 // reportLiveness tells every group with a member on the host. lv.mu is
-// held: reports reach each group in the order of the changes.
+// held: reports reach each group in the order of the changes, each flow
+// told a state once.
 func (l *link) reportLiveness(live bool, since time.Time) {
+	state := uint8(2)
+	if live {
+		state = 1
+	}
 	for _, f := range l.flowList() {
+		if f.told == state {
+			continue
+		}
+		f.told = state
 		f.p.reportLiveness(f, live, since)
 	}
+}
+
+// tellJoined tells the group of a flow that joined the link that its
+// host is live, if it is: a group that joins a live link hears the state
+// it joins, then every change (l.mu is not held).
+func (l *link) tellJoined(f *flow) {
+	lv := &l.lv
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	if lv.closed || !lv.live.Load() || f.told == 1 {
+		return
+	}
+	f.told = 1
+	f.p.reportLiveness(f, true, time.Unix(0, lv.lastPong.Load()))
 }
 
 // closeLiveness stops the link's liveness timer; nothing is reported after.
