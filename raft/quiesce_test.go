@@ -1,0 +1,129 @@
+package raft_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// quiesceCluster starts a cluster with Quiesce on and every member's host
+// live.
+func quiesceCluster(t *testing.T, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	opts.Quiesce = true
+	c := cluster.New(t, opts)
+	for _, id := range c.Members() {
+		c.Net.SetHostLive(id, true)
+	}
+	return c
+}
+
+// waitQuiesced waits until every running member of c reports its group
+// quiesced.
+func waitQuiesced(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	for {
+		all := true
+		for _, m := range c.Running() {
+			st, err := m.Node.Status(ctx)
+			if err != nil {
+				t.Fatalf("member %d: Status: %v", m.ID, err)
+			}
+			if !st.Quiesced {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the group did not quiesce: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// waitAwake waits until m reports its group awake.
+func waitAwake(ctx context.Context, t *testing.T, n *raft.Node) {
+	t.Helper()
+	for {
+		st, err := n.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Quiesced {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("member %d did not wake: %v", n.ID(), ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// quietSpell lets several election timeouts pass (the cluster's ticks are
+// 10 ms, its election timeout 100 ms).
+func quietSpell() { time.Sleep(300 * time.Millisecond) }
+
+func wakes(n *raft.Node) map[string]uint64 { return raft.SchedStats(n).Wakes }
+
+// TestQuiescedGroupSendsNothingAndIsNotTicked: an idle group with every
+// member caught up on a live host quiesces; then no member sends a
+// message or ticks, whatever time passes, Status and Membership calls
+// (a metrics scrape) included; the leader's Status says the members are
+// recently active through their hosts, and its scheduler counts it
+// quiesced.
+func TestQuiescedGroupSendsNothingAndIsNotTicked(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("k", "v"))
+	waitQuiesced(ctx, t, c)
+	sent := c.Net.Stats().Sent
+	ticks := map[uint64]uint64{}
+	for _, m := range c.Running() {
+		ticks[m.ID] = raft.Ticks(m.Node)
+	}
+	quietSpell()
+	for _, m := range c.Running() {
+		if _, err := m.Node.Membership(ctx); err != nil {
+			t.Fatalf("member %d: Membership: %v", m.ID, err)
+		}
+	}
+	st, err := lead.Node.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Net.Stats().Sent; got != sent {
+		t.Fatalf("a quiesced group sent %d messages", got-sent)
+	}
+	for _, m := range c.Running() {
+		if got := raft.Ticks(m.Node); got != ticks[m.ID] {
+			t.Fatalf("member %d ticked %d times while quiesced", m.ID, got-ticks[m.ID])
+		}
+		if s := raft.SchedStats(m.Node); s.Quiesced != 1 {
+			t.Fatalf("member %d: scheduler counts %d quiesced; want 1", m.ID, s.Quiesced)
+		}
+	}
+	if !st.Quiesced || st.QuiescedSince.IsZero() {
+		t.Fatalf("leader Status: Quiesced %t since %v", st.Quiesced, st.QuiescedSince)
+	}
+	for id, pp := range st.Progress {
+		if !pp.RecentActive || !pp.ContactViaHost {
+			t.Fatalf("quiesced member %d on a live host: RecentActive %t, ContactViaHost %t; want both", id, pp.RecentActive, pp.ContactViaHost)
+		}
+	}
+	for _, m := range c.Running() {
+		for cause, n := range wakes(m.Node) {
+			if n != 0 && cause != "refused" {
+				t.Fatalf("member %d woke by %s while only read (%d)", m.ID, cause, n)
+			}
+		}
+	}
+}
