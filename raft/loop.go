@@ -236,10 +236,7 @@ func (n *Node) loopOnce() {
 		f()
 		l.acts[i] = nil
 	}
-	if q := &l.q; q.on && (q.stirred || l.rn.HasReady()) {
-		if !q.stirred {
-			q.cause = wakeMessage
-		}
+	if q := &l.q; q.on && q.stirred {
 		n.wake(q.cause, q.from)
 	}
 	// Calls that only read run as they are: they do not wake the node.

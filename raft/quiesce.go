@@ -145,7 +145,7 @@ func (n *Node) maybeQuiesce() {
 	}
 	// The policy is asked now: a group it would change does not quiesce.
 	n.membershipTick()
-	if !n.nothingPending() {
+	if !n.nothingPending(true) {
 		return
 	}
 	st := l.rn.Status()
@@ -195,11 +195,13 @@ func (n *Node) maybeQuiesce() {
 
 // nothingPending reports whether no proposal, read, call, message,
 // change or snapshot waits anywhere in the node.
-func (n *Node) nothingPending() bool {
+// A Ready is pending work on a leader; on a follower it holds the answer
+// to the heartbeat that came with the quiesce message (sent after).
+func (n *Node) nothingPending(leader bool) bool {
 	l := &n.loop
 	if len(l.pending) > 0 || n.props.len() > 0 || len(l.readQueue) > 0 || len(l.readRounds) > 0 ||
 		len(l.heldReadIndex) > 0 || n.reads.len() > 0 || n.acts.len() > 0 || n.recv.len() > 0 ||
-		len(l.snapBackoff) > 0 || l.ms.checking != 0 || l.ms.confGate > n.applied.get() || l.rn.HasReady() {
+		len(l.snapBackoff) > 0 || l.ms.checking != 0 || l.ms.confGate > n.applied.get() || (leader && l.rn.HasReady()) {
 		return false
 	}
 	n.waiters.mu.Lock()
@@ -225,7 +227,7 @@ func (n *Node) acceptQuiesce(m *raftpb.Message) bool {
 	st := l.rn.BasicStatus()
 	return st.RaftState == etcdraft.StateFollower && st.GetTerm() == m.GetTerm() && st.Lead == m.GetFrom() &&
 		st.GetCommit() == m.GetCommit() && st.GetCommit() == l.ms.lastIndex && n.applied.get() == st.GetCommit() &&
-		n.nothingPending()
+		n.nothingPending(false)
 }
 
 // quiesce stops the node's ticks; leader is the group's leader (this

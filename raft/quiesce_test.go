@@ -2,9 +2,11 @@ package raft_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
@@ -42,6 +44,10 @@ func waitQuiesced(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		}
 		select {
 		case <-ctx.Done():
+			for _, m := range c.Running() {
+				st, _ := m.Node.Status(context.Background())
+				t.Logf("member %d: quiesced %t commit %d wakes %v", m.ID, st.Quiesced, st.Commit, wakes(m.Node))
+			}
 			t.Fatalf("the group did not quiesce: %v", ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -126,4 +132,79 @@ func TestQuiescedGroupSendsNothingAndIsNotTicked(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEveryWakeCauseWakes: from a quiesced group, each call wakes the
+// member it is made on (counted under its cause), succeeds, and the group
+// quiesces again after.
+func TestEveryWakeCauseWakes(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{})
+	ctx := ctxT(t, 15*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("k", "v"))
+	follower := func() *raft.Node {
+		for _, m := range c.Running() {
+			if !m.Node.IsLeader() {
+				return m.Node
+			}
+		}
+		t.Fatal("no follower")
+		return nil
+	}
+	leader := func() *raft.Node {
+		l, err := c.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Node
+	}
+	cases := []struct {
+		name  string
+		on    func() *raft.Node
+		cause string
+		do    func(n *raft.Node) error
+	}{
+		{"propose on the leader", leader, "proposal", func(n *raft.Node) error { _, err := n.Propose(ctx, kv.Put("a", "1")); return err }},
+		{"propose on a follower", follower, "proposal", func(n *raft.Node) error { _, err := n.Propose(ctx, kv.Put("b", "1")); return err }},
+		{"read on the leader", leader, "read", func(n *raft.Node) error { return n.ReadBarrier(ctx) }},
+		{"read on a follower", follower, "read", func(n *raft.Node) error { return n.ReadBarrier(ctx) }},
+		{"settings on a follower", follower, "proposal", func(n *raft.Node) error {
+			cs := n.Settings()
+			cs.FailoverAfter = 40 * time.Second
+			return n.UpdateSettings(ctx, cs)
+		}},
+		{"membership change on the leader", leader, "call", func(n *raft.Node) error {
+			// A dry run that the rules may refuse: either way it ran on
+			// the leader's loop.
+			_, _ = n.CheckMembership(ctx, confchange.Request{Op: confchange.OpRemove, IDs: []uint64{99}})
+			return nil
+		}},
+		{"transfer on the leader", leader, "call", func(n *raft.Node) error {
+			for _, m := range c.Running() {
+				if m.ID != n.ID() {
+					return n.TransferLeadership(ctx, m.ID)
+				}
+			}
+			return nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Log(tc.name)
+		waitQuiesced(ctx, t, c)
+		n := tc.on()
+		before := wakes(n)[tc.cause]
+		if err := tc.do(n); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := wakes(n)[tc.cause]; got != before+1 {
+			t.Fatalf("%s: member %d woke by %q %d times; want once", tc.name, n.ID(), tc.cause, got-before)
+		}
+		if !n.IsLeader() && !strings.HasPrefix(tc.name, "transfer") {
+			// The leader was woken by the message the follower sent.
+			if l := leader(); wakes(l)["message"]+wakes(l)["nudge"] == 0 {
+				t.Fatalf("%s: the leader never woke by a message", tc.name)
+			}
+		}
+	}
+	waitQuiesced(ctx, t, c)
 }
