@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +208,73 @@ func TestEveryWakeCauseWakes(t *testing.T) {
 		}
 	}
 	waitQuiesced(ctx, t, c)
+}
+
+// TestQuiescedJoinReadinessAndFailover: a join started through a follower
+// of a quiesced group wakes it and completes (the group stays awake until
+// the learner is ready and recorded so, then quiesces with it); through a
+// quiet spell longer than FailoverAfter, the quiesced learner stays ready
+// and no voter is failed over while their hosts live — during the spell
+// (through their hosts: "via host") and after a wake (the hosts' contact is
+// carried into the group's); once a voter's host dies, the leader wakes
+// and the policy fails it over to the standby.
+func TestQuiescedJoinReadinessAndFailover(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{Membership: confchange.Settings{
+		Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond,
+	}})
+	ctx := ctxT(t, 60*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("k", "v"))
+	waitQuiesced(ctx, t, c)
+	via := follower(t, c, lead)
+	c.Net.SetHostLive(4, true)
+	addLearner(ctx, t, c, via.Node, 4)
+	if w := wakes(lead.Node)["message"] + wakes(lead.Node)["call"] + wakes(lead.Node)["nudge"]; w == 0 {
+		t.Fatalf("the join did not wake the leader: %v", wakes(lead.Node))
+	}
+	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
+	waitQuiesced(ctx, t, c)
+	voters := func() []uint64 {
+		m, err := lead.Node.Membership(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Config.Voters
+	}
+	before := voters()
+
+	time.Sleep(800 * time.Millisecond) // longer than FailoverAfter, quiesced
+	m, err := lead.Node.Membership(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := memberStatus(m, 4)
+	if !s.Readiness.Ready() || s.Progress == nil || !s.Progress.ViaHost {
+		t.Fatalf("quiesced learner 4 on a live host: %+v; want ready, via its host", s)
+	}
+	if !slices.Equal(m.Config.Voters, before) {
+		t.Fatalf("voters changed while quiesced: %v, was %v", m.Config.Voters, before)
+	}
+	// A write wakes the group: the hosts' contact carries over, the
+	// policy finds nothing to do, and the group quiesces again.
+	propose(ctx, t, lead.Node, kv.Put("k2", "v"))
+	waitQuiesced(ctx, t, c)
+	if got := voters(); !slices.Equal(got, before) {
+		t.Fatalf("voters changed after a wake: %v, was %v (stale contact read as silence)", got, before)
+	}
+	m, _ = lead.Node.Membership(ctx)
+	if s, _ := memberStatus(m, 4); !s.Readiness.Ready() {
+		t.Fatalf("learner 4 not ready after a wake: %+v", s)
+	}
+
+	lost := follower(t, c, lead).ID
+	c.Crash(lost)
+	c.Net.SetHostLive(lost, false)
+	waitMembership(ctx, t, lead.Node, "lost voter failed over to 4", func(m raft.Membership) bool {
+		return slices.Contains(m.Config.Voters, 4) && !slices.Contains(m.Config.Voters, lost) && !m.Joint() && !m.Pending
+	})
+	if w := wakes(lead.Node)["hostDown"]; w == 0 {
+		t.Fatalf("the leader was not woken by its member's host's death: %v", wakes(lead.Node))
+	}
+	propose(ctx, t, lead.Node, kv.Put("after", "failover"))
 }
