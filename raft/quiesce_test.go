@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -277,4 +278,69 @@ func TestQuiescedJoinReadinessAndFailover(t *testing.T) {
 		t.Fatalf("the leader was not woken by its member's host's death: %v", wakes(lead.Node))
 	}
 	propose(ctx, t, lead.Node, kv.Put("after", "failover"))
+}
+
+// TestQuiescedLeaderHostDies: the leader of a quiesced group crashes and
+// its host is declared dead: the followers, which tick no more, wake
+// (through the throttle), forget the leader and elect a new one; every
+// acknowledged write is there.
+func TestQuiescedLeaderHostDies(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	for i := range 5 {
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("k%d", i), "v"))
+	}
+	waitQuiesced(ctx, t, c)
+	term := lead.Node.Term()
+	c.Crash(lead.ID)
+	c.Net.SetHostLive(lead.ID, false)
+	next, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatalf("no new leader after the quiesced leader's host died: %v", err)
+	}
+	if next.ID == lead.ID || next.Node.Term() <= term {
+		t.Fatalf("leader %d at term %d; want another member, a later term than %d", next.ID, next.Node.Term(), term)
+	}
+	var woken uint64
+	for _, m := range c.Running() {
+		woken += wakes(m.Node)["leaderDead"]
+	}
+	if woken == 0 {
+		t.Fatal("no follower was woken by its leader's host's death")
+	}
+	for i := range 5 {
+		got, err := next.Node.Read(ctx, []byte(fmt.Sprintf("k%d", i)))
+		if err != nil || string(got) != "v" {
+			t.Fatalf("acknowledged write k%d after failover: %q, %v", i, got, err)
+		}
+	}
+}
+
+// TestQuiescedFollowerPartitionedAndBack: a follower of a quiesced group
+// is cut off, woken (a read that cannot finish), times out and prevotes
+// into the void; back, it disrupts nothing: same leader, same term (its
+// prevotes never raised a term), and the group quiesces again.
+func TestQuiescedFollowerPartitionedAndBack(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("k", "v"))
+	waitQuiesced(ctx, t, c)
+	term := lead.Node.Term()
+	f := follower(t, c, lead)
+	c.Net.Isolate(f.ID)
+	rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond) // several election timeouts
+	if err := f.Node.ReadBarrier(rctx); err == nil {
+		t.Fatal("a read on an isolated follower finished")
+	}
+	cancel()
+	c.Net.Heal()
+	propose(ctx, t, lead.Node, kv.Put("k2", "v"))
+	waitQuiesced(ctx, t, c)
+	for _, m := range c.Running() {
+		if m.Node.Term() != term || m.Node.Leader() != lead.ID {
+			t.Fatalf("member %d: leader %d term %d; want %d at term %d (no disruption)", m.ID, m.Node.Leader(), m.Node.Term(), lead.ID, term)
+		}
+	}
 }
