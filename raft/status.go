@@ -40,7 +40,8 @@ type Status struct {
 	PeerMessagesDropped uint64
 	// HostLivenessReports counts the changes of its peers' hosts'
 	// liveness the transport reported to this member (one per peer on a
-	// host that turned live or not live). Nothing acts on them yet.
+	// host that turned live or not live). Only a quiesced group acts on
+	// them (Config.Quiesce).
 	HostLivenessReports uint64
 	// Quiesced reports whether the group is quiesced on this member
 	// (Config.Quiesce): it neither ticks nor sends until something wakes
