@@ -56,25 +56,6 @@ func waitQuiesced(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	}
 }
 
-// waitAwake waits until m reports its group awake.
-func waitAwake(ctx context.Context, t *testing.T, n *raft.Node) {
-	t.Helper()
-	for {
-		st, err := n.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !st.Quiesced {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("member %d did not wake: %v", n.ID(), ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // quietSpell lets several election timeouts pass (the cluster's ticks are
 // 10 ms, its election timeout 100 ms).
 func quietSpell() { time.Sleep(300 * time.Millisecond) }
