@@ -65,6 +65,10 @@ type Progress struct {
 	// started for another cluster), while it cannot be reached; "" otherwise.
 	// Readiness says "refused: cluster mismatch".
 	Refused string
+	// ViaHost is true when the group is quiesced and LastContact (and
+	// RecentActive) come from the member's host's liveness, heard later
+	// than the group itself (a quiesced group is silent by design).
+	ViaHost bool
 }
 
 // ProgressFromTracker converts one entry of raft's Status().Progress. Raft

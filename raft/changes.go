@@ -260,7 +260,9 @@ func (n *Node) view() confchange.View {
 		// counts from when it took over, never from stale times.
 		// A member added after that counts from when this leader first
 		// tracked it, not from before it existed.
-		heard := l.lastContact[id]
+		// While quiesced, the group is silent: a member of the quiesce
+		// set counts as heard when its host was.
+		heard, viaHost := n.hostHeard(id, l.lastContact[id])
 		lc := heard
 		if lc.Before(ms.leaderSince) {
 			lc = ms.leaderSince
@@ -277,6 +279,7 @@ func (n *Node) view() confchange.View {
 			lc = first
 		}
 		p := confchange.ProgressFromTracker(pr, lc)
+		p.ViaHost = viaHost
 		// Raft's RecentActive is cleared for every member at each election
 		// timeout (CheckQuorum) and set again by the next message, so it
 		// flaps; readiness needs "heard from within an election timeout".

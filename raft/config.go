@@ -62,6 +62,16 @@ type Config struct {
 	// DisableCheckQuorum turns CheckQuorum off (on by default: a leader that
 	// cannot reach a quorum steps down).
 	DisableCheckQuorum bool
+	// Quiesce lets an idle group stop ticking and sending: a leader whose
+	// group had nothing to do for a few ticks, with every member caught up
+	// and on a live host (LivenessTransport), tells its followers, and the
+	// group is silent until a proposal, a read, a membership call, a peer
+	// message or a host's death wakes it (see "Quiescence" in
+	// docs/architecture.md). Readiness and failover read a quiesced
+	// member's host liveness instead of its group's last contact. It needs
+	// CheckQuorum and PreVote. Off by default for now; it will become the
+	// default once it has soaked.
+	Quiesce bool
 
 	// MaxSizePerMsg bounds the bytes of entries in one append message.
 	// Default 1 MiB.
@@ -269,6 +279,9 @@ func (c Config) Validate() error {
 	}
 	if c.ApplyQueueSize < 0 {
 		bad("ApplyQueueSize (%d) must be positive", c.ApplyQueueSize)
+	}
+	if c.Quiesce && (c.DisableCheckQuorum || c.DisablePreVote) {
+		bad("Quiesce needs CheckQuorum and PreVote (DisableCheckQuorum %t, DisablePreVote %t)", c.DisableCheckQuorum, c.DisablePreVote)
 	}
 	if err := c.Membership.Validate(); err != nil {
 		bad("Membership: %v", err)

@@ -163,6 +163,26 @@
 // (transport.Config.LearnerBatchDelay; the node tells the transport who is
 // a learner, Transport.SetLearner).
 //
+// # Quiescence
+//
+// With Config.Quiesce, an idle group stops ticking and sending: a leader
+// whose group was idle for a few ticks, with nothing pending and every
+// member caught up on a live host (LivenessTransport) and every learner
+// ready and recorded so, sends each member a heartbeat marked "quiesce"
+// (its context is 8 zero bytes and a marker: etcd raft reads a heartbeat
+// answer's context as a read position, which zero leaves alone); a member
+// that agrees on term, leader and commit and has nothing of its own
+// pending quiesces too, else it answers and the leader wakes. A proposal,
+// a read, a membership call, a transfer or a peer message wakes a
+// quiesced member; Status and Membership do not. While quiesced, the
+// leader's readiness and failover read each member's host liveness; a
+// host's death wakes the quiesced groups it concerns, at
+// SchedulerConfig.MaxWakesPerSec: a leader with a member there, and the
+// followers of a leader there, which forget it and elect. Quiescence only
+// withholds ticks and messages, so raft's safety is untouched (see
+// "Quiescence" in docs/architecture.md). SchedulerStats counts quiesced
+// groups and wake-ups by cause; Status says Quiesced.
+//
 // # Versions
 //
 // Members exchange log entries, snapshots and member-to-member requests

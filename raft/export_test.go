@@ -15,3 +15,9 @@ func SnapshotSessions(r io.Reader) ([]byte, error) {
 	}
 	return h.sessions, nil
 }
+
+// Ticks returns how many raft ticks the node's loop ran.
+func Ticks(n *Node) uint64 { return n.ticked.Load() }
+
+// SchedStats returns the stats of the node's scheduler.
+func SchedStats(n *Node) SchedulerStats { return n.sched.Stats() }

@@ -94,9 +94,11 @@ type PeerHandler interface {
 	ReportRefused(id uint64, err error)
 	// HostLiveness tells the node that the host member runs on turned live
 	// or not live (transport.LivenessHandler); since is when it was last
-	// heard. It never waits. The node only counts it for now
-	// (Status.HostLivenessReports); LivenessTransport.HostContact is what
-	// Status reads.
+	// heard. It never waits. The node counts it
+	// (Status.HostLivenessReports) and, when quiesced (Config.Quiesce),
+	// wakes if the host's death concerns its group;
+	// LivenessTransport.HostContact is what Status and, while quiesced,
+	// readiness and failover read.
 	HostLiveness(member uint64, live bool, since time.Time)
 }
 

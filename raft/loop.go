@@ -46,6 +46,8 @@ type loopState struct {
 	snapBackoff map[uint64]time.Duration
 	// catchUp measures each member's catch-up rate (on the leader).
 	catchUp map[uint64]*catchUpTrack
+	// q is the quiescence state (quiesce.go).
+	q quiesceState
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the
@@ -158,6 +160,7 @@ func (n *Node) runLoop() {
 	if n.stopped() {
 		n.loopExited = true
 		n.cancelTick()
+		n.endQuiesce()
 		close(n.loopDone)
 		n.appendTask.Signal()
 		n.release()
@@ -174,8 +177,11 @@ func (n *Node) loopOnce() {
 		}
 	}()
 	l := &n.loop
-	if n.tick.Swap(false) {
+	// A tick that was due when the node quiesced is dropped.
+	tick := n.tick.Swap(false) && !l.q.on
+	if tick {
 		l.rn.Tick()
+		n.ticked.Add(1)
 		l.ticks++
 		n.retryReads(false)
 		n.dropAbandonedReads()
@@ -186,7 +192,9 @@ func (n *Node) loopOnce() {
 		now := time.Now()
 		l.recvBuf = n.recv.take(l.recvBuf[:0], loopInputBatch)
 		for i, m := range l.recvBuf {
-			n.stepPeer(m, now)
+			if !n.stepPeer(m, now) {
+				n.stir(wakeMessage, m.GetFrom())
+			}
 			l.recvBuf[i] = nil
 			if n.stopped() { // a message told it its data was lost: write nothing more
 				clear(l.recvBuf)
@@ -194,6 +202,7 @@ func (n *Node) loopOnce() {
 			}
 		}
 	}
+	taken := len(l.pending)
 	if room := n.cfg.MaxPendingProposals - len(l.pending); room > 0 {
 		// Proposers woken together by one applied batch arrive a few
 		// microseconds apart: when the last batch had company, yielding
@@ -204,8 +213,14 @@ func (n *Node) loopOnce() {
 		}
 		l.pending = n.props.takeInto(l.pending, room)
 	}
+	if len(l.pending) > taken {
+		n.stir(wakeProposal, 0)
+	}
 	if room := maxPendingReads - len(l.readQueue); room > 0 {
 		l.readsBuf = n.reads.takeInto(l.readsBuf[:0], room)
+		if len(l.readsBuf) > 0 {
+			n.stir(wakeRead, 0)
+		}
 		for i, r := range l.readsBuf {
 			n.queueRead(r)
 			l.readsBuf[i] = nil
@@ -219,29 +234,51 @@ func (n *Node) loopOnce() {
 		l.localBuf[i] = nil
 	}
 	l.acts = n.acts.takeInto(l.acts[:0], loopInputBatch)
+	if len(l.acts) > 0 {
+		n.stir(wakeCall, 0)
+	}
 	for i, f := range l.acts {
 		f()
 		l.acts[i] = nil
+	}
+	if q := &l.q; q.on && q.stirred {
+		n.wake(q.cause, q.from)
+	}
+	// Calls that only read run as they are: they do not wake the node.
+	if n.quietActs.len() > 0 {
+		for _, f := range n.quietActs.takeInto(nil, loopInputBatch) {
+			f()
+		}
 	}
 	n.flushProposals()
 	n.flushReads()
 	for l.rn.HasReady() {
 		n.handleReady(l.rn.Ready())
 	}
-	if n.recv.len() > 0 || n.acts.len() > 0 ||
+	if tick && n.cfg.Quiesce {
+		n.noteIdle()
+		n.maybeQuiesce()
+	}
+	if l.q.on {
+		n.dropBuffers()
+	}
+	if n.recv.len() > 0 || n.acts.len() > 0 || n.quietActs.len() > 0 ||
 		(n.props.len() > 0 && len(l.pending) < n.cfg.MaxPendingProposals) ||
 		(n.reads.len() > 0 && len(l.readQueue) < maxPendingReads) {
 		n.loopTask.Signal()
 	}
 }
 
-func (n *Node) stepPeer(m *raftpb.Message, now time.Time) {
+// stepPeer steps a peer message and reports whether it was quiet: one
+// that does not wake a quiesced node (quietStep).
+func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	l := &n.loop
 	if from := m.GetFrom(); from != 0 {
 		l.lastContact[from] = now
 	}
-	if n.holdReadIndex(m) {
-		return
+	quiet, consumed := n.quietStep(m)
+	if consumed || n.holdReadIndex(m) {
+		return quiet
 	}
 	if m.GetType() == raftpb.MessageType_MsgHeartbeat && m.GetCommit() > l.ms.lastIndex && n.stepLostLog(m) {
 		return
@@ -249,6 +286,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) {
 	if err := l.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
 		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
 	}
+	return quiet
 }
 
 // stepLostLog steps a leader's heartbeat whose commit index is past the

@@ -99,7 +99,7 @@ func (n *Node) Membership(ctx context.Context) (Membership, error) {
 			m   Membership
 			err error
 		)
-		if derr := n.do(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
+		if derr := n.doQuiet(ctx, func() { m, err = n.membershipOnLoop() }); derr != nil {
 			return Membership{}, derr // f may still run: m and err are not read
 		}
 		var nl errNotLeader

@@ -109,6 +109,14 @@ type Node struct {
 	events    eventHub
 	// hostReports counts PeerHandler.HostLiveness calls.
 	hostReports atomic.Uint64
+	// quiesced is the loop's quiescence, published for the handlers;
+	// quietLeader is the leader of the quiesced group (this member's ID
+	// when it leads it). quietActs are calls that do not wake it (Status,
+	// Membership). ticked counts raft ticks.
+	quiesced    atomic.Bool
+	quietLeader atomic.Uint64
+	quietActs   queue[func()]
+	ticked      atomic.Uint64
 
 	loop   loopState   // owned by the run loop
 	apply  applyState  // owned by the apply task
@@ -621,6 +629,25 @@ func (n *Node) do(ctx context.Context, f func()) error {
 	}
 }
 
+// doQuiet is do for a call that only reads (Status, Membership): it does
+// not wake a quiesced node, so that metrics scrapes keep idle groups idle.
+func (n *Node) doQuiet(ctx context.Context, f func()) error {
+	if err := n.usable(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	n.quietActs.push(func() { f(); close(done) })
+	n.loopTask.Signal()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stopc:
+		return n.stopErr()
+	}
+}
+
 // proposal is one Propose call in flight. Proposals (with their result
 // channel) are reused through proposalPool once their result was received.
 type proposal struct {
@@ -745,6 +772,9 @@ func (h peerHandler) ProcessBatch(ms []*raftpb.Message) {
 }
 
 func (h peerHandler) ReportUnreachable(id uint64) {
+	if h.n.quiesced.Load() {
+		return // nothing was in flight; the leader probes after its next wake
+	}
 	h.n.post(func() { h.n.loop.rn.ReportUnreachable(id) })
 }
 
@@ -756,10 +786,12 @@ func (h peerHandler) ServeRequest(ctx context.Context, from uint64, req []byte) 
 	return h.n.serveRequest(ctx, from, req)
 }
 
-// HostLiveness only counts the report for now: Status reads the hosts'
-// liveness from the transport (LivenessTransport).
+// HostLiveness counts the report and, on a quiesced node, wakes what a
+// dead host needs awake (quiesce.go). Status, readiness and failover read
+// the hosts' liveness from the transport (LivenessTransport).
 func (h peerHandler) HostLiveness(member uint64, live bool, since time.Time) {
 	h.n.hostReports.Add(1)
+	h.n.quiesceHostLiveness(member, live)
 }
 
 func (h peerHandler) ReportRefused(id uint64, err error) {

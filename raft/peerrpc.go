@@ -198,7 +198,7 @@ func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte,
 			m       Membership
 			loopErr error
 		)
-		err := n.do(ctx, func() { m, loopErr = n.membershipOnLoop() })
+		err := n.doQuiet(ctx, func() { m, loopErr = n.membershipOnLoop() })
 		if err != nil {
 			err = notProposed(err) // a query: nothing was done
 		} else {

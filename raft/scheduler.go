@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/understudy-raft/understudy/internal/sched"
 )
@@ -46,6 +47,11 @@ type Scheduler struct {
 	loops, appends, applies *sched.Pool
 	clock                   *sched.Clock
 	closeOnce               sync.Once
+	// wakes throttles the wake-ups a host's liveness causes (quiesce.go).
+	wakes *sched.Throttle
+	// quiesced counts the nodes quiesced; woken counts wake-ups by cause.
+	quiesced atomic.Int64
+	woken    [numWakeCauses]atomic.Uint64
 
 	mu      sync.Mutex
 	closing bool
@@ -62,6 +68,10 @@ type SchedulerConfig struct {
 	IOWorkers int
 	// ApplyWorkers apply committed entries. Default 16.
 	ApplyWorkers int
+	// MaxWakesPerSec bounds the quiesced groups a host's liveness change
+	// wakes per second (a dead host's groups elect new leaders at this
+	// rate; a blip does not wake thousands at once). Default 2,000.
+	MaxWakesPerSec int
 }
 
 // NewScheduler returns a scheduler with cfg's bounds; its goroutines start
@@ -76,11 +86,15 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	if cfg.ApplyWorkers <= 0 {
 		cfg.ApplyWorkers = 16
 	}
+	if cfg.MaxWakesPerSec <= 0 {
+		cfg.MaxWakesPerSec = 2000
+	}
 	return &Scheduler{
 		loops:   sched.NewPool(cfg.Workers),
 		appends: sched.NewPool(cfg.IOWorkers),
 		applies: sched.NewPool(cfg.ApplyWorkers),
 		clock:   sched.NewClock(),
+		wakes:   sched.NewThrottle(float64(cfg.MaxWakesPerSec), min(256, cfg.MaxWakesPerSec)),
 		idle:    make(chan struct{}),
 	}
 }
@@ -93,7 +107,7 @@ func (c SchedulerConfig) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"Workers", c.Workers}, {"IOWorkers", c.IOWorkers}, {"ApplyWorkers", c.ApplyWorkers}} {
+	}{{"Workers", c.Workers}, {"IOWorkers", c.IOWorkers}, {"ApplyWorkers", c.ApplyWorkers}, {"MaxWakesPerSec", c.MaxWakesPerSec}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%w: Scheduler.%s (%d) must not be negative (0: the default)", ErrInvalidConfig, f.name, f.v))
 		}
@@ -164,6 +178,7 @@ func (s *Scheduler) finish() {
 	s.appends.Wait()
 	s.applies.Wait()
 	s.clock.Wait()
+	s.wakes.Wait()
 }
 
 func (s *Scheduler) close() {
@@ -180,6 +195,19 @@ type SchedulerStats struct {
 	// LoopRuns, AppendRuns and ApplyRuns count the tasks run: a loop run
 	// handles everything a node had queued when it started.
 	LoopRuns, AppendRuns, ApplyRuns uint64
+	// Quiesced is the number of its nodes quiesced now (Config.Quiesce).
+	Quiesced int
+	// Wakes counts the quiesced nodes woken, by cause: "proposal", "read",
+	// "call" (a membership call, a transfer, a stop), "message" (a peer
+	// message), "refused" (a follower refused to quiesce), "nudge" (a
+	// follower woken by another cause asked its leader to wake),
+	// "leaderDead" (a follower's leader's host died), "hostDown" (a
+	// leader's member's host died).
+	Wakes map[string]uint64
+	// WakesQueued are the wake-ups a host's liveness caused that wait for
+	// MaxWakesPerSec; WakesDeferred counts those that waited.
+	WakesQueued   int
+	WakesDeferred uint64
 }
 
 // Stats returns the scheduler's goroutines and work so far.
@@ -187,5 +215,7 @@ func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
+		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
+		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
 	}
 }

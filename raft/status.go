@@ -40,8 +40,16 @@ type Status struct {
 	PeerMessagesDropped uint64
 	// HostLivenessReports counts the changes of its peers' hosts'
 	// liveness the transport reported to this member (one per peer on a
-	// host that turned live or not live). Nothing acts on them yet.
+	// host that turned live or not live). Only a quiesced group acts on
+	// them (Config.Quiesce).
 	HostLivenessReports uint64
+	// Quiesced reports whether the group is quiesced on this member
+	// (Config.Quiesce): it neither ticks nor sends until something wakes
+	// it. QuiescedSince is when it quiesced; a quiesced leader's
+	// leadership is as of then, unverified since (a read wakes it and
+	// verifies it first).
+	Quiesced      bool
+	QuiescedSince time.Time
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -75,6 +83,11 @@ type PeerProgress struct {
 	// HostContact is when the member's host was last heard: now while it
 	// is live, else its last answer to a ping (the zero time: never).
 	HostContact time.Time
+	// ContactViaHost reports that the group is quiesced and the member's
+	// host was heard from later than its group: RecentActive and
+	// LastContact are then its host's (a quiesced group is silent by
+	// design).
+	ContactViaHost bool
 }
 
 // Status returns this member's status, taken on the run loop.
@@ -83,7 +96,7 @@ type PeerProgress struct {
 // or the error that stopped the node.
 func (n *Node) Status(ctx context.Context) (Status, error) {
 	var st Status
-	if err := n.do(ctx, func() { st = n.status() }); err != nil {
+	if err := n.doQuiet(ctx, func() { st = n.status() }); err != nil {
 		return Status{}, err // the loop may still run f: st is not read
 	}
 	return st, nil
@@ -110,6 +123,10 @@ func (n *Node) status() Status {
 		EventsDropped:       n.events.dropped.Load(),
 		PeerMessagesDropped: n.recv.droppedCount(),
 		HostLivenessReports: n.hostReports.Load(),
+		Quiesced:            l.q.on,
+	}
+	if l.q.on {
+		st.QuiescedSince = l.q.since
 	}
 	if rs.RaftState == etcdraft.StateLeader {
 		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))
@@ -119,14 +136,16 @@ func (n *Node) status() Status {
 			if id == n.cfg.ID {
 				continue
 			}
+			heard, viaHost := n.hostHeard(id, l.lastContact[id])
 			pp := PeerProgress{
 				Match:           pr.Match,
 				Next:            pr.Next,
 				State:           pr.State.String(),
 				PendingSnapshot: pr.PendingSnapshot,
-				RecentActive:    n.recentlyActive(l.lastContact[id], now),
-				LastContact:     l.lastContact[id],
+				RecentActive:    n.recentlyActive(heard, now),
+				LastContact:     heard,
 				Learner:         pr.IsLearner,
+				ContactViaHost:  viaHost,
 			}
 			if last > pr.Match {
 				pp.Lag = last - pr.Match

@@ -53,6 +53,8 @@ type Options struct {
 	Membership       confchange.Settings
 	Policy           confchange.Policy
 	ManualMembership bool
+	// Quiesce as in raft.Config.
+	Quiesce bool
 }
 
 // Cluster is a set of members over one Network.
@@ -142,6 +144,7 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		Membership:             c.opts.Membership,
 		Policy:                 c.opts.Policy,
 		ManualMembership:       c.opts.ManualMembership,
+		Quiesce:                c.opts.Quiesce,
 	}
 }
 

@@ -48,6 +48,8 @@ type hostsRig struct {
 	// proposes 128 KiB values: its large appends (and catch-ups after a
 	// restart) share every host link with the small groups' heartbeats.
 	bulk uint64
+	// quiesce turns raft.Config.Quiesce on in every group.
+	quiesce bool
 }
 
 // bulkValue is the value of the bulk group's n-th write: 128 KiB, its
@@ -148,7 +150,8 @@ func (r *hostsRig) raftConfig() raft.Config {
 	return raft.Config{TickInterval: 10 * time.Millisecond, ElectionTicks: 10, SnapshotCount: 2000,
 		// A replica that replaced a wiped one is promoted soon after it
 		// caught up.
-		Membership: confchange.Settings{Stabilization: 300 * time.Millisecond}}
+		Membership: confchange.Settings{Stabilization: 300 * time.Millisecond},
+		Quiesce:    r.quiesce}
 }
 
 // id is host i's replica ID in group g. r.mu is held.
@@ -377,7 +380,15 @@ func (r *hostsRig) pick(g uint64, rng *rand.Rand) Endpoint {
 // (porcupine, per group), stale reads must not go backwards within a run
 // of a replica, and afterwards every group must serve a write and every
 // replica catch up.
-func TestHostsUnderFaults(t *testing.T) {
+func TestHostsUnderFaults(t *testing.T) { runHostsUnderFaults(t, false, 8*time.Second) }
+
+// TestHostsUnderFaultsQuiesced is TestHostsUnderFaults, shorter, with
+// quiescence on in every group: groups idle between the clients'
+// operations quiesce and wake under the same faults, and every history
+// must still be linearizable.
+func TestHostsUnderFaultsQuiesced(t *testing.T) { runHostsUnderFaults(t, true, 3*time.Second) }
+
+func runHostsUnderFaults(t *testing.T, quiesce bool, nemesis time.Duration) {
 	if testing.Short() {
 		t.Skip("long")
 	}
@@ -393,7 +404,7 @@ func TestHostsUnderFaults(t *testing.T) {
 	rng := rand.New(rand.NewSource(seed))
 	r := &hostsRig{t: t, dir: t.TempDir(), groups: groups, bulk: uint64(groups) + 1, hosts: make([]*understudy.Host, 3),
 		reps: make([]map[uint64]*understudy.Group, 3), runs: map[*understudy.Group]*memberEndpoint{}, sess: map[uint64]*clientSessions{},
-		ids: map[[2]uint64]uint64{}, wipedIDs: 1000}
+		ids: map[[2]uint64]uint64{}, wipedIDs: 1000, quiesce: quiesce}
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -488,7 +499,7 @@ func TestHostsUnderFaults(t *testing.T) {
 	}
 	// The nemesis: one fault at a time, a host back before the next.
 	faults := 0
-	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); faults++ {
+	for end := time.Now().Add(nemesis); time.Now().Before(end); faults++ {
 		i := rng.Intn(3)
 		switch k := rng.Intn(7); {
 		case k == 6:
@@ -588,6 +599,16 @@ func TestHostsUnderFaults(t *testing.T) {
 	r.checkBulk(ctx, seed, bulkAcked)
 	t.Logf("seed %d: %d groups, %d ops checked (%d ok, %d unknown, %d without effect, %d stale reads), %d faults, %d large writes acknowledged",
 		seed, groups, ops, total.OK, total.Unknown, total.NoEffect, total.Stale, faults, len(bulkAcked))
+	if quiesce {
+		r.mu.Lock()
+		for i, h := range r.hosts {
+			if h != nil {
+				st := h.Scheduler().Stats()
+				t.Logf("host %d: %d groups quiesced now, wake-ups %v", i, st.Quiesced, st.Wakes)
+			}
+		}
+		r.mu.Unlock()
+	}
 }
 
 // checkBulk reads back, linearizably through the bulk group's leader,

@@ -1,0 +1,466 @@
+package raft
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// Quiescence (Config.Quiesce): an idle group stops ticking and sending.
+// See "Quiescence" in docs/architecture.md for the conditions and the
+// safety argument. Everything here runs on the run loop, but for the
+// HostLiveness handler (quiesceHostLiveness), which reads atomics only.
+
+// wakeCause is why a quiesced node woke (SchedulerStats.Wakes).
+type wakeCause int
+
+const (
+	wakeProposal wakeCause = iota
+	wakeRead
+	wakeCall
+	wakeMessage
+	wakeRefused
+	wakeNudge
+	wakeLeaderDead
+	wakeHostDown
+	numWakeCauses
+)
+
+var wakeCauseNames = [numWakeCauses]string{"proposal", "read", "call", "message", "refused", "nudge", "leaderDead", "hostDown"}
+
+func (c wakeCause) String() string { return wakeCauseNames[c] }
+
+// wakeCounts returns the scheduler's wake-ups by cause.
+func (s *Scheduler) wakeCounts() map[string]uint64 {
+	m := make(map[string]uint64, numWakeCauses)
+	for i := range s.woken {
+		m[wakeCauseNames[i]] = s.woken[i].Load()
+	}
+	return m
+}
+
+const (
+	// quiesceAfterTicks is how many ticks a leader's group must have been
+	// idle before it quiesces; each refusal doubles it, up to
+	// maxQuiesceAfterTicks, and activity resets it.
+	quiesceAfterTicks    = 6
+	maxQuiesceAfterTicks = 64
+)
+
+// The quiesce marker rides in a heartbeat's context: 8 zero bytes (etcd
+// raft reads any MsgHeartbeatResp context as an 8-byte little-endian read
+// position: zero acknowledges no read, and a real read context is exactly
+// 8 bytes, so the marker never equals one), "usqz" and a kind.
+const (
+	quiesceKind byte = 1 // leader to follower: quiesce
+	nudgeKind   byte = 2 // follower to leader: wake up
+)
+
+var quiesceMagic = []byte("usqz")
+
+func quiesceContext(kind byte) []byte {
+	b := make([]byte, 13)
+	copy(b[8:], quiesceMagic)
+	b[12] = kind
+	return b
+}
+
+// quiesceKindOf returns the kind of a quiesce marker, 0 if ctx is none.
+func quiesceKindOf(ctx []byte) byte {
+	if len(ctx) != 13 || binary.LittleEndian.Uint64(ctx) != 0 || !bytes.Equal(ctx[8:12], quiesceMagic) {
+		return 0
+	}
+	return ctx[12]
+}
+
+// quiesceState is the run loop's quiescence state.
+type quiesceState struct {
+	on    bool
+	since time.Time
+	// set are the members the leader told to quiesce (nil on a follower).
+	set []uint64
+	// lastBusy is the tick at which the group was last busy; sig is what
+	// it had done then (last index, applied, term); busy: something that
+	// is not idle happened since the last tick.
+	lastBusy uint64
+	sig      [3]uint64
+	busy     bool
+	// after is the current idle threshold in ticks (0: quiesceAfterTicks).
+	after uint64
+	// stirred: something that wakes a quiesced node happened in this run
+	// of the loop (cause, and the sender of a message).
+	stirred bool
+	cause   wakeCause
+	from    uint64
+}
+
+// stir notes something that is not idle: it wakes a quiesced node at the
+// end of the loop's intake, and makes an awake leader count its idle ticks
+// afresh.
+func (n *Node) stir(cause wakeCause, from uint64) {
+	q := &n.loop.q
+	q.busy = true
+	if q.on && !q.stirred {
+		q.stirred, q.cause, q.from = true, cause, from
+	}
+}
+
+// noteIdle runs on each tick of a node with Quiesce on: the group was busy
+// at this tick if anything moved since the last one.
+func (n *Node) noteIdle() {
+	l := &n.loop
+	q := &l.q
+	sig := [3]uint64{l.ms.lastIndex, n.applied.get(), l.term}
+	if q.busy || sig != q.sig {
+		q.busy, q.sig, q.lastBusy = false, sig, l.ticks
+	}
+}
+
+// maybeQuiesce quiesces the group if this member leads it, it was idle
+// for the threshold, nothing is pending, everything is durable and
+// applied, the configuration is at rest, every member is caught up on a
+// live host, and every learner is ready, stable and recorded so. It runs
+// at the end of a loop run that took a tick.
+func (n *Node) maybeQuiesce() {
+	l := &n.loop
+	q := &l.q
+	after := q.after
+	if after == 0 {
+		after = quiesceAfterTicks
+	}
+	if q.on || l.role != RoleLeader || l.ticks-q.lastBusy < after || n.stopped() {
+		return
+	}
+	lt, ok := n.tr.(LivenessTransport)
+	if !ok || n.settings.Load() == nil {
+		return
+	}
+	// The policy is asked now: a group it would change does not quiesce.
+	n.membershipTick()
+	if !n.nothingPending(true) {
+		return
+	}
+	st := l.rn.Status()
+	ms := &l.ms
+	applied := n.applied.get()
+	if st.RaftState != etcdraft.StateLeader || st.LeadTransferee != 0 ||
+		st.GetCommit() != ms.lastIndex || st.Applied != st.GetCommit() || applied != st.GetCommit() ||
+		len(st.Config.Voters[1]) > 0 || len(st.Config.LearnersNext) > 0 {
+		return
+	}
+	settings := n.membershipSettings()
+	now := time.Now()
+	set := make([]uint64, 0, len(st.Progress))
+	for id, pr := range st.Progress {
+		if id == n.cfg.ID {
+			if pr.Match != ms.lastIndex {
+				return
+			}
+			continue
+		}
+		if pr.Match != ms.lastIndex || pr.State != tracker.StateReplicate || pr.PendingSnapshot != 0 {
+			return
+		}
+		if _, live := lt.HostContact(id); !live {
+			return // a member on a host not live: the policy may have to act
+		}
+		if pr.IsLearner {
+			since, ready := ms.readySince[id]
+			if !ready || !ms.recorded[id] || now.Sub(since) < settings.Stabilization {
+				return // a learner catching up or stabilizing keeps the group awake
+			}
+		}
+		set = append(set, id)
+	}
+	slices.Sort(set)
+	self, term, commit := n.cfg.ID, l.term, st.GetCommit()
+	msgs := make([]*raftpb.Message, len(set))
+	for i := range set {
+		to := set[i]
+		msgs[i] = &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: &self, To: &to, Term: &term, Commit: &commit, Context: quiesceContext(quiesceKind)}
+	}
+	n.quiesce(set, self)
+	if len(msgs) > 0 {
+		n.tr.Send(msgs)
+	}
+}
+
+// nothingPending reports whether no proposal, read, call, message,
+// change or snapshot waits anywhere in the node.
+// A Ready is pending work on a leader; on a follower it holds the answer
+// to the heartbeat that came with the quiesce message (sent after).
+func (n *Node) nothingPending(leader bool) bool {
+	l := &n.loop
+	if len(l.pending) > 0 || n.props.len() > 0 || len(l.readQueue) > 0 || len(l.readRounds) > 0 ||
+		len(l.heldReadIndex) > 0 || n.reads.len() > 0 || n.acts.len() > 0 || n.recv.len() > 0 ||
+		len(l.snapBackoff) > 0 || l.ms.checking != 0 || l.ms.confGate > n.applied.get() || (leader && l.rn.HasReady()) {
+		return false
+	}
+	n.waiters.mu.Lock()
+	waiting := len(n.waiters.m)
+	n.waiters.mu.Unlock()
+	n.changes.mu.Lock()
+	waiting += len(n.changes.m)
+	n.changes.mu.Unlock()
+	return waiting == 0
+}
+
+// acceptQuiesce reports whether a follower or learner takes the leader's
+// quiesce message m: same term and leader, the same commit, which is its
+// last index and applied, and nothing of its own waiting.
+func (n *Node) acceptQuiesce(m *raftpb.Message) bool {
+	l := &n.loop
+	if !n.cfg.Quiesce {
+		return false // stepped: the leader learns it from raft's answer
+	}
+	if l.q.on {
+		return m.GetFrom() == n.quietLeader.Load() && m.GetTerm() == l.term
+	}
+	st := l.rn.BasicStatus()
+	return st.RaftState == etcdraft.StateFollower && st.GetTerm() == m.GetTerm() && st.Lead == m.GetFrom() &&
+		st.GetCommit() == m.GetCommit() && st.GetCommit() == l.ms.lastIndex && n.applied.get() == st.GetCommit() &&
+		n.nothingPending(false)
+}
+
+// quiesce stops the node's ticks; leader is the group's leader (this
+// member when it leads), set the members the leader told.
+func (n *Node) quiesce(set []uint64, leader uint64) {
+	l := &n.loop
+	q := &l.q
+	q.on, q.since, q.set, q.stirred = true, time.Now(), set, false
+	n.cancelTick()
+	n.cancelTick = func() {}
+	n.quietLeader.Store(leader)
+	n.quiesced.Store(true)
+	n.sched.quiesced.Add(1)
+	n.log.Debug("quiesced", slog.Uint64("leader", leader), slog.Uint64("term", l.term))
+}
+
+// dropBuffers lets an idle node's loop buffers go (at the end of a run).
+func (n *Node) dropBuffers() {
+	l := &n.loop
+	l.out, l.recvBuf, l.localBuf, l.acts, l.readsBuf, l.live = nil, nil, nil, nil, nil, nil
+}
+
+// wake ends the node's quiescence: its ticks resume, the members the
+// leader had told get their host's contact as group contact (a member on a
+// live host counts as heard now, one on a host not live as of its host's
+// last answer), and a follower woken by anything but its leader asks the
+// leader to wake, so that the leader heartbeats before it times out.
+func (n *Node) wake(cause wakeCause, from uint64) {
+	l := &n.loop
+	q := &l.q
+	if !q.on {
+		return
+	}
+	q.on, q.stirred, q.lastBusy, q.busy = false, false, l.ticks, false
+	if cause != wakeRefused && cause != wakeNudge {
+		q.after = 0
+	}
+	n.quiesced.Store(false)
+	n.quietLeader.Store(0)
+	n.sched.quiesced.Add(-1)
+	n.sched.woken[cause].Add(1)
+	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
+	if lt, ok := n.tr.(LivenessTransport); ok {
+		now := time.Now()
+		for _, id := range q.set {
+			at, live := lt.HostContact(id)
+			if live {
+				at = now
+			}
+			if at.After(l.lastContact[id]) {
+				l.lastContact[id] = at
+			}
+		}
+	}
+	q.set = nil
+	l.catchUp = nil // rates over a quiet spell mean nothing
+	n.log.Debug("woke", slog.String("cause", cause.String()))
+	if l.role != RoleLeader && l.leader != 0 && l.leader != n.cfg.ID &&
+		cause != wakeLeaderDead && (cause != wakeMessage || from != l.leader) {
+		self, to, term := n.cfg.ID, l.leader, l.term
+		n.tr.Send([]*raftpb.Message{{Type: raftpb.MsgHeartbeatResp.Enum(), From: &self, To: &to, Term: &term, Context: quiesceContext(nudgeKind)}})
+	}
+}
+
+// endQuiesce drops the scheduler's count of a node that exits quiesced.
+func (n *Node) endQuiesce() {
+	if n.loop.q.on {
+		n.loop.q.on = false
+		n.quiesced.Store(false)
+		n.sched.quiesced.Add(-1)
+	}
+}
+
+// quietStep handles the quiescence side of a peer message before it is
+// stepped: it reports whether m is quiet (does not wake a quiesced node)
+// and whether it was consumed (not to be stepped).
+func (n *Node) quietStep(m *raftpb.Message) (quiet, consumed bool) {
+	l := &n.loop
+	switch m.GetType() {
+	case raftpb.MsgHeartbeat:
+		if quiesceKindOf(m.GetContext()) == quiesceKind && n.acceptQuiesce(m) {
+			if !l.q.on {
+				n.quiesce(nil, m.GetFrom())
+			}
+			return true, true
+		}
+		// Stepped as it is: raft answers with the marker, a refusal.
+	case raftpb.MsgHeartbeatResp:
+		switch quiesceKindOf(m.GetContext()) {
+		case quiesceKind:
+			// A follower refused: wake, and wait longer next time. The
+			// marker never reaches raft (it reads contexts as read acks).
+			m.Context = nil
+			l.q.after = min(max(l.q.after, quiesceAfterTicks)*2, maxQuiesceAfterTicks)
+			n.stir(wakeRefused, m.GetFrom())
+			return false, false
+		case nudgeKind:
+			m.Context = nil
+			n.stir(wakeNudge, m.GetFrom())
+			return false, false
+		}
+		return m.GetTerm() == l.term, false
+	case raftpb.MsgAppResp:
+		return !m.GetReject() && m.GetTerm() == l.term, false
+	case raftpb.MsgPreVote, raftpb.MsgVote:
+		n.maybeForgetDeadLeader(m.GetFrom())
+	}
+	return false, false
+}
+
+// maybeForgetDeadLeader: a vote request from another member while the
+// leader's host is known not live makes this follower forget the leader,
+// so that it may grant it instead of sitting out a lease its frozen ticks
+// would make last forever (etcd raft's ForgetLeader, for an external
+// failure detector).
+func (n *Node) maybeForgetDeadLeader(from uint64) {
+	l := &n.loop
+	if !n.cfg.Quiesce || l.leader == 0 || l.leader == from || l.leader == n.cfg.ID || l.role == RoleLeader {
+		return
+	}
+	if n.hostKnownDead(l.leader) {
+		_ = l.rn.ForgetLeader()
+	}
+}
+
+// hostKnownDead reports whether member id's host was heard once and is
+// not live now.
+func (n *Node) hostKnownDead(id uint64) bool {
+	lt, ok := n.tr.(LivenessTransport)
+	if !ok {
+		return false
+	}
+	at, live := lt.HostContact(id)
+	return !live && !at.IsZero()
+}
+
+// quiesceHostLiveness is the HostLiveness report on a quiesced node: a
+// quiesced leader one of whose members' host died, or a quiesced
+// follower whose leader's host died, is woken through the scheduler's
+// throttle (a dead host's groups wake at a bounded rate).
+func (n *Node) quiesceHostLiveness(member uint64, live bool) {
+	if live || !n.cfg.Quiesce || !n.quiesced.Load() {
+		return
+	}
+	if lead := n.quietLeader.Load(); lead != n.cfg.ID && member != lead {
+		return
+	}
+	n.sched.wakes.Push(n, func() { n.post(func() { n.hostDied(member) }) })
+}
+
+// hostDied runs on the loop for a quiesced node told that member's host
+// died: a leader wakes so that the policy may act; a follower whose leader
+// it was wakes, forgets the leader, and campaigns at once if it ranks
+// first among the live voters (the others grant it; they campaign on their
+// own after an election timeout if it does not win). Learners only wait.
+func (n *Node) hostDied(member uint64) {
+	l := &n.loop
+	if !l.q.on || !n.hostKnownDead(member) {
+		return
+	}
+	if l.role == RoleLeader {
+		n.wake(wakeHostDown, 0)
+		return
+	}
+	if member != l.leader {
+		return
+	}
+	n.wake(wakeLeaderDead, 0)
+	if l.role == RoleLearner {
+		return
+	}
+	_ = l.rn.ForgetLeader()
+	if n.campaignRank(member) == 0 {
+		_ = l.rn.Campaign()
+	}
+}
+
+// campaignRank is this member's place among the voters but dead, whose
+// hosts are live, in an order every member computes alike and that spreads
+// leaders across hosts: by a hash of the cluster ID and the member ID.
+func (n *Node) campaignRank(dead uint64) int {
+	cfg := n.loop.rn.Status().Config
+	lt, _ := n.tr.(LivenessTransport)
+	type ranked struct{ id, h uint64 }
+	var rs []ranked
+	for id := range cfg.Voters.IDs() {
+		if id == dead {
+			continue
+		}
+		if id != n.cfg.ID && lt != nil {
+			if _, live := lt.HostContact(id); !live {
+				continue
+			}
+		}
+		h := fnv.New64a()
+		var b [16]byte
+		binary.LittleEndian.PutUint64(b[:], n.clusterID.Load())
+		binary.LittleEndian.PutUint64(b[8:], id)
+		_, _ = h.Write(b[:])
+		rs = append(rs, ranked{id, h.Sum64()})
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	for i, r := range rs {
+		if r.id == n.cfg.ID {
+			return i
+		}
+	}
+	return len(rs)
+}
+
+// hostHeard returns when a member of the quiesce set was last heard, the
+// later of its group's last contact and its host's (and whether the host's
+// was later): while quiesced, the group is silent by design.
+func (n *Node) hostHeard(id uint64, heard time.Time) (time.Time, bool) {
+	q := &n.loop.q
+	if !q.on || !slices.Contains(q.set, id) {
+		return heard, false
+	}
+	lt, ok := n.tr.(LivenessTransport)
+	if !ok {
+		return heard, false
+	}
+	at, live := lt.HostContact(id)
+	if live {
+		at = time.Now()
+	}
+	if at.After(heard) {
+		return at, true
+	}
+	return heard, false
+}
