@@ -374,22 +374,12 @@ func (h *Host) deleteGroup(id uint64, force bool) error {
 	return h.engine.DeleteGroup(id)
 }
 
-// reserve claims group id for a start; release gives it up.
-func (h *Host) reserve(id uint64) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return ErrHostClosed
-	}
-	if _, ok := h.groups[id]; ok {
-		return fmt.Errorf("%w: group %d", ErrGroupRunning, id)
-	}
-	h.groups[id] = nil
-	return nil
-}
+// reserve claims group id for a deletion; release gives it up.
+func (h *Host) reserve(id uint64) error { return h.reserveStart(id, nil) }
 
 // reserveStart claims group id for a StartGroup call, whose context
 // Close cancels (with ErrHostClosed as the cause); endStart ends the call.
+// With a nil cancel it only claims the group (reserve).
 func (h *Host) reserveStart(id uint64, cancel context.CancelCauseFunc) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -400,6 +390,9 @@ func (h *Host) reserveStart(id uint64, cancel context.CancelCauseFunc) error {
 		return fmt.Errorf("%w: group %d", ErrGroupRunning, id)
 	}
 	h.groups[id] = nil
+	if cancel == nil {
+		return nil
+	}
 	h.starting[id] = cancel
 	h.starts.Add(1)
 	return nil

@@ -612,31 +612,21 @@ func (n *Node) wiped(why string) {
 // (ctx ended, the node stopped) f may still run later on the loop: a caller
 // must not read or write anything f touches after an error — read f's
 // results only when do returned nil.
-func (n *Node) do(ctx context.Context, f func()) error {
-	if err := n.usable(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	n.acts.push(func() { f(); close(done) })
-	n.loopTask.Signal()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.stopc:
-		return n.stopErr()
-	}
-}
+func (n *Node) do(ctx context.Context, f func()) error { return n.runOnLoop(ctx, &n.acts, f) }
 
 // doQuiet is do for a call that only reads (Status, Membership): it does
 // not wake a quiesced node, so that metrics scrapes keep idle groups idle.
 func (n *Node) doQuiet(ctx context.Context, f func()) error {
+	return n.runOnLoop(ctx, &n.quietActs, f)
+}
+
+// runOnLoop queues f on q for the run loop and waits for it (do, doQuiet).
+func (n *Node) runOnLoop(ctx context.Context, q *queue[func()], f func()) error {
 	if err := n.usable(); err != nil {
 		return err
 	}
 	done := make(chan struct{})
-	n.quietActs.push(func() { f(); close(done) })
+	q.push(func() { f(); close(done) })
 	n.loopTask.Signal()
 	select {
 	case <-done:
