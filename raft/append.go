@@ -97,6 +97,7 @@ func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
 	n.saving.Store(true)
 	as.SaveAsync(hs, ents, nil, func(err error) {
 		if err != nil {
+			n.saved.failed = true // (read by the task's next run, after saving)
 			n.fail("persisting the log", err)
 		} else {
 			n.saved.pending = nil
@@ -204,6 +205,7 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry) bool
 	hs, ents, snap, write := n.mergeBatch(batch, (*entsBuf)[:0])
 	if write {
 		if err := n.store.Save(hs, ents, snap); err != nil {
+			n.saved.failed = true
 			n.fail("persisting the log", err)
 			return false
 		}
@@ -217,6 +219,7 @@ func (n *Node) saveBatch(batch []*raftpb.Message, entsBuf *[]*raftpb.Entry) bool
 	if snap != nil {
 		files, err := n.openSnapFiles(snap)
 		if err != nil {
+			n.saved.failed = true
 			n.fail("opening a received snapshot", err)
 			return false
 		}
@@ -248,9 +251,19 @@ func (n *Node) queueRestore(t applyTask) bool {
 // commits are applied, so once this returns every applied entry's commit
 // index is on disk or held for flushCommit: a restart replays the log up to
 // it before Start returns (TestHostRestartServesReplayedState).
+//
+// Not after a batch failed (saved.failed: the node stops on that failure):
+// the later appends build on what it did not write. One may carry no
+// entries and only the acknowledgement of an append the failed write held
+// (a follower's answer to an empty MsgApp, or to a resent one): delivering
+// it told the leader that this member holds entries it never wrote, and the
+// leader counted them towards a commit, then sent the restarted member a
+// commit index past its log ("tocommit(N) is out of range"). So they are
+// dropped, unwritten and unacknowledged, as a crash at the failed write
+// would have dropped them.
 func (n *Node) drainAppends() {
 	s := &n.saved
-	for {
+	for !s.failed {
 		s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
 		if len(s.queued) == 0 {
 			return
@@ -267,8 +280,12 @@ func (n *Node) drainAppends() {
 // stops: a restarted member then starts from every commit it knew of.
 // (Reads do not depend on it — a leader answers none before it commits an
 // entry of its own term — but a restart applies what was committed at once.)
+//
+// Not after a batch failed: the commit index held back may be past the
+// entries that batch did not write (a stored commit index past the log
+// fails the next start).
 func (n *Node) flushCommit() {
-	if hs := n.saved.pending; hs != nil {
+	if hs := n.saved.pending; hs != nil && !n.saved.failed {
 		n.saved.pending = nil
 		if err := n.store.Save(hs, nil, nil); err != nil {
 			n.log.Warn("persisting the commit index on stop", slog.Any("err", err))
@@ -285,6 +302,9 @@ type appendState struct {
 	queued     []*raftpb.Message
 	ents       []*raftpb.Entry
 	out        []*raftpb.Message
+	// failed: a batch could not be persisted (or its snapshot opened) and
+	// the node stops on it; nothing later is written or acknowledged.
+	failed bool
 }
 
 // mergeEntries appends next to acc, truncating the entries of acc that next
