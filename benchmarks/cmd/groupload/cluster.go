@@ -36,6 +36,8 @@ const numHosts = 3
 type clusterOptions struct {
 	// tick is raft.Config.TickInterval (0: the library's default).
 	tick time.Duration
+	// quiesce is raft.Config.Quiesce: idle groups stop ticking.
+	quiesce bool
 	// tailCache is storage.GroupOptions.TailCacheBytes (0: the default).
 	tailCache int64
 	// backend is storage.EngineOptions.Backend (empty: the default).
@@ -93,7 +95,7 @@ func startCluster(ctx context.Context, layout string, n int, dir string, o clust
 }
 
 func (c *cluster) raftConfig(o clusterOptions) raft.Config {
-	return raft.Config{TickInterval: o.tick}
+	return raft.Config{TickInterval: o.tick, Quiesce: o.quiesce}
 }
 
 // startHosts opens three hosts and starts every group's replica on each,

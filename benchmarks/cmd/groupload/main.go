@@ -88,6 +88,7 @@ type config struct {
 	warmup        time.Duration
 	idle          time.Duration
 	tick          time.Duration
+	quiesce       bool
 	tailCache     int64
 	backend       string
 	sched         string
@@ -115,6 +116,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
+	fs.BoolVar(&c.quiesce, "quiesce", false, "quiesce idle groups (raft.Config.Quiesce): they stop ticking and heartbeating")
 	fs.StringVar(&c.sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers (e.g. 2,4,4; empty or 0: the defaults)")
 	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
@@ -254,7 +256,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: parseSched(cfg.sched), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: parseSched(cfg.sched), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 	})
 	cancel()
 	if err != nil {
