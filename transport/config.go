@@ -149,7 +149,11 @@ type Config struct {
 	// copy of its data it runs from), presented in every hello and
 	// attachment so that its peers can refuse it once they recorded
 	// another one for its ID (SetPeerIncarnation). 0: none
-	// (SetIncarnation sets it later).
+	// (SetIncarnation sets it later). A host wiring storage, transport and
+	// node by hand sets it from the store's Identity before the transport
+	// dials anyone: a peer that recorded the member's incarnation refuses
+	// an attachment presenting none (0) as wiped, and the node stops on
+	// that refusal (raft.ErrReplicaWiped). understudy.Host does so.
 	Incarnation uint64
 
 	// Handler receives messages, reports and requests. Required.
