@@ -193,6 +193,26 @@ func TestWatchSnapshotRate(t *testing.T) {
 	}
 }
 
+// TestMemberListContact: member list says which members' contact comes
+// from their host (a quiesced group), and nothing for the others.
+func TestMemberListContact(t *testing.T) {
+	ms := members{Leader: 1, Members: []member{
+		{ID: 1, Role: "voter", PeerAddr: "127.0.0.1:7001"},
+		{ID: 2, Role: "voter", PeerAddr: "127.0.0.1:7002", Progress: &progress{
+			Match: 100, State: "replicate", Ready: true, Contact: "host"}},
+		{ID: 3, Role: "voter", PeerAddr: "127.0.0.1:7003", Progress: &progress{
+			Match: 100, State: "replicate", Ready: true, Contact: "group"}},
+	}}
+	var b strings.Builder
+	printMembers(&b, ms)
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	if len(lines) < 4 || !strings.HasSuffix(lines[2], "yes    (quiesced: contact via its host)") ||
+		!strings.HasSuffix(lines[3], "yes") {
+		t.Fatalf("member list:\n%s", out)
+	}
+}
+
 // TestTableTrimsTrailingPadding: a row whose last cells are empty ends
 // where its text ends, with the columns still aligned.
 func TestTableTrimsTrailingPadding(t *testing.T) {

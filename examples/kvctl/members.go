@@ -48,6 +48,9 @@ type progress struct {
 	SnapshotRate   float64 `json:"snapshot_bytes_per_sec"`
 	StableFor      string  `json:"stable_for"`
 	Stabilization  string  `json:"stabilization"`
+	// Contact is "group" or "host": the leader's contact with the member
+	// comes from its host's liveness (the group is quiesced).
+	Contact string `json:"contact"`
 }
 
 func (c *client) member(ctx context.Context, args []string) error {
@@ -299,6 +302,9 @@ func printMembers(w io.Writer, ms members) {
 				ready = "yes"
 			}
 			reason = p.NotReadyReason
+			if p.Contact == "host" {
+				reason = strings.TrimSpace(reason + " (quiesced: contact via its host)")
+			}
 		}
 		if m.Refused != "" && !strings.HasPrefix(reason, "refused") {
 			reason = strings.TrimSpace(reason + " refuses the leader: " + m.Refused)

@@ -317,6 +317,11 @@ type progressJSON struct {
 	SnapshotBytesPerSec float64 `json:"snapshot_bytes_per_sec,omitempty"`
 	StableFor           string  `json:"stable_for,omitempty"`
 	Stabilization       string  `json:"stabilization,omitempty"`
+	// Contact is where the leader's last contact with the member comes
+	// from: "group" (the group's own messages) or "host" (the group is
+	// quiesced and the member's host was heard later: its liveness
+	// vouches for the member).
+	Contact string `json:"contact"`
 }
 
 type membersJSON struct {
@@ -339,7 +344,10 @@ func toMembersJSON(m raft.Membership) membersJSON {
 			mj.Role = "voter"
 		}
 		if ms.Progress != nil && ms.ID != m.Leader {
-			p := &progressJSON{Match: ms.Progress.Match, Lag: ms.Lag, State: ms.Progress.State.String(), Ready: ms.Readiness.Ready()}
+			p := &progressJSON{Match: ms.Progress.Match, Lag: ms.Lag, State: ms.Progress.State.String(), Ready: ms.Readiness.Ready(), Contact: "group"}
+			if ms.Progress.ViaHost {
+				p.Contact = "host"
+			}
 			if !p.Ready {
 				p.NotReadyReason = ms.Readiness.String()
 			}

@@ -412,6 +412,8 @@ func TestMetrics(t *testing.T) {
 			"understudy_disk_wal_fsync_duration_seconds_bucket",
 			"understudy_disk_snapshot_save_duration_seconds", "understudy_network_peer_round_trip_time_seconds_bucket",
 			"understudy_network_peer_dropped_messages_total",
+			"understudy_group_quiesced 0", // no --quiesce
+			`understudy_group_wakes_total{cause="proposal"} 0`,
 		}
 		if p == leader {
 			want = append(want, "understudy_server_is_leader 1")
@@ -422,6 +424,9 @@ func TestMetrics(t *testing.T) {
 		for _, q := range ps {
 			want = append(want, fmt.Sprintf(`understudy_member_lag_entries{member="%d"}`, q.id),
 				fmt.Sprintf(`understudy_member_ready{member="%d",role="voter"} 1`, q.id))
+			if q != p {
+				want = append(want, fmt.Sprintf(`understudy_peer_host_live{peer="%d"} 1`, q.id))
+			}
 		}
 		text := scrapeMetrics(t, p, want...)
 		// Each commit's disk part (write and fdatasync) is timed: as many

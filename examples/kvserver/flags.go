@@ -48,6 +48,7 @@ type options struct {
 	clientTLS      *tls.Config
 	maxBody        int64
 	snapshotRate   int64
+	quiesce        bool
 	logger         *slog.Logger
 	logLevel       slog.Level
 
@@ -91,6 +92,7 @@ func parseFlags(args []string) (*options, error) {
 		clientCA       = fs.String("client-ca", "", "require client certificates from this CA on the client API")
 		maxBody        = fs.Int64("max-body", 1<<20, "largest request body in bytes (larger: 413)")
 		snapshotRate   = fs.Int64("snapshot-bytes-per-sec", 0, "bound on the rate of the snapshots this member streams to others (0: none)")
+		quiesce        = fs.Bool("quiesce", false, "let the group stop ticking and sending while idle (raft.Config.Quiesce; host liveness then vouches for quiet members)")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		tick           = fs.Duration("tick", 0, "raft tick (testing; default 100ms)")
@@ -112,7 +114,7 @@ func parseFlags(args []string) (*options, error) {
 		targetVoters: *targetVoters, autoPromote: *autoPromote, maxLearners: *maxLearners,
 		removeDead: *removeDead, requestTimeout: *requestTimeout, failoverAfter: *failoverAfter,
 		stabilization: *stabilization, snapshotCount: *snapshotCount, forceNew: *forceNew,
-		maxBody: *maxBody, snapshotRate: *snapshotRate, tick: *tick, cpuProfile: *cpuProfile,
+		maxBody: *maxBody, snapshotRate: *snapshotRate, quiesce: *quiesce, tick: *tick, cpuProfile: *cpuProfile,
 		joinTimeout: *joinTimeout,
 	}
 	if o.id == 0 {

@@ -110,6 +110,9 @@ var (
 	descSent      = prometheus.NewDesc("understudy_network_peer_sent_bytes_total", "Bytes sent to a peer.", []string{"to"}, nil)
 	descRecv      = prometheus.NewDesc("understudy_network_peer_received_bytes_total", "Bytes received from a peer.", []string{"to"}, nil)
 	descSnapSent  = prometheus.NewDesc("understudy_network_snapshot_send_duration_seconds", "Duration of snapshot sends to a peer (successes).", []string{"to"}, nil)
+	descQuiesced  = prometheus.NewDesc("understudy_group_quiesced", "1 while the group is quiesced on this member (--quiesce): it neither ticks nor sends until something wakes it.", nil, nil)
+	descWakes     = prometheus.NewDesc("understudy_group_wakes_total", "Quiesced groups of this member's host woken, by cause (proposal, read, call, message, refused, nudge, leaderDead, hostDown).", []string{"cause"}, nil)
+	descHostLive  = prometheus.NewDesc("understudy_peer_host_live", "1 if the host a peer runs on is live: its host link answers pings (0 also while that is not known).", []string{"peer"}, nil)
 )
 
 // nodeCollector reads the node, storage and transport at scrape time.
@@ -166,7 +169,8 @@ func (c *nodeCollector) membership() (raft.Membership, bool) {
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descIsLearner, descCommitted, descApplied, descTerm,
-		descLag, descReady, descStabil, descCommits, descFsync, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent} {
+		descLag, descReady, descStabil, descCommits, descFsync, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent,
+		descQuiesced, descWakes, descHostLive} {
 		ch <- d
 	}
 }
@@ -189,6 +193,18 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCommitted, prometheus.CounterValue, float64(st.Commit))
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(st.Applied))
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.Term))
+		ch <- prometheus.MustNewConstMetric(descQuiesced, prometheus.GaugeValue, b2f(st.Quiesced))
+	}
+	if host := h.Host(); host != nil && host.Scheduler() != nil {
+		wakes := host.Scheduler().Stats().Wakes
+		causes := make([]string, 0, len(wakes))
+		for c := range wakes {
+			causes = append(causes, c)
+		}
+		slices.Sort(causes)
+		for _, c := range causes {
+			ch <- prometheus.MustNewConstMetric(descWakes, prometheus.CounterValue, float64(wakes[c]), c)
+		}
 	}
 	if ms, ok := c.membership(); ok {
 		for _, m := range ms.Members {
@@ -222,6 +238,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(p.DroppedTooLarge), to, "too_large")
 		ch <- prometheus.MustNewConstMetric(descSent, prometheus.CounterValue, float64(p.BytesSent), to)
 		ch <- prometheus.MustNewConstMetric(descRecv, prometheus.CounterValue, float64(p.BytesReceived), to)
+		_, live := h.Transport().HostContact(p.ID)
+		ch <- prometheus.MustNewConstMetric(descHostLive, prometheus.GaugeValue, b2f(live), to)
 	}
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // TestMemberStabilizingMetric: a member caught up and in contact but not
@@ -41,4 +43,69 @@ func TestMemberStabilizingMetric(t *testing.T) {
 	scrapeMetrics(t, old, fmt.Sprintf(`understudy_member_ready{member="%d",role="voter"} 0`, old.id),
 		fmt.Sprintf(`understudy_member_stabilizing{member="%d",role="voter"} 1`, old.id),
 		fmt.Sprintf(`understudy_member_ready{member="%d",role="voter"} 1`, next.id))
+}
+
+// TestQuiesceVisible: with --quiesce an idle cluster's leader reads
+// understudy_group_quiesced 1, GET /members says its followers' contact
+// comes from their hosts ("contact": "host", still ready), and a write
+// wakes the group: a wake-up by proposal is counted.
+func TestQuiesceVisible(t *testing.T) {
+	root := t.TempDir()
+	ps := startCluster(t, root, 3, "--quiesce")
+	m, _ := ps[0].members(t)
+	leader := ps[m.Leader-1]
+	contacts := func() (map[uint64]string, string) {
+		code, body := leader.req("GET", "/members", "")
+		var resp struct {
+			Members []struct {
+				ID       uint64 `json:"id"`
+				Progress *struct {
+					Ready   bool   `json:"ready"`
+					Contact string `json:"contact"`
+				} `json:"progress"`
+			} `json:"members"`
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &resp) != nil {
+			return nil, fmt.Sprintf("GET /members: %d %s", code, body)
+		}
+		out := map[uint64]string{}
+		for _, x := range resp.Members {
+			if x.Progress != nil {
+				if x.Progress.Contact != "group" && x.Progress.Contact != "host" {
+					return nil, fmt.Sprintf("member %d: contact %q: %s", x.ID, x.Progress.Contact, body)
+				}
+				out[x.ID] = fmt.Sprintf("%s ready=%t", x.Progress.Contact, x.Progress.Ready)
+			}
+		}
+		return out, body
+	}
+	eventually(t, 20*time.Second, func() string {
+		c, body := contacts()
+		if len(c) != 2 {
+			return "members: " + body
+		}
+		for id, v := range c {
+			if v != "host ready=true" {
+				return fmt.Sprintf("member %d: %s: %s", id, v, body)
+			}
+		}
+		return ""
+	})
+	text := scrapeMetrics(t, leader, "understudy_group_quiesced 1", `understudy_group_wakes_total{cause="proposal"}`,
+		`understudy_peer_host_live{peer="`)
+	before := metricValue(t, text, `understudy_group_wakes_total{cause="proposal"}`)
+
+	if code, _ := leader.req("PUT", "/kv/q", "1"); code != 204 {
+		t.Fatal("PUT")
+	}
+	eventually(t, 10*time.Second, func() string {
+		code, body := leader.req("GET", "/metrics", "")
+		if code != 200 {
+			return fmt.Sprintf("GET /metrics: %d", code)
+		}
+		if after := metricValue(t, body, `understudy_group_wakes_total{cause="proposal"}`); after <= before {
+			return fmt.Sprintf("wakes by proposal %v, before the write %v", after, before)
+		}
+		return ""
+	})
 }

@@ -73,6 +73,7 @@ func run(ctx context.Context, o *options) error {
 			Membership:       settings,
 			ManualMembership: !o.autoPromote,
 			TickInterval:     o.tick,
+			Quiesce:          o.quiesce,
 		},
 		Transport: transport.Config{SnapshotBytesPerSec: o.snapshotRate},
 	}
