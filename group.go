@@ -375,6 +375,19 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		return nil, err
 	}
 	tr.SetAdvertiseAddr(advert) // peer hosts learn from it where this one is now
+	// A replica that stops on its own (its state machine failed, it was
+	// removed or wiped) leaves the host's links at once: its peers see the
+	// group gone, not a member that never answers (a quiesced group's
+	// followers wake on that refusal and elect another leader).
+	userStopped := rcfg.OnStopped
+	rcfg.OnStopped = func(err error) {
+		if err != nil {
+			_ = tr.Close()
+		}
+		if userStopped != nil {
+			userStopped(err)
+		}
+	}
 	n, err := raft.NewNode(rcfg, sm, store)
 	if err != nil {
 		return nil, err

@@ -72,6 +72,12 @@ type Config struct {
 	// CheckQuorum and PreVote. Off by default for now; it will become the
 	// default once it has soaked.
 	Quiesce bool
+	// OnStopped, if set, is called once the node is done, with the reason
+	// it stopped (Err: nil after Stop, a *FatalError, ErrRemoved,
+	// ErrReplicaWiped), on a goroutine of its own. A host uses it to close
+	// the transport of a group that stopped on its own, so that its peers
+	// see the group gone ("group not run") instead of a silent member.
+	OnStopped func(err error)
 
 	// MaxSizePerMsg bounds the bytes of entries in one append message.
 	// Default 1 MiB.

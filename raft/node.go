@@ -276,6 +276,9 @@ func (n *Node) release() {
 			n.sched.close() // its goroutines exit: Stop waits for them
 		}
 		n.doneOnce.Do(func() { close(n.donec) })
+		if f := n.cfg.OnStopped; f != nil {
+			go f(n.Err())
+		}
 	}
 }
 
@@ -800,6 +803,7 @@ func (h peerHandler) ReportRefused(id uint64, err error) {
 	// The transport logged it, once per peer host and reason: a warning
 	// here too was the same event twice, and once per retry.
 	h.n.log.Debug("peer refused our connection", slog.Uint64("peer", id), slog.Any("err", err))
+	h.n.quiesceRefused(id)
 }
 
 // post queues f for the run loop without waiting for it; it is dropped if

@@ -31,10 +31,11 @@ const (
 	wakeNudge
 	wakeLeaderDead
 	wakeHostDown
+	wakeLeaderGone
 	numWakeCauses
 )
 
-var wakeCauseNames = [numWakeCauses]string{"proposal", "read", "call", "message", "refused", "nudge", "leaderDead", "hostDown"}
+var wakeCauseNames = [numWakeCauses]string{"proposal", "read", "call", "message", "refused", "nudge", "leaderDead", "hostDown", "leaderGone"}
 
 func (c wakeCause) String() string { return wakeCauseNames[c] }
 
@@ -286,7 +287,7 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 	l.catchUp = nil // rates over a quiet spell mean nothing
 	n.log.Debug("woke", slog.String("cause", cause.String()))
 	if l.role != RoleLeader && l.leader != 0 && l.leader != n.cfg.ID &&
-		cause != wakeLeaderDead && (cause != wakeMessage || from != l.leader) {
+		cause != wakeLeaderDead && cause != wakeLeaderGone && (cause != wakeMessage || from != l.leader) {
 		self, to, term := n.cfg.ID, l.leader, l.term
 		n.tr.Send([]*raftpb.Message{{Type: raftpb.MsgHeartbeatResp.Enum(), From: &self, To: &to, Term: &term, Context: quiesceContext(nudgeKind)}})
 	}
@@ -376,6 +377,25 @@ func (n *Node) quiesceHostLiveness(member uint64, live bool) {
 		return
 	}
 	n.sched.wakes.Push(n, func() { n.post(func() { n.hostDied(member) }) })
+}
+
+// quiesceRefused is a refusal of a quiesced follower's connection by its
+// leader (its group stopped there: "group not run", a revoked attachment)
+// while the leader's host lives: host liveness cannot see a group's death,
+// so the follower wakes (through the throttle, as for a dead host) and,
+// hearing nothing from the leader, elects another within an election
+// timeout, prevote first. Reads atomics only.
+func (n *Node) quiesceRefused(from uint64) {
+	if !n.cfg.Quiesce || !n.quiesced.Load() || from != n.quietLeader.Load() || from == n.cfg.ID {
+		return
+	}
+	n.sched.wakes.Push(n, func() {
+		n.post(func() {
+			if l := &n.loop; l.q.on && l.leader == from {
+				n.wake(wakeLeaderGone, 0)
+			}
+		})
+	})
 }
 
 // hostDied runs on the loop for a quiesced node told that member's host
