@@ -35,36 +35,7 @@ func TestHostLargeEntriesBesideABusyGroup(t *testing.T) {
 		groups[g] = hc.start(ctx, g, func() raft.StateMachine { return kv.New() })
 	}
 	const largeWrites, busyWriters, busyWrites = 24, 3, 60
-	value := strings.Repeat("v", 128<<10)
-	var wg sync.WaitGroup
-	errs := make(chan error, 1+busyWriters)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range largeWrites {
-			if err := put(ctx, t, groups[large], "large", fmt.Sprintf("%d:%s", i, value)); err != nil {
-				errs <- fmt.Errorf("large group, write %d: %w", i, err)
-				return
-			}
-		}
-	}()
-	for w := range busyWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range busyWrites {
-				if err := put(ctx, t, groups[busy], fmt.Sprintf("w%d", w), fmt.Sprint(i)); err != nil {
-					errs <- fmt.Errorf("busy group, writer %d write %d: %w", w, i, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	largeBesideBusy(ctx, t, groups[large], groups[busy], largeWrites, busyWriters, busyWrites)
 	// Every replica applies the last writes: the leaders' flows to every
 	// follower carry appends.
 	for i, r := range groups[large] {
@@ -123,37 +94,8 @@ func TestHostPeerWithSmallerFrameLimit(t *testing.T) {
 		require.NoError(t, ctx.Err(), "moving the large group's leader off host 2")
 		_ = groups[large][2].TransferLeadership(ctx, replicaID(large, 0))
 	}
-	value := strings.Repeat("v", 128<<10)
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range 8 {
-			if err := put(ctx, t, groups[large][:2], "large", fmt.Sprintf("%d:%s", i, value)); err != nil {
-				errs <- fmt.Errorf("large group, write %d: %w", i, err)
-				return
-			}
-		}
-	}()
 	const busyWriters, busyWrites = 2, 40
-	for w := range busyWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range busyWrites {
-				if err := put(ctx, t, groups[busy], fmt.Sprintf("w%d", w), fmt.Sprint(i)); err != nil {
-					errs <- fmt.Errorf("busy group, writer %d write %d: %w", w, i, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	largeBesideBusy(ctx, t, groups[large][:2], groups[busy], 8, busyWriters, busyWrites)
 	for i, r := range groups[busy] {
 		for w := range busyWriters {
 			v, err := r.Read(ctx, []byte(fmt.Sprintf("w%d", w)))
@@ -173,4 +115,42 @@ func TestHostPeerWithSmallerFrameLimit(t *testing.T) {
 		}
 	}
 	require.NotZero(t, dropped, "the large group's appends to host 2 were not dropped and counted")
+}
+
+// largeBesideBusy writes largeWrites 128 KiB values ("large" = "i:…")
+// through the large group's replicas beside busyWriters writers of
+// busyWrites small values each ("wN" = "i") in the busy group, and fails
+// the test on the first write that does not commit.
+func largeBesideBusy(ctx context.Context, t *testing.T, large, busy []*understudy.Group, largeWrites, busyWriters, busyWrites int) {
+	t.Helper()
+	value := strings.Repeat("v", 128<<10)
+	var wg sync.WaitGroup
+	errs := make(chan error, 1+busyWriters)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range largeWrites {
+			if err := put(ctx, t, large, "large", fmt.Sprintf("%d:%s", i, value)); err != nil {
+				errs <- fmt.Errorf("large group, write %d: %w", i, err)
+				return
+			}
+		}
+	}()
+	for w := range busyWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range busyWrites {
+				if err := put(ctx, t, busy, fmt.Sprintf("w%d", w), fmt.Sprint(i)); err != nil {
+					errs <- fmt.Errorf("busy group, writer %d write %d: %w", w, i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }

@@ -35,6 +35,26 @@ func newLivenessHost(t *testing.T, hc *hostsCluster, i int, ln net.Listener) *un
 	return h
 }
 
+// newLivenessHosts is three hosts with livenessLinks, closed at the end.
+func newLivenessHosts(t *testing.T) *hostsCluster {
+	hc := &hostsCluster{t: t, dir: t.TempDir()}
+	for i := range 3 {
+		ln := listen(t)
+		hc.hosts = append(hc.hosts, newLivenessHost(t, hc, i, ln))
+		hc.addrs = append(hc.addrs, ln.Addr().String())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for _, h := range hc.hosts {
+			if h != nil {
+				_ = h.Close(ctx)
+			}
+		}
+	})
+	return hc
+}
+
 // hostLive returns, from the status of group gs's leader among on, whether
 // it sees the host of the replica of host i as live, and the replica's
 // host contact; ok is false when the leader has no view of it (it is that
@@ -66,19 +86,7 @@ func hostLive(ctx context.Context, t *testing.T, gs []*understudy.Group, on []in
 func TestHostLivenessInStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	hc := &hostsCluster{t: t, dir: t.TempDir()}
-	for i := range 3 {
-		ln := listen(t)
-		hc.hosts = append(hc.hosts, newLivenessHost(t, hc, i, ln))
-		hc.addrs = append(hc.addrs, ln.Addr().String())
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for _, h := range hc.hosts {
-			_ = h.Close(ctx)
-		}
-	})
+	hc := newLivenessHosts(t)
 	groups := []uint64{1, 2, 3}
 	gs := map[uint64][]*understudy.Group{}
 	for _, g := range groups {

@@ -41,19 +41,7 @@ func TestQuiescedFollowersElectWhenTheLeadersGroupStops(t *testing.T) {
 func quiescedLeaderGroupStops(t *testing.T, closeIt bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	hc := &hostsCluster{t: t, dir: t.TempDir()}
-	for i := range 3 {
-		ln := listen(t)
-		hc.hosts = append(hc.hosts, newLivenessHost(t, hc, i, ln))
-		hc.addrs = append(hc.addrs, ln.Addr().String())
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for _, h := range hc.hosts {
-			_ = h.Close(ctx)
-		}
-	})
+	hc := newLivenessHosts(t)
 	var armed [3]atomic.Bool
 	gs := make([]*understudy.Group, 3)
 	for i, h := range hc.hosts {
