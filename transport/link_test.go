@@ -257,18 +257,7 @@ func (g *gate) accept() {
 // after group 1's 200 appends; with the link's round robin it arrives
 // within the first messages (group 1 writes one quantum per round).
 func TestLinkFairness(t *testing.T) {
-	seq := &atomic.Int64{}
-	recv, send := newTestMux(t), newTestMux(t)
-	g := newGate(t, recv.Addr().String())
-	g.hold()
-	hr := map[uint64]*batchHandler{}
-	st := map[uint64]*Transport{}
-	for _, grp := range []uint64{1, 2} {
-		hr[grp] = &batchHandler{seq: seq}
-		groupOn(t, recv, grp, 2, hr[grp]).AddPeer(1, send.Addr().String())
-		st[grp] = groupOn(t, send, grp, 1, &fakeHandler{})
-		st[grp].AddPeer(2, g.addr())
-	}
+	g, hr, st := heldTwoGroups(t)
 	const backlog = 200
 	var msgs []*raftpb.Message
 	for i := uint64(1); i <= backlog; i++ {
@@ -401,4 +390,24 @@ func TestBatchHandlerGetsOneBatchPerPass(t *testing.T) {
 		t.Fatalf("500 small messages came in %d batches", batches)
 	}
 	t.Logf("500 messages in %d batches", batches)
+}
+
+// heldTwoGroups is groups 1 and 2 of a sending mux (member 1) toward a
+// receiving one (member 2, handlers hr numbering what they get in one
+// sequence), through a gate whose handshake is held: what the senders st
+// queue meanwhile is in the link writer's first round.
+func heldTwoGroups(t *testing.T) (g *gate, hr map[uint64]*batchHandler, st map[uint64]*Transport) {
+	t.Helper()
+	seq := &atomic.Int64{}
+	recv, send := newTestMux(t), newTestMux(t)
+	g = newGate(t, recv.Addr().String())
+	g.hold()
+	hr, st = map[uint64]*batchHandler{}, map[uint64]*Transport{}
+	for _, grp := range []uint64{1, 2} {
+		hr[grp] = &batchHandler{seq: seq}
+		groupOn(t, recv, grp, 2, hr[grp]).AddPeer(1, send.Addr().String())
+		st[grp] = groupOn(t, send, grp, 1, &fakeHandler{})
+		st[grp].AddPeer(2, g.addr())
+	}
+	return g, hr, st
 }

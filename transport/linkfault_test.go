@@ -6,7 +6,6 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 	"weak"
@@ -23,18 +22,8 @@ import (
 // rounds for good (its queue marked as on the active list, so that no send
 // put it back): its messages piled up while the link stayed up.
 func TestLinkFlowInDebtIsScheduledAgain(t *testing.T) {
-	seq := &atomic.Int64{}
-	recv, send := newTestMux(t), newTestMux(t)
-	g := newGate(t, recv.Addr().String())
-	g.hold()
-	hr := map[uint64]*batchHandler{}
-	st := map[uint64]*Transport{}
-	for _, grp := range []uint64{1, 2} {
-		hr[grp] = &batchHandler{seq: seq}
-		groupOn(t, recv, grp, 2, hr[grp]).AddPeer(1, send.Addr().String())
-		st[grp] = groupOn(t, send, grp, 1, &fakeHandler{})
-		st[grp].AddPeer(2, g.addr())
-	}
+	g, hr, st := heldTwoGroups(t)
+	send := st[1].mux
 	// Queued while the handshake is held, so that the writer's first round
 	// sees both flows: group 1 a message of more than three quanta and a
 	// heartbeat behind it, group 2 a backlog of several rounds.
