@@ -102,6 +102,13 @@ func (h *fakeHandler) ReportRefused(id uint64, err error) {
 	h.mu.Unlock()
 }
 
+// refusals returns the refusals reported so far.
+func (h *fakeHandler) refusals() []refusal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]refusal(nil), h.refused...)
+}
+
 func (h *fakeHandler) received() []*raftpb.Message {
 	h.mu.Lock()
 	defer h.mu.Unlock()
