@@ -63,8 +63,8 @@ func (s *server) routes() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Keys may hold anything but NUL, "//" and ".." included: /kv/ is
 		// routed here, before the mux cleans paths.
-		if strings.HasPrefix(r.URL.EscapedPath(), "/kv/") {
-			s.kv(w, r)
+		if p := r.URL.EscapedPath(); strings.HasPrefix(p, "/kv/") {
+			s.kv(w, r, p[len("/kv/"):])
 			return
 		}
 		mux.ServeHTTP(w, r)

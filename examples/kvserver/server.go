@@ -25,8 +25,10 @@ type server struct {
 	// node is h, as the /kv/ path and every error answer use it.
 	node kvNode
 	sm   *kv.Store
-	log  *slog.Logger
-	m    *metrics
+	// deadlines bound /kv/ requests by --request-timeout.
+	deadlines deadlines
+	log       *slog.Logger
+	m         *metrics
 }
 
 // run starts the member and serves until ctx ends (a clean shutdown) or the
