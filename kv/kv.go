@@ -1,7 +1,8 @@
 // Package kv is the example state machine a host starts from: a key-value
 // map that implements raft.StateMachine with put, delete and
 // compare-and-swap commands (encoded by Put, Delete and CAS, the bytes a
-// host hands to raft.Node.Propose), lookups by key (the query of
+// host hands to raft.Node.Propose, or appended to a buffer the caller reuses
+// by AppendPut, AppendDelete and AppendCAS), lookups by key (the query of
 // raft.Node.Read and StaleRead is the key; a missing key reads as empty),
 // and snapshots that cost no copy when taken and are written while applying
 // continues: the map is split in shards, a snapshot freezes them, and the
@@ -23,6 +24,7 @@ import (
 	"hash/maphash"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -53,14 +55,46 @@ func Delete(key string) []byte { return encode(opDelete, key, "", "") }
 // ("" matches a missing key); otherwise its result is ErrCompareFailed.
 func CAS(key, prev, value string) []byte { return encode(opCAS, key, value, prev) }
 
+// AppendPut appends the command Put(key, string(value)) encodes to b and
+// returns the extended slice: a server that reads values as bytes encodes
+// them into a buffer it reuses, without a copy into a string or a new
+// command per request.
+func AppendPut(b []byte, key string, value []byte) []byte {
+	return appendCommand(b, opPut, key, value, "")
+}
+
+// AppendCAS appends the command CAS(key, prev, string(value)) encodes to b
+// and returns the extended slice (see AppendPut).
+func AppendCAS(b []byte, key, prev string, value []byte) []byte {
+	return appendCommand(b, opCAS, key, value, prev)
+}
+
+// AppendDelete appends the command Delete(key) encodes to b and returns the
+// extended slice (see AppendPut).
+func AppendDelete(b []byte, key string) []byte {
+	return appendCommand(b, opDelete, key, "", "")
+}
+
 func encode(op byte, key, value, prev string) []byte {
-	b := make([]byte, 0, 1+3*binary.MaxVarintLen32+len(key)+len(value)+len(prev))
+	return appendCommand(make([]byte, 0, commandSize(key, len(value), prev)), op, key, value, prev)
+}
+
+// commandSize is an upper bound of a command's encoded size.
+func commandSize(key string, value int, prev string) int {
+	return 1 + 3*binary.MaxVarintLen64 + len(key) + value + len(prev)
+}
+
+// appendCommand appends a command to b: op, then key, value and prev, each
+// as its length (uvarint) and its bytes.
+func appendCommand[V string | []byte](b []byte, op byte, key string, value V, prev string) []byte {
+	b = slices.Grow(b, commandSize(key, len(value), prev))
 	b = append(b, op)
-	for _, s := range []string{key, value, prev} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	return b
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = binary.AppendUvarint(b, uint64(len(value)))
+	b = append(b, value...)
+	b = binary.AppendUvarint(b, uint64(len(prev)))
+	return append(b, prev...)
 }
 
 func decode(b []byte) (op byte, key, value, prev string, err error) {

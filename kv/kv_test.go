@@ -211,3 +211,37 @@ func FuzzRestore(f *testing.F) {
 		}
 	})
 }
+
+// The Append forms encode what Put, CAS and Delete do, after what the
+// buffer holds, and into a buffer large enough allocate nothing.
+func TestAppendCommands(t *testing.T) {
+	value := []byte(strings.Repeat("v", 300)) // a length of two uvarint bytes
+	for _, c := range []struct {
+		name      string
+		append    func([]byte) []byte
+		reference []byte
+	}{
+		{"put", func(b []byte) []byte { return kv.AppendPut(b, "key", value) }, kv.Put("key", string(value))},
+		{"cas", func(b []byte) []byte { return kv.AppendCAS(b, "key", "old", value) }, kv.CAS("key", "old", string(value))},
+		{"cas from missing", func(b []byte) []byte { return kv.AppendCAS(b, "key", "", value) }, kv.CAS("key", "", string(value))},
+		{"delete", func(b []byte) []byte { return kv.AppendDelete(b, "key") }, kv.Delete("key")},
+	} {
+		if got := c.append(nil); !bytes.Equal(got, c.reference) {
+			t.Errorf("%s: %x, want %x", c.name, got, c.reference)
+		}
+		if got := c.append([]byte("prefix")); !bytes.Equal(got, append([]byte("prefix"), c.reference...)) {
+			t.Errorf("%s after a prefix: %x", c.name, got)
+		}
+		buf := make([]byte, 0, 1024)
+		if n := testing.AllocsPerRun(100, func() { buf = c.append(buf[:0]) }); n != 0 {
+			t.Errorf("%s into a large enough buffer: %v allocations, want 0", c.name, n)
+		}
+	}
+	s := kv.New()
+	if res := apply(s, kv.AppendPut(nil, "a", []byte("1")), kv.AppendCAS(nil, "a", "1", []byte("2")), kv.AppendDelete(nil, "b")); res[0].Err != nil || res[1].Err != nil || res[2].Err != nil {
+		t.Fatalf("applying appended commands: %+v", res)
+	}
+	if v, _ := s.Get("a"); v != "2" {
+		t.Fatalf("a = %q, want 2", v)
+	}
+}

@@ -60,7 +60,7 @@ func FuzzHTTP(f *testing.F) {
 		f.Fatal(err)
 	}
 	o := &options{requestTimeout: time.Second, maxBody: 1 << 10, logger: slog.New(slog.DiscardHandler)}
-	s := &server{o: o, h: h, sm: sm, log: o.logger}
+	s := &server{o: o, h: h, node: h, sm: sm, log: o.logger}
 	s.m = newMetrics(s)
 	handler := s.routes()
 	f.Fuzz(func(t *testing.T, method, target, body string) {

@@ -32,8 +32,21 @@ type metrics struct {
 	httpErrors *prometheus.CounterVec
 }
 
+// newMetrics makes s's metrics, registered, and starts counting the
+// node's events.
 func newMetrics(s *server) *metrics {
-	m := &metrics{s: s, reg: prometheus.NewRegistry()}
+	m := newServerMetrics()
+	m.s = s
+	m.reg.MustRegister(m.pending, m.failed, m.leaderSeen, m.promotions, m.promoteErr, m.httpErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&nodeCollector{s: s})
+	go m.watch()
+	return m
+}
+
+// newServerMetrics makes the server's own metrics, not registered yet.
+func newServerMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
 	m.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "understudy_server_proposals_pending",
 		Help: "Proposals of this member's clients waiting to be applied."})
 	m.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "understudy_server_proposals_failed_total",
@@ -49,10 +62,6 @@ func newMetrics(s *server) *metrics {
 	for _, reason := range []string{"learner_not_ready", "too_many_voters", "member_read_only", "quorum_at_risk", "unknown_member", "change_in_progress", "policy_would_undo"} {
 		m.promoteErr.WithLabelValues(reason) // present at 0 from the start
 	}
-	m.reg.MustRegister(m.pending, m.failed, m.leaderSeen, m.promotions, m.promoteErr, m.httpErrors,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&nodeCollector{s: s})
-	go m.watch()
 	return m
 }
 

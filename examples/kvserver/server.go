@@ -20,11 +20,15 @@ import (
 
 // server is one kvserver member: the host and its HTTP API.
 type server struct {
-	o   *options
-	h   *understudy.Group
-	sm  *kv.Store
-	log *slog.Logger
-	m   *metrics
+	o *options
+	h *understudy.Group
+	// node is h, as the /kv/ path and every error answer use it.
+	node kvNode
+	sm   *kv.Store
+	// deadlines bound /kv/ requests by --request-timeout.
+	deadlines deadlines
+	log       *slog.Logger
+	m         *metrics
 }
 
 // run starts the member and serves until ctx ends (a clean shutdown) or the
@@ -117,7 +121,7 @@ func run(ctx context.Context, o *options) error {
 		log.Info("bootstrapped "+what+"; to join an existing cluster instead, stop, delete the data dir and start with --join --peers",
 			slog.String("cluster", fmt.Sprintf("%x", h.ClusterID())), slog.String("data_dir", o.dataDir))
 	}
-	s := &server{o: o, h: h, sm: sm, log: log}
+	s := &server{o: o, h: h, node: h, sm: sm, log: log}
 	s.m = newMetrics(s)
 
 	srv := &http.Server{
