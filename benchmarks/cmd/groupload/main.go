@@ -65,7 +65,6 @@ import (
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"io"
-	"log"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -73,6 +72,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,9 +89,11 @@ type config struct {
 	idle          time.Duration
 	tick          time.Duration
 	quiesce       bool
+	active        int
+	kill, restart bool
 	tailCache     int64
 	backend       string
-	sched         string
+	sched         raft.SchedulerConfig
 	startParallel int
 	startTimeout  time.Duration
 	cpuProfile    string
@@ -117,7 +119,11 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", false, "quiesce idle groups (raft.Config.Quiesce): they stop ticking and heartbeating")
-	fs.StringVar(&c.sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers (e.g. 2,4,4; empty or 0: the defaults)")
+	var sched string
+	fs.StringVar(&sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers[,wakes per second] (e.g. 2,4,4 or 0,0,0,500; empty or 0: the defaults)")
+	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
+	fs.BoolVar(&c.kill, "kill", false, "after the load and a second idle period, kill the host that leads the most groups (host layout) and measure until each group it led has a leader again")
+	fs.BoolVar(&c.restart, "restart", false, "after -kill (implied), start the killed host again on its data dir and measure until every group is led and known there")
 	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
@@ -134,6 +140,11 @@ func parseFlags(args []string) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	var err error
+	if c.sched, err = parseSched(sched); err != nil {
+		return nil, err
+	}
+	c.kill = c.kill || c.restart
 	for s := range strings.SplitSeq(groups, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -157,6 +168,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-warmup, -idle and -tick must not be negative")
 	case c.startParallel < 1:
 		return nil, errors.New("-start-parallel must be positive")
+	case c.active < 0:
+		return nil, errors.New("-active must not be negative")
+	case c.kill && slices.Contains(c.layouts, layoutProcess):
+		return nil, errors.New("-kill and -restart need -layout host")
 	}
 	switch c.logLevel {
 	case "", "debug", "info", "warn", "error":
@@ -174,6 +189,9 @@ func mainExit() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "groupload: %v\n", err)
 		return 2
+	}
+	if err := raiseOpenFiles(); err != nil {
+		fmt.Fprintf(os.Stderr, "groupload: raising the open files limit: %v\n", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -210,6 +228,7 @@ func run(ctx context.Context, cfg *config) int {
 type result struct {
 	layout           string
 	groups, writers  int
+	active           int // the groups written
 	load             loadResult
 	errors           int
 	firstErr         error
@@ -217,6 +236,10 @@ type result struct {
 	goroutinesHost   float64
 	heapReplica      float64 // bytes
 	idleCPUHost      float64 // cores
+	idleMsgsHost     float64 // messages sent per second and host
+	idleQuiesced     float64 // groups quiesced at the end of the idle period
+	quiesced         float64 // groups quiesced, mean over the measured window
+	failover         *failoverResult
 	cpuPerWrite      time.Duration
 	syncsPerSec      float64
 	groupsPerCommit  float64
@@ -225,15 +248,19 @@ type result struct {
 }
 
 func printHeader(w io.Writer) {
-	fmt.Fprintf(w, "%-7s %6s %7s %9s %7s %7s %8s %8s %9s %9s %9s %8s %10s %8s %6s\n",
-		"layout", "groups", "writers", "writes/s", "p50-ms", "p99-ms", "grp-p99", "gor/host", "heap/rep", "idle-cpu", "cpu/write", "syncs/s", "grp/commit", "leaders", "errors")
+	fmt.Fprintf(w, "%-7s %6s %6s %7s %9s %7s %7s %8s %8s %9s %9s %8s %9s %8s %10s %8s %8s %6s\n",
+		"layout", "groups", "active", "writers", "writes/s", "p50-ms", "p99-ms", "grp-p99", "gor/host", "heap/rep", "idle-cpu", "idle-msg",
+		"cpu/write", "syncs/s", "grp/commit", "quiesced", "leaders", "errors")
 }
 
 func printResult(w io.Writer, r *result) {
-	fmt.Fprintf(w, "%-7s %6d %7d %9.0f %7.2f %7.2f %8.2f %8.0f %8.1fK %8.1f%% %7.0fµs %8.0f %10.1f %7.2fs %6d\n",
-		r.layout, r.groups, r.writers, r.load.perSec, ms(r.load.p50), ms(r.load.p99), ms(r.load.groupP99),
-		r.goroutinesHost, r.heapReplica/1024, 100*r.idleCPUHost, float64(r.cpuPerWrite)/1e3,
-		r.syncsPerSec, r.groupsPerCommit, r.leaders.Seconds(), r.errors)
+	fmt.Fprintf(w, "%-7s %6d %6d %7d %9.0f %7.2f %7.2f %8.2f %8.0f %8.1fK %8.1f%% %8.0f %7.0fµs %8.0f %10.1f %8.0f %7.2fs %6d\n",
+		r.layout, r.groups, r.active, r.writers, r.load.perSec, ms(r.load.p50), ms(r.load.p99), ms(r.load.groupP99),
+		r.goroutinesHost, r.heapReplica/1024, 100*r.idleCPUHost, r.idleMsgsHost, float64(r.cpuPerWrite)/1e3,
+		r.syncsPerSec, r.groupsPerCommit, r.quiesced, r.leaders.Seconds(), r.errors)
+	if r.failover != nil {
+		fmt.Fprintf(w, "        %s\n", r.failover.line())
+	}
 	for _, d := range r.detail {
 		fmt.Fprintf(w, "        %s\n", d)
 	}
@@ -248,7 +275,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	r := &result{layout: layout, groups: n, writers: cfg.writers}
+	active := n
+	if cfg.active > 0 {
+		active = min(cfg.active, n)
+	}
+	r := &result{layout: layout, groups: n, writers: cfg.writers, active: active}
 
 	runtime.GC()
 	baseG := runtime.NumGoroutine()
@@ -256,7 +287,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: parseSched(cfg.sched), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 	})
 	cancel()
 	if err != nil {
@@ -279,9 +310,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 			return nil, err
 		}
 	}
+	msgs0 := c.messagesSent()
 	cpu0, t0 := cpuTime(), time.Now()
 	serr := sleep(ctx, cfg.idle)
 	cpuIdle, wallIdle := cpuTime()-cpu0, time.Since(t0)
+	msgs1 := c.messagesSent()
 	if stopIdle != nil {
 		serr = errors.Join(serr, stopIdle())
 	}
@@ -291,6 +324,12 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	if cfg.idle > 0 {
 		r.idleCPUHost = float64(cpuIdle) / numHosts / float64(wallIdle)
 	}
+	msgsHost := make([]float64, numHosts)
+	for i := range msgsHost {
+		msgsHost[i] = float64(msgs1[i]-msgs0[i]) / wallIdle.Seconds()
+		r.idleMsgsHost += msgsHost[i] / numHosts
+	}
+	r.idleQuiesced = float64(c.sched(allHosts()).quiesced) / numHosts
 	r.heapReplica = float64(int64(heapAlloc())-int64(baseHeap)) / float64(n*numHosts)
 	if cfg.memProfile != "" {
 		if err := writeHeapProfile(profileName(cfg, cfg.memProfile, layout, n)); err != nil {
@@ -300,7 +339,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	lph := c.leadersPerHost()
 
 	// The load: warm-up, then the measured window.
-	l := startLoad(ctx, c, cfg.writers)
+	l := startLoad(ctx, c, cfg.writers, active)
 	if err := sleep(ctx, cfg.warmup); err != nil {
 		l.finish()
 		return nil, err
@@ -321,10 +360,13 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}
 	from, cpu1 := time.Since(l.start), cpuTime()
 	st0 := c.storage()
+	qs := c.sampleQuiesced(250 * time.Millisecond)
 	serr = sleep(ctx, cfg.duration)
 	to := time.Since(l.start)
 	st1 := c.storage()
 	cpu2 := cpuTime()
+	var qlo, qhi float64
+	r.quiesced, qlo, qhi = qs.finish()
 	if stopProfile != nil {
 		if err := stopProfile(); err != nil {
 			l.finish()
@@ -335,7 +377,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	if serr != nil {
 		return nil, serr
 	}
-	r.load = window(samples, n, from, to)
+	r.load = window(samples, active, from, to)
 	r.errors, r.firstErr, r.retries = errs, firstErr, l.retries.Load()
 	if r.load.writes > 0 {
 		r.cpuPerWrite = (cpu2 - cpu1) / time.Duration(r.load.writes)
@@ -350,14 +392,29 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		syncMean = (st1.syncTime - st0.syncTime) / time.Duration(commits)
 	}
 
+	if cfg.kill {
+		// Idle again, so that the groups the load woke quiesce (with
+		// -quiesce), then the kill.
+		if err := sleep(ctx, cfg.idle); err != nil {
+			return nil, err
+		}
+		f, err := c.failover(ctx, cfg.startTimeout, cfg.restart)
+		if err != nil {
+			return nil, err
+		}
+		r.failover = f
+	}
+
 	closeDur, cerr := c.close(30 * time.Second)
 	closed = true
 	if cfg.verbose {
 		r.detail = append(r.detail,
 			fmt.Sprintf("start calls %s, every group with a leader after %s; leaders per host %v; open files %d (%.1f per replica); close %s",
 				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, fds, float64(fds)/float64(n*numHosts), closeDur.Round(time.Millisecond)),
+			fmt.Sprintf("idle: messages sent per second by host %.0f; groups quiesced at its end %.0f; in the window %.0f to %.0f",
+				msgsHost, r.idleQuiesced, qlo, qhi),
 			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s)",
-				r.load.writes, secs, r.load.groupsWritten, n, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
+				r.load.writes, secs, r.load.groupsWritten, active, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
 				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond)),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024))
@@ -473,14 +530,38 @@ func writeHeapProfile(name string) error {
 	return f.Close()
 }
 
-// parseSched parses -sched: loop,io,apply worker bounds.
-func parseSched(s string) raft.SchedulerConfig {
+// parseSched parses -sched: loop,io,apply worker bounds, and optionally
+// the quiesced groups a host's liveness change wakes per second.
+func parseSched(s string) (raft.SchedulerConfig, error) {
 	var c raft.SchedulerConfig
 	if s == "" {
-		return c
+		return c, nil
 	}
-	if _, err := fmt.Sscanf(s, "%d,%d,%d", &c.Workers, &c.IOWorkers, &c.ApplyWorkers); err != nil {
-		log.Fatalf("-sched %q: want loop,io,apply (e.g. 2,4,4): %v", s, err)
+	fields := []*int{&c.Workers, &c.IOWorkers, &c.ApplyWorkers, &c.MaxWakesPerSec}
+	parts := strings.Split(s, ",")
+	if len(parts) < 3 || len(parts) > 4 {
+		return c, fmt.Errorf("-sched %q: want loop,io,apply[,wakes] (e.g. 2,4,4)", s)
 	}
-	return c
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("-sched %q: want non-negative integers loop,io,apply[,wakes] (e.g. 2,4,4)", s)
+		}
+		*fields[i] = n
+	}
+	return c, nil
+}
+
+// raiseOpenFiles raises the process's soft limit on open files to its hard
+// limit: 10,000 groups need more than a default 1,024.
+func raiseOpenFiles() error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	if l.Cur >= l.Max {
+		return nil
+	}
+	l.Cur = l.Max
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 }
