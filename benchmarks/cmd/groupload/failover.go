@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/understudy-raft/understudy/raft"
 )
 
 // failoverResult is what -kill and -restart measure.
@@ -17,8 +21,9 @@ type failoverResult struct {
 	// quiesced then (replicas quiesced on the 3 hosts / 3).
 	led      int
 	quiesced float64
-	// teardown is the kill itself: the host's Mux closed, then the host
-	// closed on a context already done (no hand-off, no wait).
+	// teardown is from the kill until the killed host's Close returned:
+	// its Mux closed, then the host closed on a context already done (no
+	// hand-off, no wait), while the survivors elect.
 	teardown time.Duration
 	// p50, p99 and max are, over the groups it led, the time from the kill
 	// until a replica on a surviving host led the group; all is the time
@@ -26,8 +31,8 @@ type failoverResult struct {
 	// no leader then.
 	p50, p99, max, all time.Duration
 	leaderless         int
-	// cpu is the process's CPU time over all (the killed host's teardown
-	// included); cpuSurvivor the same / 2 / all: a fraction of a core per
+	// cpu is the process's CPU time over all (the killed host's teardown,
+	// as far as it overlaps, included); cpuSurvivor the same / 2 / all: a fraction of a core per
 	// surviving host.
 	cpu         time.Duration
 	cpuSurvivor float64
@@ -80,6 +85,8 @@ func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart b
 	}
 	f := &failoverResult{host: k, led: len(led), quiesced: float64(c.sched(allHosts()).quiesced) / numHosts}
 
+	w := c.watchLeaders(led, survivors, replicaID(k))
+	defer w.stop()
 	s0 := c.sched(survivors)
 	cpu0, t0 := cpuTime(), time.Now()
 	h := c.hosts[k]
@@ -88,45 +95,42 @@ func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart b
 		row[k] = nil
 	}
 	_ = h.Mux().Close()
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = h.Close(done) // raft.ErrStopTimeout: its nodes finish stopping in the background
-	f.teardown = time.Since(t0)
+	// The rest of the teardown runs while the survivors elect, as the
+	// process of a killed host is gone at once.
+	tornDown := make(chan time.Duration, 1)
+	go func() {
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = h.Close(done) // raft.ErrStopTimeout: its nodes finish stopping in the background
+		tornDown <- time.Since(t0)
+	}()
+	defer func() {
+		if f.teardown == 0 {
+			f.teardown = <-tornDown
+		}
+	}()
 
-	times := make([]time.Duration, 0, len(led))
-	pending := led
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 wait:
-	for {
-		now := time.Since(t0)
-		rest := pending[:0]
-		for _, g := range pending {
-			if c.leader(g) != nil {
-				times = append(times, now)
-			} else {
-				rest = append(rest, g)
-			}
-		}
-		pending = rest
-		if len(pending) == 0 {
-			break
-		}
+	for !w.all() {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-deadline.C:
-			f.leaderless = len(pending)
 			break wait
-		case <-time.After(5 * time.Millisecond):
+		case <-tick.C:
 		}
 	}
+	times := w.since(t0)
+	f.leaderless = len(led) - len(times)
 	f.all = time.Since(t0)
 	f.cpu = cpuTime() - cpu0
 	s1 := c.sched(survivors)
 	f.cpuSurvivor = float64(f.cpu) / float64(len(survivors)) / float64(f.all)
 	f.wakes, f.wakesDeferred = s1.wakesSince(s0), s1.wakesDeferred-s0.wakesDeferred
-	slices.Sort(times)
 	f.p50, f.p99 = percentile(times, 50), percentile(times, 99)
 	if len(times) > 0 {
 		f.max = times[len(times)-1]
@@ -134,6 +138,7 @@ wait:
 	if f.leaderless > 0 || !restart {
 		return f, nil
 	}
+	f.teardown = <-tornDown // its data dir is free once it is closed
 
 	f.restarted = true
 	rctx, rcancel := context.WithTimeout(ctx, timeout)
@@ -150,7 +155,7 @@ wait:
 		return f, fmt.Errorf("restarting host %d: %w", k, err)
 	}
 	f.restartRunning = time.Since(t1)
-	pending = pending[:0]
+	var pending []int
 	for g := range c.groups {
 		pending = append(pending, g)
 	}
@@ -173,6 +178,97 @@ wait:
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// leaderWatch records, for each group of a set, when a replica on one of
+// some hosts first knew of a leader other than a given replica: its own
+// leadership, or a leader's first message (raft.EventLeaderChanged, read
+// by a goroutine per group from the time it is sent; as a fallback for an
+// event missed, all polls IsLeader and takes the poll's time).
+type leaderWatch struct {
+	c       *cluster
+	groups  []int
+	hosts   []int
+	at      []atomic.Int64 // UnixNano; 0: not yet
+	ends    []func()
+	wg      sync.WaitGroup
+	stopped chan struct{}
+}
+
+// watchLeaders starts watching the replicas on hosts of groups for a
+// leader other than old.
+func (c *cluster) watchLeaders(groups, hosts []int, old uint64) *leaderWatch {
+	w := &leaderWatch{c: c, groups: groups, hosts: hosts, at: make([]atomic.Int64, len(groups)), stopped: make(chan struct{})}
+	for j, g := range groups {
+		var chs []<-chan raft.Event
+		for _, i := range hosts {
+			ch, end := c.groups[g][i].Subscribe(64)
+			chs = append(chs, ch)
+			w.ends = append(w.ends, end)
+		}
+		w.wg.Go(func() {
+			for len(chs) > 0 {
+				var e raft.Event
+				var ok bool
+				select {
+				case <-w.stopped:
+					return
+				case e, ok = <-chs[0]:
+					if !ok {
+						chs = chs[1:]
+					}
+				case e, ok = <-chs[len(chs)-1]:
+					if !ok {
+						chs = chs[:len(chs)-1]
+					}
+				}
+				if ok && e.Type == raft.EventLeaderChanged && e.Leader != 0 && e.Leader != old {
+					w.at[j].CompareAndSwap(0, time.Now().UnixNano())
+					return
+				}
+			}
+		})
+	}
+	return w
+}
+
+// all reports whether every group has a leader, polling those whose event
+// did not come.
+func (w *leaderWatch) all() bool {
+	done := true
+	for j, g := range w.groups {
+		if w.at[j].Load() != 0 {
+			continue
+		}
+		if w.c.leader(g) != nil {
+			w.at[j].CompareAndSwap(0, time.Now().UnixNano())
+			continue
+		}
+		done = false
+	}
+	return done
+}
+
+// since returns, sorted, the time from t0 until each group that has one
+// had a leader.
+func (w *leaderWatch) since(t0 time.Time) []time.Duration {
+	var ds []time.Duration
+	for j := range w.at {
+		if at := w.at[j].Load(); at != 0 {
+			ds = append(ds, max(time.Duration(at-t0.UnixNano()), 0))
+		}
+	}
+	slices.Sort(ds)
+	return ds
+}
+
+// stop ends the watch.
+func (w *leaderWatch) stop() {
+	close(w.stopped)
+	for _, end := range w.ends {
+		end()
+	}
+	w.wg.Wait()
 }
 
 // listenAgain listens on addr, the address a killed host listened on,
@@ -206,5 +302,5 @@ func (f *failoverResult) line() string {
 	return s
 }
 
-// ms3 is d rounded to the millisecond.
-func ms3(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+// ms3 is d rounded to 0.1 ms.
+func ms3(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }

@@ -1,10 +1,10 @@
-// Command groupload measures many raft groups in one process (issue 29):
-// three hosts on 127.0.0.1, N groups each with a voter on every host, and
-// W writers in all, spread evenly over the groups, each writing 256-byte
-// kv puts through its group's leader, one at a time, for a fixed duration
-// after a warm-up. Storage syncs are on (the library's default) and the
-// raft timers are the library's defaults (tick 100ms) unless -tick says
-// otherwise.
+// Command groupload measures many raft groups in one process (issues 29
+// and 35): three hosts on 127.0.0.1, N groups each with a voter on every
+// host, and W writers in all, spread evenly over the groups (or over the
+// first -active of them), each writing 256-byte kv puts through its
+// group's leader, one at a time, for a fixed duration after a warm-up.
+// Storage syncs are on (the library's default) and the raft timers are the
+// library's defaults (tick 100ms) unless -tick says otherwise.
 //
 // Two layouts (-layout):
 //
@@ -16,10 +16,13 @@
 //     stream), all in this one OS process.
 //
 // For each number of groups and layout it starts a fresh cluster, waits
-// until every group has a leader, measures an idle period (-idle), then
-// runs the load, and prints one line:
+// until every group has a leader, waits -settle more (0 by default),
+// measures an idle period (-idle), then runs the load, and prints one
+// line:
 //
 //	layout, groups, writers
+//	active         the groups written: the first -active ones (all if 0);
+//	               the others stay idle throughout
 //	writes/s       successful writes over the measured window
 //	p50, p99       latency as the writer sees it (retries after a leader
 //	               change included)
@@ -29,8 +32,13 @@
 //	               cluster started, divided by 3
 //	heap/replica   HeapAlloc after a GC at the end of the idle period, less
 //	               HeapAlloc before the cluster started, divided by 3N
-//	idle-cpu/host  the process's CPU time (getrusage) over the idle period,
+//	idle-cpu       the process's CPU time (getrusage) over the idle period,
 //	               divided by 3 and by the wall time: a fraction of a core
+//	               per host
+//	idle-msg       raft messages sent per second and host over the idle
+//	               period: the sum over each host's groups of every peer's
+//	               transport.PeerStats.MessagesSent (the host links' own
+//	               pings and pongs are not in it; -v gives each host's)
 //	cpu/write      the process's CPU time over the measured window, per
 //	               successful write
 //	syncs/s        storage commits (each a bbolt transaction: two
@@ -39,7 +47,33 @@
 //	               every replica's Storage().Metrics())
 //	grp/commit     groups per commit (the engine's Writes/Commits; 1 in the
 //	               process layout)
+//	quiesced       groups quiesced during the measured window (-quiesce):
+//	               the mean over samples every 250ms of the replicas
+//	               quiesced on the 3 hosts (raft.SchedulerStats.Quiesced),
+//	               divided by 3
 //	leaders        from the first start call until every group had a leader
+//
+// -kill (host layout) adds a second line. After the load, a second idle
+// period (-idle again, so that the groups the load woke quiesce with
+// -quiesce) ends with the host that leads the most groups killed: its
+// Mux is closed (listener and host links: the peers see its connections
+// drop), then the host is closed on a context already done (no leadership
+// hand-off, no wait), the in-process equivalent of kill -9. The line
+// gives the groups it led and the groups quiesced at the kill; over the
+// groups it led, the time from the kill until a replica on a surviving
+// host led the group or knew of its leader (raft.EventLeaderChanged,
+// polled as a fallback; median, p99, max); the teardown (until the
+// killed host's Close returned, while the survivors elect); the process's
+// CPU from the kill until the last of those groups had a leader, divided
+// by the 2 survivors and that time (the teardown's CPU, where it
+// overlaps, included); and the survivors' wake-ups of quiesced replicas
+// over that time by cause (raft.SchedulerStats.Wakes), and how many
+// waited for the host's wake throttle (MaxWakesPerSec: -sched's fourth
+// field). -restart (implies -kill) then opens the host again on its data
+// dir and the same port, starts its groups again (-start-parallel at a
+// time), and adds: the time until every start call returned ("running"),
+// and until every group had a leader that its replica on the restarted
+// host knew ("led and known there"). Both wait at most -start-timeout.
 //
 // Run it from the benchmarks module:
 //
@@ -47,14 +81,20 @@
 //	go run ./cmd/groupload -groups 1,10,100 -layout host,process
 //	go run ./cmd/groupload -groups 1000 -layout host
 //	go run ./cmd/groupload -groups 100 -layout host -cpuprofile cpu.out
+//	go run ./cmd/groupload -groups 48,1000 -active 48 -quiesce -restart -idle 10s
 //
-// -cpuprofile profiles each measured window, -idlecpuprofile each idle
-// period, -memprofile writes the heap at the end of each idle period, and
-// -trace an execution trace of one second of load before each window. -v
-// adds, per configuration: how long the start calls took, the leaders per
-// host, the open files, the writes and retries, the storage commits' mean
-// duration, and the goroutines and heap before the cluster. Linux (and
-// other systems with getrusage; open files from /proc/self/fd).
+// -cpuprofile profiles each measured window, -startcpuprofile each start
+// (until every group has a leader), -idlecpuprofile each idle period,
+// -memprofile writes the heap at the end of each idle period, and -trace
+// an execution trace of one second of load before each window. -v adds,
+// per configuration: how long the start calls took, the leaders per host,
+// the open files, the messages sent per second by each host while idle
+// and the groups quiesced at the idle period's end and in the window
+// (least to most), the writes and retries, the storage commits' mean
+// duration, and the goroutines and heap before the cluster. The tool
+// raises its soft limit of open files to the hard one (RLIMIT_NOFILE).
+// Linux (and other systems with getrusage; open files from
+// /proc/self/fd).
 package main
 
 import (
@@ -87,6 +127,7 @@ type config struct {
 	duration      time.Duration
 	warmup        time.Duration
 	idle          time.Duration
+	settle        time.Duration
 	tick          time.Duration
 	quiesce       bool
 	active        int
@@ -98,6 +139,7 @@ type config struct {
 	startTimeout  time.Duration
 	cpuProfile    string
 	idleProfile   string
+	startProfile  string
 	tracePath     string
 	memProfile    string
 	verbose       bool
@@ -117,6 +159,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured load per configuration")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
+	fs.DurationVar(&c.settle, "settle", 0, "unmeasured wait after every group has a leader, before the idle period (a new cluster's replicas publish their incarnations, groups quiesce)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", false, "quiesce idle groups (raft.Config.Quiesce): they stop ticking and heartbeating")
 	var sched string
@@ -129,6 +172,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured window to this file (with several configurations, -<layout>-<groups> is added before the extension)")
+	fs.StringVar(&c.startProfile, "startcpuprofile", "", "write a CPU profile of each start (until every group has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.idleProfile, "idlecpuprofile", "", "write a CPU profile of each idle period to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
@@ -164,8 +208,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-writers must be positive")
 	case c.duration <= 0:
 		return nil, errors.New("-duration must be positive")
-	case c.warmup < 0 || c.idle < 0 || c.tick < 0:
-		return nil, errors.New("-warmup, -idle and -tick must not be negative")
+	case c.warmup < 0 || c.idle < 0 || c.settle < 0 || c.tick < 0:
+		return nil, errors.New("-warmup, -idle, -settle and -tick must not be negative")
 	case c.startParallel < 1:
 		return nil, errors.New("-start-parallel must be positive")
 	case c.active < 0:
@@ -285,12 +329,24 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	baseG := runtime.NumGoroutine()
 	baseHeap := heapAlloc()
 
+	var stopStart func() error
+	if cfg.startProfile != "" {
+		if stopStart, err = startCPUProfile(profileName(cfg, cfg.startProfile, layout, n)); err != nil {
+			return nil, err
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
 		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 	})
 	cancel()
+	if stopStart != nil {
+		err = errors.Join(err, stopStart())
+	}
 	if err != nil {
+		if c != nil {
+			_, _ = c.close(30 * time.Second)
+		}
 		return nil, err
 	}
 	closed := false
@@ -303,6 +359,9 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	r.goroutinesHost = float64(runtime.NumGoroutine()-baseG) / numHosts
 	fds := openFiles()
 
+	if err := sleep(ctx, cfg.settle); err != nil {
+		return nil, err
+	}
 	// Idle: CPU over the period, then the heap after a GC.
 	var stopIdle func() error
 	if cfg.idleProfile != "" {
