@@ -52,8 +52,14 @@ type clusterOptions struct {
 // cluster is N groups of three replicas on loopback, in either layout.
 type cluster struct {
 	layout string
-	// hosts are the three hosts (layoutHost only).
+	opts   clusterOptions
+	// hosts are the three hosts (layoutHost only); nil while killed.
 	hosts []*understudy.Host
+	// hostDirs and members (layoutHost only) are each host's data dir, and
+	// the hosts as every group's initial members (PeerAddr: the address
+	// each host listens on), for a restart.
+	hostDirs []string
+	members  []raft.Member
 	// groups[g][i] is group g's replica on host i.
 	groups [][]*understudy.Group
 	// started is how long the start calls took, leaders how long until
@@ -74,7 +80,7 @@ func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.
 // (within ctx) until every group has a leader. On error everything it
 // started is closed.
 func startCluster(ctx context.Context, layout string, n int, dir string, o clusterOptions) (*cluster, error) {
-	c := &cluster{layout: layout, groups: make([][]*understudy.Group, n)}
+	c := &cluster{layout: layout, opts: o, groups: make([][]*understudy.Group, n)}
 	for g := range c.groups {
 		c.groups[g] = make([]*understudy.Group, numHosts)
 	}
@@ -101,41 +107,63 @@ func (c *cluster) raftConfig(o clusterOptions) raft.Config {
 // startHosts opens three hosts and starts every group's replica on each,
 // o.startParallel StartGroup calls at a time per host.
 func (c *cluster) startHosts(ctx context.Context, n int, dir string, o clusterOptions) error {
-	var members []raft.Member
 	for i := range numHosts {
 		ln, err := listenLoopback()
 		if err != nil {
 			return err
 		}
-		h, err := understudy.NewHost(understudy.HostConfig{
-			DataDir:       filepath.Join(dir, fmt.Sprintf("host%d", i)),
-			Listener:      ln,
-			AdvertisePeer: ln.Addr().String(),
-			Logger:        o.logger,
-			Storage:       storage.EngineOptions{Backend: o.backend},
-			Scheduler:     o.sched,
-		})
+		c.hostDirs = append(c.hostDirs, filepath.Join(dir, fmt.Sprintf("host%d", i)))
+		h, err := c.openHost(i, ln)
 		if err != nil {
 			return fmt.Errorf("host %d: %w", i, err)
 		}
 		c.hosts = append(c.hosts, h)
-		members = append(members, raft.Member{ID: replicaID(i), PeerAddr: ln.Addr().String()})
+		c.members = append(c.members, raft.Member{ID: replicaID(i), PeerAddr: ln.Addr().String()})
 	}
 	t0 := time.Now()
-	err := c.startAll(ctx, n, o.startParallel, func(g, i int) (*understudy.Group, error) {
-		return c.hosts[i].StartGroup(ctx, understudy.GroupConfig{
-			GroupID:        groupID(g),
-			ID:             replicaID(i),
-			InitialMembers: members,
-			ClusterToken:   fmt.Sprintf("groupload-%d", groupID(g)),
-			Raft:           c.raftConfig(o),
-			Storage:        storage.GroupOptions{TailCacheBytes: o.tailCache},
-		}, kv.New())
-	})
+	var err error
+	c.started, err = c.startAll(ctx, n, o.startParallel, allHosts(), c.startGroup(ctx))
 	if err != nil {
 		return err
 	}
-	return c.waitLeaders(ctx, t0)
+	c.leaders, err = c.waitLeaders(ctx, t0)
+	return err
+}
+
+// openHost opens host i on its data dir, listening on ln.
+func (c *cluster) openHost(i int, ln net.Listener) (*understudy.Host, error) {
+	return understudy.NewHost(understudy.HostConfig{
+		DataDir:       c.hostDirs[i],
+		Listener:      ln,
+		AdvertisePeer: ln.Addr().String(),
+		Logger:        c.opts.logger,
+		Storage:       storage.EngineOptions{Backend: c.opts.backend},
+		Scheduler:     c.opts.sched,
+	})
+}
+
+// startGroup returns the start call of group g's replica on host i (a
+// bootstrap on an empty data dir, a restart on one that holds it).
+func (c *cluster) startGroup(ctx context.Context) func(g, i int) (*understudy.Group, error) {
+	return func(g, i int) (*understudy.Group, error) {
+		return c.hosts[i].StartGroup(ctx, understudy.GroupConfig{
+			GroupID:        groupID(g),
+			ID:             replicaID(i),
+			InitialMembers: c.members,
+			ClusterToken:   fmt.Sprintf("groupload-%d", groupID(g)),
+			Raft:           c.raftConfig(c.opts),
+			Storage:        storage.GroupOptions{TailCacheBytes: c.opts.tailCache},
+		}, kv.New())
+	}
+}
+
+// allHosts is every host's index.
+func allHosts() []int {
+	hs := make([]int, numHosts)
+	for i := range hs {
+		hs[i] = i
+	}
+	return hs
 }
 
 // startProcesses starts every replica with its own understudy.Start (its
@@ -173,7 +201,7 @@ func (c *cluster) startProcesses(ctx context.Context, n int, dir string, o clust
 	}
 	t0 := time.Now()
 	var mu sync.Mutex
-	err := c.startAll(ctx, n, o.startParallel, func(g, i int) (*understudy.Group, error) {
+	started, err := c.startAll(ctx, n, o.startParallel, allHosts(), func(g, i int) (*understudy.Group, error) {
 		mu.Lock()
 		ln := lns[g][i]
 		lns[g][i] = nil // Start owns it now, and closes it on error
@@ -193,16 +221,19 @@ func (c *cluster) startProcesses(ctx context.Context, n int, dir string, o clust
 	mu.Lock()
 	closeRest() // the listeners of members never started
 	mu.Unlock()
+	c.started = started
 	if err != nil {
 		return err
 	}
-	return c.waitLeaders(ctx, t0)
+	c.leaders, err = c.waitLeaders(ctx, t0)
+	return err
 }
 
-// startAll calls start(g, i) for every group g and host i, parallel calls
-// in flight per host, and records each replica. It returns the first
-// error, once every call in flight returned.
-func (c *cluster) startAll(ctx context.Context, n, parallel int, start func(g, i int) (*understudy.Group, error)) error {
+// startAll calls start(g, i) for every group g and host i of hosts,
+// parallel calls in flight per host, and records each replica. It returns
+// how long the calls took and the first error, once every call in flight
+// returned.
+func (c *cluster) startAll(ctx context.Context, n, parallel int, hosts []int, start func(g, i int) (*understudy.Group, error)) (time.Duration, error) {
 	t0 := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -211,7 +242,7 @@ func (c *cluster) startAll(ctx context.Context, n, parallel int, start func(g, i
 		mu    sync.Mutex
 		first error
 	)
-	for i := range numHosts {
+	for _, i := range hosts {
 		sem := make(chan struct{}, max(parallel, 1))
 		wg.Go(func() {
 			var hw sync.WaitGroup
@@ -242,16 +273,15 @@ func (c *cluster) startAll(ctx context.Context, n, parallel int, start func(g, i
 		})
 	}
 	wg.Wait()
-	c.started = time.Since(t0)
 	if first == nil && ctx.Err() != nil {
 		first = ctx.Err()
 	}
-	return first
+	return time.Since(t0), first
 }
 
 // waitLeaders waits until every group has a replica that leads, and
-// records the time since t0.
-func (c *cluster) waitLeaders(ctx context.Context, t0 time.Time) error {
+// returns the time since t0.
+func (c *cluster) waitLeaders(ctx context.Context, t0 time.Time) (time.Duration, error) {
 	pending := make([]int, len(c.groups))
 	for g := range pending {
 		pending[g] = g
@@ -265,12 +295,11 @@ func (c *cluster) waitLeaders(ctx context.Context, t0 time.Time) error {
 		}
 		pending = rest
 		if len(pending) == 0 {
-			c.leaders = time.Since(t0)
-			return nil
+			return time.Since(t0), nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d groups without a leader after %s: %w",
+			return 0, fmt.Errorf("%d of %d groups without a leader after %s: %w",
 				len(pending), len(c.groups), time.Since(t0).Round(time.Millisecond), ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -360,7 +389,9 @@ func (c *cluster) close(timeout time.Duration) (time.Duration, error) {
 	}
 	if c.layout == layoutHost {
 		for _, h := range c.hosts {
-			wg.Go(func() { fail(h.Close(ctx)) })
+			if h != nil {
+				wg.Go(func() { fail(h.Close(ctx)) })
+			}
 		}
 	} else {
 		sem := make(chan struct{}, 64)

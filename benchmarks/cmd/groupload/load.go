@@ -72,13 +72,13 @@ type load struct {
 	retries  atomic.Int64
 }
 
-// startLoad starts writers writers on c, spread over its groups
-// (writerGroups), each writing 256-byte kv puts through its group's
+// startLoad starts writers writers on c, spread over its first active
+// groups (writerGroups), each writing 256-byte kv puts through its group's
 // leader, one at a time, until stop.
-func startLoad(ctx context.Context, c *cluster, writers int) *load {
+func startLoad(ctx context.Context, c *cluster, writers, active int) *load {
 	l := &load{c: c, writers: writers, start: time.Now()}
 	for w := range writers {
-		l.wg.Go(func() { l.write(ctx, w, writerGroups(w, writers, len(c.groups))) })
+		l.wg.Go(func() { l.write(ctx, w, writerGroups(w, writers, active)) })
 	}
 	return l
 }

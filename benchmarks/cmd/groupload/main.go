@@ -1,10 +1,10 @@
-// Command groupload measures many raft groups in one process (issue 29):
-// three hosts on 127.0.0.1, N groups each with a voter on every host, and
-// W writers in all, spread evenly over the groups, each writing 256-byte
-// kv puts through its group's leader, one at a time, for a fixed duration
-// after a warm-up. Storage syncs are on (the library's default) and the
-// raft timers are the library's defaults (tick 100ms) unless -tick says
-// otherwise.
+// Command groupload measures many raft groups in one process (issues 29
+// and 35): three hosts on 127.0.0.1, N groups each with a voter on every
+// host, and W writers in all, spread evenly over the groups (or over the
+// first -active of them), each writing 256-byte kv puts through its
+// group's leader, one at a time, for a fixed duration after a warm-up.
+// Storage syncs are on (the library's default) and the raft timers are the
+// library's defaults (tick 100ms) unless -tick says otherwise.
 //
 // Two layouts (-layout):
 //
@@ -16,10 +16,13 @@
 //     stream), all in this one OS process.
 //
 // For each number of groups and layout it starts a fresh cluster, waits
-// until every group has a leader, measures an idle period (-idle), then
-// runs the load, and prints one line:
+// until every group has a leader, waits -settle more (0 by default),
+// measures an idle period (-idle), then runs the load, and prints one
+// line:
 //
 //	layout, groups, writers
+//	active         the groups written: the first -active ones (all if 0);
+//	               the others stay idle throughout
 //	writes/s       successful writes over the measured window
 //	p50, p99       latency as the writer sees it (retries after a leader
 //	               change included)
@@ -29,8 +32,13 @@
 //	               cluster started, divided by 3
 //	heap/replica   HeapAlloc after a GC at the end of the idle period, less
 //	               HeapAlloc before the cluster started, divided by 3N
-//	idle-cpu/host  the process's CPU time (getrusage) over the idle period,
+//	idle-cpu       the process's CPU time (getrusage) over the idle period,
 //	               divided by 3 and by the wall time: a fraction of a core
+//	               per host
+//	idle-msg       raft messages sent per second and host over the idle
+//	               period: the sum over each host's groups of every peer's
+//	               transport.PeerStats.MessagesSent (the host links' own
+//	               pings and pongs are not in it; -v gives each host's)
 //	cpu/write      the process's CPU time over the measured window, per
 //	               successful write
 //	syncs/s        storage commits (each a bbolt transaction: two
@@ -39,7 +47,33 @@
 //	               every replica's Storage().Metrics())
 //	grp/commit     groups per commit (the engine's Writes/Commits; 1 in the
 //	               process layout)
+//	quiesced       groups quiesced during the measured window (-quiesce):
+//	               the mean over samples every 250ms of the replicas
+//	               quiesced on the 3 hosts (raft.SchedulerStats.Quiesced),
+//	               divided by 3
 //	leaders        from the first start call until every group had a leader
+//
+// -kill (host layout) adds a second line. After the load, a second idle
+// period (-idle again, so that the groups the load woke quiesce with
+// -quiesce) ends with the host that leads the most groups killed: its
+// Mux is closed (listener and host links: the peers see its connections
+// drop), then the host is closed on a context already done (no leadership
+// hand-off, no wait), the in-process equivalent of kill -9. The line
+// gives the groups it led and the groups quiesced at the kill; over the
+// groups it led, the time from the kill until a replica on a surviving
+// host led the group or knew of its leader (raft.EventLeaderChanged,
+// polled as a fallback; median, p99, max); the teardown (until the
+// killed host's Close returned, while the survivors elect); the process's
+// CPU from the kill until the last of those groups had a leader, divided
+// by the 2 survivors and that time (the teardown's CPU, where it
+// overlaps, included); and the survivors' wake-ups of quiesced replicas
+// over that time by cause (raft.SchedulerStats.Wakes), and how many
+// waited for the host's wake throttle (MaxWakesPerSec: -sched's fourth
+// field). -restart (implies -kill) then opens the host again on its data
+// dir and the same port, starts its groups again (-start-parallel at a
+// time), and adds: the time until every start call returned ("running"),
+// and until every group had a leader that its replica on the restarted
+// host knew ("led and known there"). Both wait at most -start-timeout.
 //
 // Run it from the benchmarks module:
 //
@@ -47,14 +81,20 @@
 //	go run ./cmd/groupload -groups 1,10,100 -layout host,process
 //	go run ./cmd/groupload -groups 1000 -layout host
 //	go run ./cmd/groupload -groups 100 -layout host -cpuprofile cpu.out
+//	go run ./cmd/groupload -groups 48,1000 -active 48 -quiesce -restart -idle 10s
 //
-// -cpuprofile profiles each measured window, -idlecpuprofile each idle
-// period, -memprofile writes the heap at the end of each idle period, and
-// -trace an execution trace of one second of load before each window. -v
-// adds, per configuration: how long the start calls took, the leaders per
-// host, the open files, the writes and retries, the storage commits' mean
-// duration, and the goroutines and heap before the cluster. Linux (and
-// other systems with getrusage; open files from /proc/self/fd).
+// -cpuprofile profiles each measured window, -startcpuprofile each start
+// (until every group has a leader), -idlecpuprofile each idle period,
+// -memprofile writes the heap at the end of each idle period, and -trace
+// an execution trace of one second of load before each window. -v adds,
+// per configuration: how long the start calls took, the leaders per host,
+// the open files, the messages sent per second by each host while idle
+// and the groups quiesced at the idle period's end and in the window
+// (least to most), the writes and retries, the storage commits' mean
+// duration, and the goroutines and heap before the cluster. The tool
+// raises its soft limit of open files to the hard one (RLIMIT_NOFILE).
+// Linux (and other systems with getrusage; open files from
+// /proc/self/fd).
 package main
 
 import (
@@ -65,14 +105,11 @@ import (
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
 	"io"
-	"log"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
-	"runtime/pprof"
-	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -87,15 +124,19 @@ type config struct {
 	duration      time.Duration
 	warmup        time.Duration
 	idle          time.Duration
+	settle        time.Duration
 	tick          time.Duration
 	quiesce       bool
+	active        int
+	kill, restart bool
 	tailCache     int64
 	backend       string
-	sched         string
+	sched         raft.SchedulerConfig
 	startParallel int
 	startTimeout  time.Duration
 	cpuProfile    string
 	idleProfile   string
+	startProfile  string
 	tracePath     string
 	memProfile    string
 	verbose       bool
@@ -115,14 +156,20 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured load per configuration")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.DurationVar(&c.idle, "idle", 5*time.Second, "idle period measured after every group has a leader, before the load (CPU, then heap)")
+	fs.DurationVar(&c.settle, "settle", 0, "unmeasured wait after every group has a leader, before the idle period (a new cluster's replicas publish their incarnations, groups quiesce)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", false, "quiesce idle groups (raft.Config.Quiesce): they stop ticking and heartbeating")
-	fs.StringVar(&c.sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers (e.g. 2,4,4; empty or 0: the defaults)")
+	var sched string
+	fs.StringVar(&sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers[,wakes per second] (e.g. 2,4,4 or 0,0,0,500; empty or 0: the defaults)")
+	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
+	fs.BoolVar(&c.kill, "kill", false, "after the load and a second idle period, kill the host that leads the most groups (host layout) and measure until each group it led has a leader again")
+	fs.BoolVar(&c.restart, "restart", false, "after -kill (implied), start the killed host again on its data dir and measure until every group is led and known there")
 	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured window to this file (with several configurations, -<layout>-<groups> is added before the extension)")
+	fs.StringVar(&c.startProfile, "startcpuprofile", "", "write a CPU profile of each start (until every group has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.idleProfile, "idlecpuprofile", "", "write a CPU profile of each idle period to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
@@ -134,6 +181,11 @@ func parseFlags(args []string) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	var err error
+	if c.sched, err = parseSched(sched); err != nil {
+		return nil, err
+	}
+	c.kill = c.kill || c.restart
 	for s := range strings.SplitSeq(groups, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -153,10 +205,14 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-writers must be positive")
 	case c.duration <= 0:
 		return nil, errors.New("-duration must be positive")
-	case c.warmup < 0 || c.idle < 0 || c.tick < 0:
-		return nil, errors.New("-warmup, -idle and -tick must not be negative")
+	case c.warmup < 0 || c.idle < 0 || c.settle < 0 || c.tick < 0:
+		return nil, errors.New("-warmup, -idle, -settle and -tick must not be negative")
 	case c.startParallel < 1:
 		return nil, errors.New("-start-parallel must be positive")
+	case c.active < 0:
+		return nil, errors.New("-active must not be negative")
+	case c.kill && slices.Contains(c.layouts, layoutProcess):
+		return nil, errors.New("-kill and -restart need -layout host")
 	}
 	switch c.logLevel {
 	case "", "debug", "info", "warn", "error":
@@ -174,6 +230,9 @@ func mainExit() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "groupload: %v\n", err)
 		return 2
+	}
+	if err := raiseOpenFiles(); err != nil {
+		fmt.Fprintf(os.Stderr, "groupload: raising the open files limit: %v\n", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -210,6 +269,7 @@ func run(ctx context.Context, cfg *config) int {
 type result struct {
 	layout           string
 	groups, writers  int
+	active           int // the groups written
 	load             loadResult
 	errors           int
 	firstErr         error
@@ -217,6 +277,10 @@ type result struct {
 	goroutinesHost   float64
 	heapReplica      float64 // bytes
 	idleCPUHost      float64 // cores
+	idleMsgsHost     float64 // messages sent per second and host
+	idleQuiesced     float64 // groups quiesced at the end of the idle period
+	quiesced         float64 // groups quiesced, mean over the measured window
+	failover         *failoverResult
 	cpuPerWrite      time.Duration
 	syncsPerSec      float64
 	groupsPerCommit  float64
@@ -225,15 +289,19 @@ type result struct {
 }
 
 func printHeader(w io.Writer) {
-	fmt.Fprintf(w, "%-7s %6s %7s %9s %7s %7s %8s %8s %9s %9s %9s %8s %10s %8s %6s\n",
-		"layout", "groups", "writers", "writes/s", "p50-ms", "p99-ms", "grp-p99", "gor/host", "heap/rep", "idle-cpu", "cpu/write", "syncs/s", "grp/commit", "leaders", "errors")
+	fmt.Fprintf(w, "%-7s %6s %6s %7s %9s %7s %7s %8s %8s %9s %9s %8s %9s %8s %10s %8s %8s %6s\n",
+		"layout", "groups", "active", "writers", "writes/s", "p50-ms", "p99-ms", "grp-p99", "gor/host", "heap/rep", "idle-cpu", "idle-msg",
+		"cpu/write", "syncs/s", "grp/commit", "quiesced", "leaders", "errors")
 }
 
 func printResult(w io.Writer, r *result) {
-	fmt.Fprintf(w, "%-7s %6d %7d %9.0f %7.2f %7.2f %8.2f %8.0f %8.1fK %8.1f%% %7.0fµs %8.0f %10.1f %7.2fs %6d\n",
-		r.layout, r.groups, r.writers, r.load.perSec, ms(r.load.p50), ms(r.load.p99), ms(r.load.groupP99),
-		r.goroutinesHost, r.heapReplica/1024, 100*r.idleCPUHost, float64(r.cpuPerWrite)/1e3,
-		r.syncsPerSec, r.groupsPerCommit, r.leaders.Seconds(), r.errors)
+	fmt.Fprintf(w, "%-7s %6d %6d %7d %9.0f %7.2f %7.2f %8.2f %8.0f %8.1fK %8.1f%% %8.0f %7.0fµs %8.0f %10.1f %8.0f %7.2fs %6d\n",
+		r.layout, r.groups, r.active, r.writers, r.load.perSec, ms(r.load.p50), ms(r.load.p99), ms(r.load.groupP99),
+		r.goroutinesHost, r.heapReplica/1024, 100*r.idleCPUHost, r.idleMsgsHost, float64(r.cpuPerWrite)/1e3,
+		r.syncsPerSec, r.groupsPerCommit, r.quiesced, r.leaders.Seconds(), r.errors)
+	if r.failover != nil {
+		fmt.Fprintf(w, "        %s\n", r.failover.line())
+	}
 	for _, d := range r.detail {
 		fmt.Fprintf(w, "        %s\n", d)
 	}
@@ -248,18 +316,34 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	r := &result{layout: layout, groups: n, writers: cfg.writers}
+	active := n
+	if cfg.active > 0 {
+		active = min(cfg.active, n)
+	}
+	r := &result{layout: layout, groups: n, writers: cfg.writers, active: active}
 
 	runtime.GC()
 	baseG := runtime.NumGoroutine()
 	baseHeap := heapAlloc()
 
+	var stopStart func() error
+	if cfg.startProfile != "" {
+		if stopStart, err = startCPUProfile(profileName(cfg, cfg.startProfile, layout, n)); err != nil {
+			return nil, err
+		}
+	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: parseSched(cfg.sched), startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 	})
 	cancel()
+	if stopStart != nil {
+		err = errors.Join(err, stopStart())
+	}
 	if err != nil {
+		if c != nil {
+			_, _ = c.close(30 * time.Second)
+		}
 		return nil, err
 	}
 	closed := false
@@ -272,6 +356,9 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	r.goroutinesHost = float64(runtime.NumGoroutine()-baseG) / numHosts
 	fds := openFiles()
 
+	if err := sleep(ctx, cfg.settle); err != nil {
+		return nil, err
+	}
 	// Idle: CPU over the period, then the heap after a GC.
 	var stopIdle func() error
 	if cfg.idleProfile != "" {
@@ -279,9 +366,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 			return nil, err
 		}
 	}
+	msgs0 := c.messagesSent()
 	cpu0, t0 := cpuTime(), time.Now()
 	serr := sleep(ctx, cfg.idle)
 	cpuIdle, wallIdle := cpuTime()-cpu0, time.Since(t0)
+	msgs1 := c.messagesSent()
 	if stopIdle != nil {
 		serr = errors.Join(serr, stopIdle())
 	}
@@ -291,6 +380,12 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	if cfg.idle > 0 {
 		r.idleCPUHost = float64(cpuIdle) / numHosts / float64(wallIdle)
 	}
+	msgsHost := make([]float64, numHosts)
+	for i := range msgsHost {
+		msgsHost[i] = float64(msgs1[i]-msgs0[i]) / wallIdle.Seconds()
+		r.idleMsgsHost += msgsHost[i] / numHosts
+	}
+	r.idleQuiesced = float64(c.sched(allHosts()).quiesced) / numHosts
 	r.heapReplica = float64(int64(heapAlloc())-int64(baseHeap)) / float64(n*numHosts)
 	if cfg.memProfile != "" {
 		if err := writeHeapProfile(profileName(cfg, cfg.memProfile, layout, n)); err != nil {
@@ -300,7 +395,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	lph := c.leadersPerHost()
 
 	// The load: warm-up, then the measured window.
-	l := startLoad(ctx, c, cfg.writers)
+	l := startLoad(ctx, c, cfg.writers, active)
 	if err := sleep(ctx, cfg.warmup); err != nil {
 		l.finish()
 		return nil, err
@@ -321,10 +416,13 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}
 	from, cpu1 := time.Since(l.start), cpuTime()
 	st0 := c.storage()
+	qs := c.sampleQuiesced(250 * time.Millisecond)
 	serr = sleep(ctx, cfg.duration)
 	to := time.Since(l.start)
 	st1 := c.storage()
 	cpu2 := cpuTime()
+	var qlo, qhi float64
+	r.quiesced, qlo, qhi = qs.finish()
 	if stopProfile != nil {
 		if err := stopProfile(); err != nil {
 			l.finish()
@@ -335,7 +433,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	if serr != nil {
 		return nil, serr
 	}
-	r.load = window(samples, n, from, to)
+	r.load = window(samples, active, from, to)
 	r.errors, r.firstErr, r.retries = errs, firstErr, l.retries.Load()
 	if r.load.writes > 0 {
 		r.cpuPerWrite = (cpu2 - cpu1) / time.Duration(r.load.writes)
@@ -350,14 +448,29 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		syncMean = (st1.syncTime - st0.syncTime) / time.Duration(commits)
 	}
 
+	if cfg.kill {
+		// Idle again, so that the groups the load woke quiesce (with
+		// -quiesce), then the kill.
+		if err := sleep(ctx, cfg.idle); err != nil {
+			return nil, err
+		}
+		f, err := c.failover(ctx, cfg.startTimeout, cfg.restart)
+		if err != nil {
+			return nil, err
+		}
+		r.failover = f
+	}
+
 	closeDur, cerr := c.close(30 * time.Second)
 	closed = true
 	if cfg.verbose {
 		r.detail = append(r.detail,
 			fmt.Sprintf("start calls %s, every group with a leader after %s; leaders per host %v; open files %d (%.1f per replica); close %s",
 				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, fds, float64(fds)/float64(n*numHosts), closeDur.Round(time.Millisecond)),
+			fmt.Sprintf("idle: messages sent per second by host %.0f; groups quiesced at its end %.0f; in the window %.0f to %.0f",
+				msgsHost, r.idleQuiesced, qlo, qhi),
 			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s)",
-				r.load.writes, secs, r.load.groupsWritten, n, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
+				r.load.writes, secs, r.load.groupsWritten, active, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
 				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond)),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024))
@@ -380,107 +493,24 @@ func logger(level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
-// sleep waits d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// heapAlloc is HeapAlloc after a full GC.
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
-// openFiles counts the process's open file descriptors (Linux: entries of
-// /proc/self/fd; -1 elsewhere).
-func openFiles() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	return len(ents)
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// profileName is the profile file of one configuration: name itself when
-// the run has one configuration, otherwise name with -<layout>-<groups>
-// before its extension.
-func profileName(cfg *config, name, layout string, n int) string {
-	if len(cfg.groups)*len(cfg.layouts) == 1 {
-		return name
-	}
-	ext := filepath.Ext(name)
-	return fmt.Sprintf("%s-%s-%d%s", strings.TrimSuffix(name, ext), layout, n, ext)
-}
-
-func startCPUProfile(name string) (func() error, error) {
-	f, err := os.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
-}
-
-// writeTrace writes an execution trace of the next d to name.
-func writeTrace(ctx context.Context, name string, d time.Duration) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return err
-	}
-	serr := sleep(ctx, d)
-	trace.Stop()
-	return errors.Join(serr, f.Close())
-}
-
-func writeHeapProfile(name string) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// parseSched parses -sched: loop,io,apply worker bounds.
-func parseSched(s string) raft.SchedulerConfig {
+// parseSched parses -sched: loop,io,apply worker bounds, and optionally
+// the quiesced groups a host's liveness change wakes per second.
+func parseSched(s string) (raft.SchedulerConfig, error) {
 	var c raft.SchedulerConfig
 	if s == "" {
-		return c
+		return c, nil
 	}
-	if _, err := fmt.Sscanf(s, "%d,%d,%d", &c.Workers, &c.IOWorkers, &c.ApplyWorkers); err != nil {
-		log.Fatalf("-sched %q: want loop,io,apply (e.g. 2,4,4): %v", s, err)
+	fields := []*int{&c.Workers, &c.IOWorkers, &c.ApplyWorkers, &c.MaxWakesPerSec}
+	parts := strings.Split(s, ",")
+	if len(parts) < 3 || len(parts) > 4 {
+		return c, fmt.Errorf("-sched %q: want loop,io,apply[,wakes] (e.g. 2,4,4)", s)
 	}
-	return c
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("-sched %q: want non-negative integers loop,io,apply[,wakes] (e.g. 2,4,4)", s)
+		}
+		*fields[i] = n
+	}
+	return c, nil
 }

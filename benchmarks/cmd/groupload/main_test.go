@@ -57,6 +57,75 @@ func TestGroupLoadSmoke(t *testing.T) {
 	}
 }
 
+// TestGroupLoadKillRestart runs -active, -quiesce, -kill and -restart on 3
+// hosts x 4 groups with a 10ms tick: only the active group is written, the
+// killed host led at least one group and each of them has a leader again,
+// the host restarts and every group is led, and the kill's line is printed.
+func TestGroupLoadKillRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 hosts x 4 groups with fsync on, kills one and restarts it")
+	}
+	var out bytes.Buffer
+	cfg, err := parseFlags([]string{"-groups", "4", "-active", "1", "-writers", "3", "-quiesce", "-restart",
+		"-duration", "500ms", "-warmup", "100ms", "-idle", "500ms", "-tick", "10ms", "-v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.kill {
+		t.Fatal("-restart does not imply -kill")
+	}
+	cfg.out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	printHeader(cfg.out)
+	r, err := runOne(ctx, cfg, layoutHost, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	printResult(cfg.out, r)
+	t.Logf("\n%s", out.String())
+	f := r.failover
+	switch {
+	case r.errors != 0:
+		t.Errorf("%d writes failed, first: %v", r.errors, r.firstErr)
+	case r.active != 1 || r.load.groupsWritten != 1 || r.load.writes == 0:
+		t.Errorf("active %d: %d groups written, %d writes", r.active, r.load.groupsWritten, r.load.writes)
+	case f == nil:
+		t.Fatal("no failover figures")
+	case f.led < 1 || f.leaderless != 0:
+		t.Errorf("killed host %d led %d groups; %d without a leader after the kill", f.host, f.led, f.leaderless)
+	case f.p50 <= 0 || f.p99 < f.p50 || f.max < f.p99 || f.all < f.max:
+		t.Errorf("times to a leader: p50 %s p99 %s max %s all %s", f.p50, f.p99, f.max, f.all)
+	case !f.restarted || f.restartRunning <= 0 || f.restartLed < f.restartRunning:
+		t.Errorf("restart: running after %s, led after %s", f.restartRunning, f.restartLed)
+	case !strings.Contains(out.String(), "kill host") || !strings.Contains(out.String(), "restart:"):
+		t.Errorf("no kill line in the output:\n%s", out.String())
+	}
+}
+
+func TestParseFlagsRefuses(t *testing.T) {
+	for _, args := range [][]string{
+		{"-kill", "-layout", "host,process"},
+		{"-restart", "-layout", "process"},
+		{"-active", "-1"},
+		{"-sched", "1,2"},
+		{"-sched", "1,2,3,4,5"},
+		{"-sched", "1,x,3"},
+		{"-sched", "1,-2,3"},
+	} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%q: accepted", args)
+		}
+	}
+	cfg, err := parseFlags([]string{"-sched", "2,4,8,500"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.sched; s.Workers != 2 || s.IOWorkers != 4 || s.ApplyWorkers != 8 || s.MaxWakesPerSec != 500 {
+		t.Errorf("-sched 2,4,8,500: %+v", s)
+	}
+}
+
 func TestWriterGroups(t *testing.T) {
 	for _, tc := range []struct{ writers, groups int }{{256, 1}, {256, 10}, {256, 100}, {256, 256}, {256, 1000}, {7, 3}} {
 		share := make([]int, tc.groups) // writers per group (groups >= writers: 1 each)
