@@ -18,7 +18,8 @@ import (
 // Quiescence (Config.Quiesce): an idle group stops ticking and sending.
 // See "Quiescence" in docs/architecture.md for the conditions and the
 // safety argument. Everything here runs on the run loop, but for the
-// HostLiveness handler (quiesceHostLiveness), which reads atomics only.
+// HostLiveness and refusal handlers (quiesceHostLiveness, quiesceRefused),
+// which read atomics only.
 
 // wakeCause is why a quiesced node woke (SchedulerStats.Wakes).
 type wakeCause int
