@@ -295,8 +295,9 @@ func (n *Node) dropBuffers() {
 // wake ends the node's quiescence: its ticks resume, the policy's timer
 // stops, the members the leader had told or left lagging get their host's
 // contact as group contact (a member on a live host counts as heard now,
-// one on a host not live as of its host's last answer), and a follower woken by anything but its leader asks the
-// leader to wake, so that the leader heartbeats before it times out.
+// one on a host not live as of its host's last answer), and a follower
+// woken by anything but its leader asks the leader to wake, so that the
+// leader heartbeats before it times out.
 func (n *Node) wake(cause wakeCause, from uint64) {
 	l := &n.loop
 	q := &l.q
@@ -454,11 +455,12 @@ func (n *Node) quiesceRefused(from uint64) {
 }
 
 // hostDied runs on the loop for a quiesced node told that member's host
-// died: a leader that told that member to quiesce wakes so that the policy
-// may act (one it left lagging has its timer already); a follower whose leader
-// it was wakes, forgets the leader, and campaigns at once if it ranks
-// first among the live voters (the others grant it; they campaign on their
-// own after an election timeout if it does not win). Learners only wait.
+// died: a leader that told that member to quiesce wakes so that the
+// policy may act (one it left lagging has its timer already); a follower
+// whose leader it was wakes, forgets the leader, and campaigns at once if
+// it ranks first among the live voters (the others grant it; they
+// campaign on their own after an election timeout if it does not win).
+// Learners only wait.
 func (n *Node) hostDied(member uint64) {
 	l := &n.loop
 	if !l.q.on || !n.hostKnownDead(member) {
