@@ -222,3 +222,67 @@ func (p DefaultPolicy) candidateInContact(v View) bool {
 	}
 	return false
 }
+
+// Deadliner is a Policy that can say when it will next act on its own with
+// nothing else changing. A node whose group is quiesced (raft.Config.Quiesce)
+// while a member's host is down sleeps until then instead of asking the
+// policy at every tick; a Policy that is no Deadliner keeps such a group
+// awake. NextDecision must be pure, like Next.
+type Deadliner interface {
+	// NextDecision returns the earliest time, not before v.Now, at which
+	// Next would return a change if nothing in v changed but Now (no
+	// message heard, no member's activity changed), or the zero time when
+	// no such time exists. It returns v.Now when Next returns a change now.
+	NextDecision(v View) time.Time
+}
+
+// NextDecision implements Deadliner. With nothing but time passing, the
+// default policy's decision changes only when a voter it has not heard
+// from turns silent for FailoverAfter (a failover, if a ready standby can
+// take its seat), a learner turns silent for RemoveDeadAfter (a removal,
+// when set), or a learner ends its stabilization (a promotion): it asks
+// Next at each of these times, earliest first, and returns the first at
+// which Next acts.
+func (p DefaultPolicy) NextDecision(v View) time.Time {
+	if _, ok := p.Next(v); ok {
+		return v.Now
+	}
+	s := p.Settings.WithDefaults()
+	cfg := v.Config.Normalize()
+	var at []time.Time
+	add := func(t time.Time) {
+		if t.After(v.Now) {
+			at = append(at, t)
+		}
+	}
+	silentAt := func(ids []uint64, d time.Duration) {
+		for _, id := range ids {
+			if pr, ok := v.Progress[id]; ok && !v.active(id) && !pr.LastContact.IsZero() {
+				add(pr.LastContact.Add(d))
+			}
+		}
+	}
+	silentAt(cfg.Voters, s.FailoverAfter)
+	silentAt(cfg.VotersOutgoing, s.FailoverAfter)
+	if s.RemoveDeadAfter > 0 {
+		silentAt(cfg.Learners, s.RemoveDeadAfter)
+	}
+	for _, id := range cfg.IDs() {
+		since, ok := v.ReadySince[id]
+		if ok && instantReadiness(v, s, id).Code == ReasonReady {
+			add(since.Add(s.Stabilization))
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	for i, t := range at {
+		if i > 0 && t.Equal(at[i-1]) {
+			continue
+		}
+		w := v
+		w.Now = t
+		if _, ok := p.Next(w); ok {
+			return t
+		}
+	}
+	return time.Time{}
+}

@@ -110,3 +110,64 @@ func TestDefaultPolicyWaiting(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultPolicyNextDecision: when the default policy would next act
+// with nothing but time passing, one row per kind of decision time; every
+// answer is checked against Next just before and at that time.
+func TestDefaultPolicyNextDecision(t *testing.T) {
+	const never = time.Duration(-1)
+	tests := []struct {
+		name string
+		view string
+		opts func(*View)
+		s    Settings
+		want time.Duration // after t0; never: the zero time
+	}{
+		{name: "at rest: never", view: "voters=(1 2 3) learners=(4)", want: never},
+		{name: "acting now: now", view: "voters=(1 2 3) learners=(4)\n3 down contact=30s", want: 0},
+		{name: "silent voter with a standby: its failover", view: "voters=(1 2 3) learners=(4)\n3 down contact=10s", want: 20 * time.Second},
+		{name: "custom FailoverAfter", view: "voters=(1 2 3) learners=(4)\n3 down contact=2s", s: Settings{FailoverAfter: 5 * time.Second}, want: 3 * time.Second},
+		{name: "silent voter, no standby: never", view: "voters=(1 2 3)\n3 down contact=10s", want: never},
+		{name: "silent voter, read-only standby: never", view: "voters=(1 2 3) learners=(4)\n3 down contact=10s\n4 readonly", want: never},
+		{name: "silent voter, standby down too: never", view: "voters=(1 2 3) learners=(4)\n3 down contact=10s\n4 down contact=10s", want: never},
+		{name: "no known contact: never", view: "voters=(1 2 3) learners=(4)\n3 down", want: never},
+		{name: "two silent voters: the earlier", view: "voters=(1 2 3 4 5) learners=(6)\n4 down contact=10s\n5 down contact=20s", s: Settings{TargetVoters: 5}, want: 10 * time.Second},
+		{name: "no active quorum: never", view: "voters=(1 2 3) learners=(4)\n2 down contact=10s\n3 down contact=10s", want: never},
+		{name: "lost voter waiting for a standby that stabilizes", view: "voters=(1 2 3) learners=(4)\n3 down contact=1m\n4 ready=5s", s: Settings{Stabilization: 10 * time.Second}, want: 5 * time.Second},
+		{name: "learner stabilizing: its promotion", view: "voters=(1 2) learners=(3)\n3 ready=4s", s: Settings{Stabilization: 10 * time.Second}, want: 6 * time.Second},
+		{name: "dead learner: its removal when set", view: "voters=(1 2 3) learners=(4)\n4 down contact=10s", s: Settings{RemoveDeadAfter: time.Minute}, want: 50 * time.Second},
+		{name: "dead learner kept by default: never", view: "voters=(1 2 3) learners=(4)\n4 down contact=10s", want: never},
+		{name: "dead learner the target needs: never", view: "voters=(1 2 3) learners=(4)\n4 down contact=10s", s: Settings{TargetVoters: 5, RemoveDeadAfter: time.Minute}, want: never},
+		{name: "failover before a removal", view: "voters=(1 2 3) learners=(4 5)\n3 down contact=10s\n5 down contact=50s", s: Settings{RemoveDeadAfter: time.Minute}, want: 10 * time.Second},
+		{name: "pending change: never", view: "voters=(1 2 3) learners=(4)\n3 down contact=10s", opts: pending, want: never},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []func(*View)
+			if tt.opts != nil {
+				opts = append(opts, tt.opts)
+			}
+			v := mustView(t, tt.view, opts...)
+			v.ReadySince = UpdateReadySince(v, tt.s)
+			p := DefaultPolicy{Settings: tt.s}
+			var d Deadliner = p
+			got := d.NextDecision(v)
+			if tt.want == never {
+				assert.True(t, got.IsZero(), "got %v after t0", got.Sub(t0))
+				return
+			}
+			if !assert.Equal(t, t0.Add(tt.want), got) {
+				return
+			}
+			at := v
+			at.Now = got
+			_, acts := p.Next(at)
+			assert.True(t, acts, "Next does not act at the decision time")
+			if tt.want > 0 {
+				at.Now = got.Add(-time.Millisecond)
+				_, acts = p.Next(at)
+				assert.False(t, acts, "Next acts before the decision time")
+			}
+		})
+	}
+}

@@ -63,11 +63,14 @@ type Config struct {
 	// cannot reach a quorum steps down).
 	DisableCheckQuorum bool
 	// Quiesce lets an idle group stop ticking and sending: a leader whose
-	// group had nothing to do for a few ticks, with every member caught up
-	// and on a live host (LivenessTransport), tells its followers, and the
+	// group had nothing to do for a few ticks, with every member on a live
+	// host (LivenessTransport) caught up, tells its followers, and the
 	// group is silent until a proposal, a read, a membership call, a peer
 	// message or a host's death wakes it (see "Quiescence" in
-	// docs/architecture.md). Readiness and failover read a quiesced
+	// docs/architecture.md). Members on a host not live are left lagging,
+	// as long as the others and the leader are a quorum and the policy can
+	// say when it would act on them (confchange.Deadliner): its deadline,
+	// or their host turning live again, wakes the leader. Readiness and failover read a quiesced
 	// member's host liveness instead of its group's last contact. It needs
 	// CheckQuorum and PreVote. Off by default for now; it will become the
 	// default once it has soaked.

@@ -167,8 +167,8 @@
 //
 // With Config.Quiesce, an idle group stops ticking and sending: a leader
 // whose group was idle for a few ticks, with nothing pending and every
-// member caught up on a live host (LivenessTransport) and every learner
-// ready and recorded so, sends each member a heartbeat marked "quiesce"
+// member on a live host (LivenessTransport) caught up and every such
+// learner ready and recorded so, sends each member a heartbeat marked "quiesce"
 // (its context is 8 zero bytes and a marker: etcd raft reads a heartbeat
 // answer's context as a read position, which zero leaves alone); a member
 // that agrees on term, leader and commit and has nothing of its own
@@ -178,10 +178,15 @@
 // leader's readiness and failover read each member's host liveness; a
 // host's death wakes the quiesced groups it concerns, at
 // SchedulerConfig.MaxWakesPerSec: a leader with a member there, and the
-// followers of a leader there, which forget it and elect. Quiescence only
+// followers of a leader there, which forget it and elect. A leader may
+// quiesce with members on hosts not live (lagging, told nothing) when the
+// others and itself are a quorum and the policy says when it would next
+// act on them (confchange.Deadliner): a timer wakes it then, and so does a
+// lagging member's host turning live again. Quiescence only
 // withholds ticks and messages, so raft's safety is untouched (see
 // "Quiescence" in docs/architecture.md). SchedulerStats counts quiesced
-// groups and wake-ups by cause; Status says Quiesced.
+// groups and wake-ups by cause; Status says Quiesced and counts the
+// member's own wake-ups.
 //
 // # Versions
 //

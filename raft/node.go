@@ -117,6 +117,9 @@ type Node struct {
 	quietLeader atomic.Uint64
 	quietActs   queue[func()]
 	ticked      atomic.Uint64
+	// quietLagging are the members a quiesced leader left lagging (on a
+	// host not live; nil when none), published for HostLiveness.
+	quietLagging atomic.Pointer[[]uint64]
 
 	loop   loopState   // owned by the run loop
 	apply  applyState  // owned by the apply task

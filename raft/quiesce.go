@@ -10,6 +10,7 @@ import (
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/quorum"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 )
@@ -17,7 +18,8 @@ import (
 // Quiescence (Config.Quiesce): an idle group stops ticking and sending.
 // See "Quiescence" in docs/architecture.md for the conditions and the
 // safety argument. Everything here runs on the run loop, but for the
-// HostLiveness handler (quiesceHostLiveness), which reads atomics only.
+// HostLiveness and refusal handlers (quiesceHostLiveness, quiesceRefused),
+// which read atomics only.
 
 // wakeCause is why a quiesced node woke (SchedulerStats.Wakes).
 type wakeCause int
@@ -32,10 +34,12 @@ const (
 	wakeLeaderDead
 	wakeHostDown
 	wakeLeaderGone
+	wakePolicy
+	wakeHostUp
 	numWakeCauses
 )
 
-var wakeCauseNames = [numWakeCauses]string{"proposal", "read", "call", "message", "refused", "nudge", "leaderDead", "hostDown", "leaderGone"}
+var wakeCauseNames = [numWakeCauses]string{"proposal", "read", "call", "message", "refused", "nudge", "leaderDead", "hostDown", "leaderGone", "policy", "hostUp"}
 
 func (c wakeCause) String() string { return wakeCauseNames[c] }
 
@@ -86,8 +90,14 @@ func quiesceKindOf(ctx []byte) byte {
 type quiesceState struct {
 	on    bool
 	since time.Time
-	// set are the members the leader told to quiesce (nil on a follower).
-	set []uint64
+	// set are the members the leader told to quiesce (nil on a follower);
+	// lagging those on a host not live, left untold (quiesce_lagging.go).
+	set     []uint64
+	lagging []uint64
+	// deadline is the policy's next decision's timer while quiesced with
+	// lagging members (nil: none); deadlineGen tells a stale one's firing.
+	deadline    *time.Timer
+	deadlineGen uint64
 	// lastBusy is the tick at which the group was last busy; sig is what
 	// it had done then (last index, applied, term); busy: something that
 	// is not idle happened since the last tick.
@@ -101,6 +111,9 @@ type quiesceState struct {
 	stirred bool
 	cause   wakeCause
 	from    uint64
+	// woken counts this node's wakes by cause, last the latest (Status).
+	woken [numWakeCauses]uint64
+	last  wakeCause
 }
 
 // stir notes something that is not idle: it wakes a quiesced node at the
@@ -127,9 +140,11 @@ func (n *Node) noteIdle() {
 
 // maybeQuiesce quiesces the group if this member leads it, it was idle
 // for the threshold, nothing is pending, everything is durable and
-// applied, the configuration is at rest, every member is caught up on a
-// live host, and every learner is ready, stable and recorded so. It runs
-// at the end of a loop run that took a tick.
+// applied, the configuration is at rest, every member on a live host is
+// caught up and, for a learner, ready, stable and recorded so, and the
+// members on a host not live (lagging: told nothing) leave a quorum of
+// caught-up live voters and a policy decision whose time is known
+// (laggingDeadline). It runs at the end of a loop run that took a tick.
 func (n *Node) maybeQuiesce() {
 	l := &n.loop
 	q := &l.q
@@ -160,6 +175,8 @@ func (n *Node) maybeQuiesce() {
 	settings := n.membershipSettings()
 	now := time.Now()
 	set := make([]uint64, 0, len(st.Progress))
+	var lagging []uint64
+	votes := map[uint64]bool{n.cfg.ID: true}
 	for id, pr := range st.Progress {
 		if id == n.cfg.ID {
 			if pr.Match != ms.lastIndex {
@@ -167,11 +184,19 @@ func (n *Node) maybeQuiesce() {
 			}
 			continue
 		}
+		if at, live := lt.HostContact(id); !live {
+			// A member on a host not live is left lagging, once its
+			// silence is what the policy would see after a wake (not
+			// heard within an election timeout, by its group or its
+			// host) and no snapshot is in flight to it.
+			if n.recentlyActive(later(l.lastContact[id], at), now) || pr.PendingSnapshot != 0 {
+				return
+			}
+			lagging = append(lagging, id)
+			continue
+		}
 		if pr.Match != ms.lastIndex || pr.State != tracker.StateReplicate || pr.PendingSnapshot != 0 {
 			return
-		}
-		if _, live := lt.HostContact(id); !live {
-			return // a member on a host not live: the policy may have to act
 		}
 		if pr.IsLearner {
 			since, ready := ms.readySince[id]
@@ -179,16 +204,32 @@ func (n *Node) maybeQuiesce() {
 				return // a learner catching up or stabilizing keeps the group awake
 			}
 		}
+		votes[id] = true
 		set = append(set, id)
 	}
+	var deadline time.Time
+	if len(lagging) > 0 {
+		// The caught-up live voters and the leader must be a quorum, or
+		// the group stays awake so that CheckQuorum acts.
+		if st.Config.Voters[0].VoteResult(votes) != quorum.VoteWon {
+			return
+		}
+		var ok bool
+		if deadline, ok = n.laggingDeadline(lagging, now); !ok {
+			return
+		}
+	}
 	slices.Sort(set)
+	slices.Sort(lagging)
 	self, term, commit := n.cfg.ID, l.term, st.GetCommit()
 	msgs := make([]*raftpb.Message, len(set))
 	for i := range set {
 		to := set[i]
 		msgs[i] = &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: &self, To: &to, Term: &term, Commit: &commit, Context: quiesceContext(quiesceKind)}
 	}
+	n.quiesceLagging(lagging, deadline) // published before the node reads as quiesced
 	n.quiesce(set, self)
+	n.recheckHosts(lt)
 	if len(msgs) > 0 {
 		n.tr.Send(msgs)
 	}
@@ -251,11 +292,12 @@ func (n *Node) dropBuffers() {
 	l.out, l.recvBuf, l.localBuf, l.acts, l.readsBuf, l.live = nil, nil, nil, nil, nil, nil
 }
 
-// wake ends the node's quiescence: its ticks resume, the members the
-// leader had told get their host's contact as group contact (a member on a
-// live host counts as heard now, one on a host not live as of its host's
-// last answer), and a follower woken by anything but its leader asks the
-// leader to wake, so that the leader heartbeats before it times out.
+// wake ends the node's quiescence: its ticks resume, the policy's timer
+// stops, the members the leader had told or left lagging get their host's
+// contact as group contact (a member on a live host counts as heard now,
+// one on a host not live as of its host's last answer), and a follower
+// woken by anything but its leader asks the leader to wake, so that the
+// leader heartbeats before it times out.
 func (n *Node) wake(cause wakeCause, from uint64) {
 	l := &n.loop
 	q := &l.q
@@ -270,10 +312,12 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 	n.quietLeader.Store(0)
 	n.sched.quiesced.Add(-1)
 	n.sched.woken[cause].Add(1)
+	q.woken[cause]++
+	q.last = cause
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
 	if lt, ok := n.tr.(LivenessTransport); ok {
 		now := time.Now()
-		for _, id := range q.set {
+		for _, id := range slices.Concat(q.set, q.lagging) {
 			at, live := lt.HostContact(id)
 			if live {
 				at = now
@@ -283,6 +327,7 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 			}
 		}
 	}
+	n.endLagging()
 	q.set = nil
 	l.catchUp = nil // rates over a quiet spell mean nothing
 	n.log.Debug("woke", slog.String("cause", cause.String()))
@@ -297,6 +342,7 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 func (n *Node) endQuiesce() {
 	if n.loop.q.on {
 		n.loop.q.on = false
+		n.endLagging()
 		n.quiesced.Store(false)
 		n.sched.quiesced.Add(-1)
 	}
@@ -368,15 +414,25 @@ func (n *Node) hostKnownDead(id uint64) bool {
 // quiesceHostLiveness is the HostLiveness report on a quiesced node: a
 // quiesced leader one of whose members' host died, or a quiesced
 // follower whose leader's host died, is woken through the scheduler's
-// throttle (a dead host's groups wake at a bounded rate).
+// throttle (a dead host's groups wake at a bounded rate); so is a
+// quiesced leader that left a member lagging whose host turned live again
+// (hostBack). Reads atomics only; what is queued checks again on the loop
+// and wakes nothing else.
 func (n *Node) quiesceHostLiveness(member uint64, live bool) {
-	if live || !n.cfg.Quiesce || !n.quiesced.Load() {
+	if !n.cfg.Quiesce || !n.quiesced.Load() {
 		return
 	}
-	if lead := n.quietLeader.Load(); lead != n.cfg.ID && member != lead {
+	lead := n.quietLeader.Load()
+	if live {
+		if lag := n.quietLagging.Load(); lead == n.cfg.ID && lag != nil && slices.Contains(*lag, member) {
+			n.sched.wakes.Push(wakeKey{n, wakeHostUp, member}, func() { n.postQuiet(func() { n.hostBack(member) }) })
+		}
 		return
 	}
-	n.sched.wakes.Push(n, func() { n.post(func() { n.hostDied(member) }) })
+	if lead != n.cfg.ID && member != lead {
+		return
+	}
+	n.sched.wakes.Push(wakeKey{n, wakeHostDown, member}, func() { n.postQuiet(func() { n.hostDied(member) }) })
 }
 
 // quiesceRefused is a refusal of a quiesced follower's connection by its
@@ -389,8 +445,8 @@ func (n *Node) quiesceRefused(from uint64) {
 	if !n.cfg.Quiesce || !n.quiesced.Load() || from != n.quietLeader.Load() || from == n.cfg.ID {
 		return
 	}
-	n.sched.wakes.Push(n, func() {
-		n.post(func() {
+	n.sched.wakes.Push(wakeKey{n, wakeLeaderGone, from}, func() {
+		n.postQuiet(func() {
 			if l := &n.loop; l.q.on && l.leader == from {
 				n.wake(wakeLeaderGone, 0)
 			}
@@ -399,17 +455,21 @@ func (n *Node) quiesceRefused(from uint64) {
 }
 
 // hostDied runs on the loop for a quiesced node told that member's host
-// died: a leader wakes so that the policy may act; a follower whose leader
-// it was wakes, forgets the leader, and campaigns at once if it ranks
-// first among the live voters (the others grant it; they campaign on their
-// own after an election timeout if it does not win). Learners only wait.
+// died: a leader that told that member to quiesce wakes so that the
+// policy may act (one it left lagging has its timer already); a follower
+// whose leader it was wakes, forgets the leader, and campaigns at once if
+// it ranks first among the live voters (the others grant it; they
+// campaign on their own after an election timeout if it does not win).
+// Learners only wait.
 func (n *Node) hostDied(member uint64) {
 	l := &n.loop
 	if !l.q.on || !n.hostKnownDead(member) {
 		return
 	}
 	if l.role == RoleLeader {
-		n.wake(wakeHostDown, 0)
+		if slices.Contains(l.q.set, member) {
+			n.wake(wakeHostDown, 0)
+		}
 		return
 	}
 	if member != l.leader {
@@ -463,12 +523,13 @@ func (n *Node) campaignRank(dead uint64) int {
 	return len(rs)
 }
 
-// hostHeard returns when a member of the quiesce set was last heard, the
-// later of its group's last contact and its host's (and whether the host's
-// was later): while quiesced, the group is silent by design.
+// hostHeard returns when a member of the quiesce set, or one left
+// lagging, was last heard, the later of its group's last contact and its
+// host's (and whether the host's was later): while quiesced, the group is
+// silent by design.
 func (n *Node) hostHeard(id uint64, heard time.Time) (time.Time, bool) {
 	q := &n.loop.q
-	if !q.on || !slices.Contains(q.set, id) {
+	if !q.on || (!slices.Contains(q.set, id) && !slices.Contains(q.lagging, id)) {
 		return heard, false
 	}
 	lt, ok := n.tr.(LivenessTransport)

@@ -202,7 +202,11 @@ type SchedulerStats struct {
 	// message), "refused" (a follower refused to quiesce), "nudge" (a
 	// follower woken by another cause asked its leader to wake),
 	// "leaderDead" (a follower's leader's host died), "hostDown" (a
-	// leader's member's host died).
+	// leader's member's host died), "leaderGone" (a follower's leader's
+	// group stopped on a live host), "policy" (the membership policy's
+	// next decision about a member left lagging on a host not live is
+	// due), "hostUp" (such a member's host turned live again). Status
+	// counts one node's.
 	Wakes map[string]uint64
 	// WakesQueued are the wake-ups a host's liveness caused that wait for
 	// MaxWakesPerSec; WakesDeferred counts those that waited.

@@ -50,6 +50,12 @@ type Status struct {
 	// verifies it first).
 	Quiesced      bool
 	QuiescedSince time.Time
+	// Wakes counts this member's wakes from quiescence, by cause (the
+	// causes of SchedulerStats.Wakes, which counts the host's; only those
+	// that occurred, nil when none), and LastWake is the cause of the
+	// latest ("" when none): which group keeps waking, and why.
+	Wakes    map[string]uint64
+	LastWake string
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -127,6 +133,17 @@ func (n *Node) status() Status {
 	}
 	if l.q.on {
 		st.QuiescedSince = l.q.since
+	}
+	for c, k := range l.q.woken {
+		if k > 0 {
+			if st.Wakes == nil {
+				st.Wakes = make(map[string]uint64, numWakeCauses)
+			}
+			st.Wakes[wakeCauseNames[c]] = k
+		}
+	}
+	if st.Wakes != nil {
+		st.LastWake = l.q.last.String()
 	}
 	if rs.RaftState == etcdraft.StateLeader {
 		st.Progress = make(map[uint64]PeerProgress, len(rs.Progress))

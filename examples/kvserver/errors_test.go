@@ -414,6 +414,7 @@ func TestMetrics(t *testing.T) {
 			"understudy_network_peer_dropped_messages_total",
 			"understudy_group_quiesced 0", // no --quiesce
 			`understudy_group_wakes_total{cause="proposal"} 0`,
+			`understudy_group_wakes_total{cause="policy"} 0`, `understudy_group_wakes_total{cause="hostUp"} 0`,
 		}
 		if p == leader {
 			want = append(want, "understudy_server_is_leader 1")

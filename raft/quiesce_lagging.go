@@ -1,0 +1,168 @@
+package raft
+
+import (
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/understudy-raft/understudy/confchange"
+)
+
+// A quiesced leader's lagging members: those on a host not live when it
+// quiesced. They get no quiesce message (nothing reaches them); the
+// leader sleeps until the policy's next decision about them
+// (confchange.Deadliner, a timer) or until one's host turns live again
+// (hostBack), whichever comes first. See "Quiescence" in
+// docs/architecture.md.
+
+// wakeKey is what the scheduler's throttle deduplicates a wake under: one
+// per node, cause and member, so that a queued wake never hides another.
+type wakeKey struct {
+	n      *Node
+	cause  wakeCause
+	member uint64
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// laggingDeadline returns when the policy would next act with the lagging
+// members silent and nothing else changing (the zero time: never), and
+// whether the group may quiesce with them: the policy must be a
+// confchange.Deadliner (the default is), and its next decision not due
+// within a tick. A member left lagging is read as its group will read it
+// while quiesced and after a wake: heard when its host last was, if later
+// than the group (hostHeard), so a silent voter's failover is due
+// FailoverAfter after its host's death, as in an awake group. A policy
+// that does not act on its own (ManualMembership, AutoPromote off) has no
+// deadline.
+func (n *Node) laggingDeadline(lagging []uint64, now time.Time) (at time.Time, ok bool) {
+	if !n.autoPromote() {
+		return time.Time{}, true
+	}
+	d, ok := n.policy().(confchange.Deadliner)
+	if !ok {
+		return time.Time{}, false // a host's policy without deadlines: stay awake
+	}
+	lt, ok := n.tr.(LivenessTransport)
+	if !ok {
+		return time.Time{}, false
+	}
+	v := n.view()
+	v.ReadySince = n.loop.ms.readySince
+	for _, id := range lagging {
+		pr, ok := v.Progress[id]
+		if !ok {
+			continue
+		}
+		if at, _ := lt.HostContact(id); at.After(pr.LastContact) {
+			pr.LastContact, pr.ViaHost = at, true
+		}
+		if pr.RecentActive = n.recentlyActive(pr.LastContact, v.Now); pr.RecentActive {
+			return time.Time{}, false // not silent yet: its activity will change
+		}
+		v.Progress[id] = pr
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			n.log.Error("membership policy's NextDecision panicked; the group stays awake", slog.Any("panic", r))
+			at, ok = time.Time{}, false
+		}
+	}()
+	at = d.NextDecision(v)
+	if !at.IsZero() && at.Sub(now) <= n.cfg.TickInterval {
+		return time.Time{}, false // due now: stay awake for it
+	}
+	return at, true
+}
+
+// quiesceLagging records the members a leader that just quiesced left
+// lagging, publishes them for HostLiveness, and arms the policy's timer:
+// at deadline, a wake (cause policy) through the scheduler's throttle.
+func (n *Node) quiesceLagging(lagging []uint64, deadline time.Time) {
+	q := &n.loop.q
+	q.lagging = lagging
+	if len(lagging) > 0 {
+		n.quietLagging.Store(&lagging)
+	}
+	if deadline.IsZero() {
+		return
+	}
+	q.deadlineGen++
+	gen := q.deadlineGen
+	q.deadline = time.AfterFunc(time.Until(deadline), func() {
+		n.sched.wakes.Push(wakeKey{n, wakePolicy, 0}, func() { n.postQuiet(func() { n.policyDue(gen) }) })
+	})
+	n.log.Debug("quiesced with lagging members", slog.Any("lagging", lagging), slog.Time("policy", deadline))
+}
+
+// recheckHosts runs once a leader reads as quiesced: a host that turned
+// live or not live since maybeQuiesce looked was reported while the node
+// did not read as quiesced (HostLiveness did nothing), so it is acted on
+// now, as HostLiveness would have.
+func (n *Node) recheckHosts(lt LivenessTransport) {
+	q := &n.loop.q
+	for _, id := range q.lagging {
+		if _, live := lt.HostContact(id); live {
+			n.quiesceHostLiveness(id, true)
+		}
+	}
+	for _, id := range q.set {
+		if _, live := lt.HostContact(id); !live {
+			n.quiesceHostLiveness(id, false)
+		}
+	}
+}
+
+// endLagging stops the policy's timer and forgets the lagging members
+// (on a wake, and when the loop exits quiesced).
+func (n *Node) endLagging() {
+	q := &n.loop.q
+	if q.deadline != nil {
+		q.deadline.Stop()
+		q.deadline = nil
+	}
+	q.lagging = nil
+	n.quietLagging.Store(nil)
+}
+
+// policyDue runs on the loop when the policy's timer armed as gen fired:
+// the leader, still quiesced under that timer, wakes so that the policy
+// acts on its next tick.
+func (n *Node) policyDue(gen uint64) {
+	q := &n.loop.q
+	if q.on && q.deadline != nil && q.deadlineGen == gen {
+		n.wake(wakePolicy, 0)
+	}
+}
+
+// hostBack runs on the loop for a quiesced leader told that member's host
+// turned live: if it left that member lagging and the host is still live,
+// it wakes so that it catches the member up (cause hostUp).
+func (n *Node) hostBack(member uint64) {
+	l := &n.loop
+	if !l.q.on || l.role != RoleLeader || !slices.Contains(l.q.lagging, member) {
+		return
+	}
+	if lt, ok := n.tr.(LivenessTransport); !ok {
+		return
+	} else if _, live := lt.HostContact(member); !live {
+		return
+	}
+	n.wake(wakeHostUp, 0)
+}
+
+// postQuiet queues f to run on the loop as a quiet act: unlike post, it
+// does not wake a quiesced node by itself (f decides).
+func (n *Node) postQuiet(f func()) {
+	if n.life.Load() != lifeStarted || n.stopped() {
+		return
+	}
+	n.quietActs.push(f)
+	n.loopTask.Signal()
+}
