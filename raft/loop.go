@@ -22,7 +22,7 @@ type loopState struct {
 	pending    []*proposal // waiting to be handed to raft (no leader yet)
 	readQueue  []*readRequest
 	readSeq    uint64
-	readRounds map[uint64]*readRound
+	readRounds map[uint64]*readRound // made with the first (addReadRound)
 	// heldReadIndex are ReadIndex requests from other members that this
 	// new leader holds until it may answer them (see leaderMayRead).
 	heldReadIndex []*raftpb.Message
@@ -48,6 +48,9 @@ type loopState struct {
 	catchUp map[uint64]*catchUpTrack
 	// q is the quiescence state (quiesce.go).
 	q quiesceState
+	// droppedFor is the start of the quiet spell whose idle memory the
+	// node let go (dropIdle).
+	droppedFor time.Time
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the
@@ -128,7 +131,6 @@ func (n *Node) restore() (err error) {
 	}
 	n.loop = loopState{
 		rn:          rn,
-		readRounds:  make(map[uint64]*readRound),
 		lastContact: make(map[uint64]time.Time),
 	}
 	n.loop.term = hs.GetTerm()
