@@ -21,9 +21,9 @@ func (l *loopState) addReadRound(r *readRound) {
 }
 
 // dropIdle lets a quiesced node's loop state and storage caches go, once
-// per quiet spell: the maps made for work that is over, and the storage's
-// copy of the log's tail (read back from the database when the group
-// wakes and needs it).
+// per quiet spell: the maps made and the queue buffers grown for work that
+// is over, and the storage's copy of the log's tail (read back from the
+// database when the group wakes and needs it).
 func (n *Node) dropIdle() {
 	l := &n.loop
 	if l.droppedFor.Equal(l.q.since) {
@@ -45,7 +45,52 @@ func (n *Node) dropIdle() {
 	if len(l.pending) == 0 {
 		l.pending = nil
 	}
+	l.catchUp = nil // the wake drops it too: rates over a quiet spell mean nothing
+	n.recv.release()
+	n.local.release()
+	n.acts.release()
+	n.quietActs.release()
+	n.props.release()
+	n.reads.release()
+	n.appends.release()
+	n.applies.release()
 	if d, ok := n.store.(cacheDropper); ok {
 		d.DropCaches()
 	}
+}
+
+// release lets an empty queue's buffer go.
+func (q *queue[T]) release() {
+	q.mu.Lock()
+	if len(q.items) == 0 {
+		q.items = nil
+	}
+	q.mu.Unlock()
+}
+
+// release lets an empty queue's buffer go.
+func (q *boundedQueue[T]) release() {
+	q.mu.Lock()
+	if len(q.items) == 0 {
+		q.items = nil
+	}
+	q.mu.Unlock()
+}
+
+// release lets an empty inbox's buffer go.
+func (b *inbox) release() {
+	b.mu.Lock()
+	if len(b.msgs) == 0 {
+		b.msgs = nil
+	}
+	b.mu.Unlock()
+}
+
+// release lets an empty mailbox's buffer go.
+func (mb *mailbox) release() {
+	mb.mu.Lock()
+	if len(mb.msgs) == 0 {
+		mb.msgs = nil
+	}
+	mb.mu.Unlock()
 }
