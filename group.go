@@ -417,7 +417,11 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
 	pctx, stopPub := context.WithCancel(context.Background())
 	g.stopPub = stopPub
-	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()})
+	want := raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()}
+	go func() {
+		defer stopPub() // its context, which the group keeps, lets go of the calls' memory
+		g.publish(pctx, want)
+	}()
 	if !h.started(cfg.GroupID, g) {
 		// Host.Close ran while the group started: g.close closes it all.
 		_ = g.close(ctx, false)

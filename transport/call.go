@@ -63,10 +63,8 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 		return nil, fmt.Errorf("transport: request of %d bytes exceeds MaxFrameSize", len(req))
 	}
 	// Close cancels every call in flight.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := t.calls.with(ctx, 0)
 	defer cancel()
-	stop := context.AfterFunc(t.ctx, cancel)
-	defer stop()
 
 	c, err := t.dial(ctx, addr, wire.KindRequest, to)
 	if err != nil {

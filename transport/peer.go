@@ -1,10 +1,10 @@
 package transport
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +18,10 @@ import (
 // the writer of the link it is routed to), its attachment's state, its
 // inbound connections and its counters. It owns no goroutine.
 type peer struct {
-	t      *Transport
-	id     uint64
-	ctx    context.Context // canceled by stop
-	cancel context.CancelFunc
+	t  *Transport
+	id uint64
+	// ops are its requests and snapshots in flight, canceled by stop.
+	ops opSet
 	// learner is set by SetLearner: a smaller queue budget, and messages
 	// gathered (LearnerBatchDelay). Atomic: the link's writer reads it on
 	// every round without the lock.
@@ -49,14 +49,14 @@ type peer struct {
 	urgent     bool   // the queue holds a message a learner must get at once
 	down       bool   // the link is down or the attachment refused: Send drops rather than queue
 	queue      []*raftpb.Message
-	head       int         // queue[head:] is queued
-	queueBytes int64       // of queue[head:]
-	retry      *time.Timer // re-attaches after a refusal
-	bo         backoff     // between re-attachments
-	inbound    map[net.Conn]wire.Kind
-	inLinks    map[*inLink]struct{} // inbound host links it is admitted on
-	snapping   bool                 // a snapshot to this peer is in flight
-	snapProg   SnapshotProgress     // its progress (Index 0: none)
+	head       int                    // queue[head:] is queued
+	queueBytes int64                  // of queue[head:]
+	retry      *time.Timer            // re-attaches after a refusal
+	bo         backoff                // between re-attachments
+	inbound    map[net.Conn]wire.Kind // nil: none
+	inLinks    []*inLink              // inbound host links it is admitted on (usually one)
+	snapping   bool                   // a snapshot to this peer is in flight
+	snapProg   SnapshotProgress       // its progress (Index 0: none)
 	stopped    bool
 	// hostRefused: its attachment on the host link was refused since it
 	// was last accepted (HostContact then knows nothing of the member).
@@ -74,7 +74,6 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		c:        newPeerCounters(),
 		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
-	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	return p
 }
 
@@ -111,7 +110,7 @@ func (p *peer) start() {
 // and its admissions on inbound host links are revoked with code and why
 // (the sender learns of them as a refusal) unless code is CodeAccepted.
 func (p *peer) stop(code wire.Code, why string) {
-	p.cancel()
+	p.ops.stop()
 	p.gone.Store(true)
 	p.mu.Lock()
 	p.stopped = true
@@ -124,10 +123,7 @@ func (p *peer) stop(code wire.Code, why string) {
 	for c := range p.inbound {
 		conns = append(conns, c)
 	}
-	links := make([]*inLink, 0, len(p.inLinks))
-	for il := range p.inLinks {
-		links = append(links, il)
-	}
+	links := p.inLinks
 	p.inLinks = nil
 	clear(p.queue)
 	p.queue, p.head, p.queueBytes = nil, 0, 0
@@ -513,6 +509,9 @@ func (p *peer) addInbound(c net.Conn, kind wire.Kind) bool {
 func (p *peer) removeInbound(c net.Conn) {
 	p.mu.Lock()
 	delete(p.inbound, c)
+	if len(p.inbound) == 0 {
+		p.inbound = nil // a map once grown keeps its memory
+	}
 	p.mu.Unlock()
 }
 
@@ -524,10 +523,9 @@ func (p *peer) addInLink(il *inLink) bool {
 		p.mu.Unlock()
 		return false
 	}
-	if p.inLinks == nil {
-		p.inLinks = make(map[*inLink]struct{})
+	if !slices.Contains(p.inLinks, il) {
+		p.inLinks = append(p.inLinks, il)
 	}
-	p.inLinks[il] = struct{}{}
 	p.mu.Unlock()
 	p.kick()
 	return true
@@ -535,7 +533,12 @@ func (p *peer) addInLink(il *inLink) bool {
 
 func (p *peer) removeInLink(il *inLink) {
 	p.mu.Lock()
-	delete(p.inLinks, il)
+	if i := slices.Index(p.inLinks, il); i >= 0 {
+		p.inLinks = slices.Delete(p.inLinks, i, i+1)
+		if len(p.inLinks) == 0 {
+			p.inLinks = nil
+		}
+	}
 	p.mu.Unlock()
 }
 

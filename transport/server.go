@@ -51,7 +51,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	case wire.KindRequest:
 		err = t.serveRequests(a)
 	}
-	if err != nil && t.ctx.Err() == nil && a.peer.ctx.Err() == nil && !isClosed(err) {
+	if err != nil && t.ctx.Err() == nil && !a.peer.ops.isStopped() && !isClosed(err) {
 		reason := reasonOf(err)
 		t.connErrors.add(reason)
 		t.logOnce(a.hello.From, a.hello.Kind.String()+"_"+reason, "inbound connection from peer failed", "kind", a.hello.Kind.String(), "err", err)
@@ -294,7 +294,7 @@ func (t *Transport) serveRequests(a *accepted) error {
 		if budget > 0 && time.Duration(budget) < timeout {
 			timeout = time.Duration(budget)
 		}
-		ctx, cancel := context.WithTimeout(a.peer.ctx, timeout)
+		ctx, cancel := a.peer.ops.with(context.Background(), timeout)
 		resp, rerr := t.handler.ServeRequest(ctx, a.hello.From, req)
 		cancel()
 		var out []byte

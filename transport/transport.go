@@ -35,6 +35,7 @@ type Transport struct {
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
+	calls  opSet          // Call and CallAddr in flight, canceled by Close
 	wg     sync.WaitGroup // every goroutine the transport starts
 
 	// peers is replaced, never modified, under mu: Send reads it without
@@ -45,8 +46,8 @@ type Transport struct {
 	// calling the Handler.
 	mu      sync.Mutex
 	closed  bool
-	removed map[uint64]bool
-	conns   map[io.Closer]struct{} // every open connection, closed by Close
+	removed map[uint64]bool        // made with the first removal
+	conns   map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
 
 	snapSend *slots        // snapshots being sent (learners first)
 	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
@@ -89,8 +90,6 @@ func New(cfg Config) (*Transport, error) {
 		log:      cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
 		handler:  cfg.Handler,
 		mux:      cfg.Mux,
-		removed:  make(map[uint64]bool),
-		conns:    make(map[io.Closer]struct{}),
 		snapSend: newSlots(cfg.MaxConcurrentSnapshots),
 		snapRate: snapshotLimiter(cfg),
 		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
@@ -204,6 +203,7 @@ func (t *Transport) Close() error {
 	t.mu.Unlock()
 
 	t.cancel()
+	t.calls.stop()
 	t.events.close()
 	t.inbox.close()
 	t.mux.unregister(t)
@@ -260,6 +260,9 @@ func (t *Transport) track(c io.Closer) bool {
 		_ = c.Close()
 		return false
 	}
+	if t.conns == nil {
+		t.conns = make(map[io.Closer]struct{})
+	}
 	t.conns[c] = struct{}{}
 	return true
 }
@@ -267,6 +270,9 @@ func (t *Transport) track(c io.Closer) bool {
 func (t *Transport) untrack(c io.Closer) {
 	t.mu.Lock()
 	delete(t.conns, c)
+	if len(t.conns) == 0 {
+		t.conns = nil // most groups' transports have no connection of their own most of the time
+	}
 	t.mu.Unlock()
 }
 
@@ -334,6 +340,9 @@ func (t *Transport) RemovePeer(id uint64) {
 	if t.closed {
 		t.mu.Unlock()
 		return
+	}
+	if t.removed == nil {
+		t.removed = make(map[uint64]bool)
 	}
 	t.removed[id] = true
 	p := (*t.peers.Load())[id]
