@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -111,8 +112,10 @@ type Group struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	stopPub   context.CancelFunc
-	pubDone   chan struct{}
+	// stopPub cancels publish; it is dropped once publish returns (nil:
+	// nothing to stop), so that an idle group keeps nothing of it.
+	stopPub atomic.Pointer[context.CancelFunc]
+	pubDone chan struct{}
 }
 
 // StartGroup opens the group's storage, builds its transport and node, and
@@ -416,10 +419,10 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		slog.String("peer_addr", advert), slog.String("cluster", fmt.Sprintf("%x", node.ClusterID())))
 	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
 	pctx, stopPub := context.WithCancel(context.Background())
-	g.stopPub = stopPub
+	g.stopPub.Store(&stopPub)
 	want := raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()}
 	go func() {
-		defer stopPub() // its context, which the group keeps, lets go of the calls' memory
+		defer g.endPublish()
 		g.publish(pctx, want)
 	}()
 	if !h.started(cfg.GroupID, g) {
@@ -584,6 +587,13 @@ func (h *Group) publish(ctx context.Context, want raft.Member) {
 	}
 }
 
+// endPublish stops publish, if it runs, and lets go of its context.
+func (g *Group) endPublish() {
+	if stop := g.stopPub.Swap(nil); stop != nil {
+		(*stop)()
+	}
+}
+
 // Close stops the replica and releases everything in order: the node (a
 // leader hands leadership over first, bounded by ctx), then the transport
 // (the host refuses the group's connections from then on), then the
@@ -596,7 +606,7 @@ func (g *Group) Close(ctx context.Context) error { return g.close(ctx, g.ownsH) 
 
 func (g *Group) close(ctx context.Context, closeHost bool) error {
 	g.closeOnce.Do(func() {
-		g.stopPub()
+		g.endPublish()
 		err := g.Stop(ctx)
 		<-g.pubDone
 		_ = g.tr.Close()

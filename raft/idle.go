@@ -5,8 +5,9 @@ package raft
 // idle group" in docs/architecture.md). Everything here runs on the run
 // loop.
 
-// cacheDropper is a Storage that can let go of its in-memory caches
-// (storage.Store.DropCaches): a quiesced node asks it to.
+// cacheDropper is a Storage or a Transport that can let go of its
+// in-memory caches (storage.Store.DropCaches, transport.Transport.DropCaches):
+// a quiesced node asks it to.
 type cacheDropper interface {
 	DropCaches()
 }
@@ -22,8 +23,9 @@ func (l *loopState) addReadRound(r *readRound) {
 
 // dropIdle lets a quiesced node's loop state and storage caches go, once
 // per quiet spell: the maps made and the queue buffers grown for work that
-// is over, and the storage's copy of the log's tail (read back from the
-// database when the group wakes and needs it).
+// is over, the storage's copy of the log's tail (read back from the
+// database when the group wakes and needs it) and the transport's queue
+// buffers.
 func (n *Node) dropIdle() {
 	l := &n.loop
 	if l.droppedFor.Equal(l.q.since) {
@@ -55,6 +57,9 @@ func (n *Node) dropIdle() {
 	n.appends.release()
 	n.applies.release()
 	if d, ok := n.store.(cacheDropper); ok {
+		d.DropCaches()
+	}
+	if d, ok := n.tr.(cacheDropper); ok {
 		d.DropCaches()
 	}
 }

@@ -55,7 +55,7 @@ func (t *Transport) CallAddr(ctx context.Context, addr string, req []byte) (*Rep
 }
 
 func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte) (*Reply, error) {
-	if t.ctx.Err() != nil {
+	if t.closing.Load() {
 		return nil, notSent(ErrClosed)
 	}
 	payload := wire.AppendRequest(nil, budget(ctx), req)
@@ -107,7 +107,7 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 
 // callErr turns the errors of a call interrupted by Close into ErrClosed.
 func (t *Transport) callErr(err error) error {
-	if t.ctx.Err() != nil {
+	if t.closing.Load() {
 		return fmt.Errorf("%w (%v)", ErrClosed, err)
 	}
 	return err

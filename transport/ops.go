@@ -71,3 +71,21 @@ func (s *opSet) isStopped() bool {
 	defer s.mu.Unlock()
 	return s.stopped
 }
+
+// DropCaches lets go of what the transport keeps only to be fast while its
+// group is busy: its peers' queue buffers, each once drained (the last
+// messages of a group that quiesces are still queued when it calls). A
+// node calls it when its group quiesces, so that an idle group of a host's
+// many keeps none; the next message makes a new one. Safe for concurrent
+// use.
+func (t *Transport) DropCaches() {
+	for _, p := range *t.peers.Load() {
+		p.mu.Lock()
+		if p.head == len(p.queue) {
+			p.queue, p.head = nil, 0
+		} else {
+			p.idle = true
+		}
+		p.mu.Unlock()
+	}
+}

@@ -47,6 +47,7 @@ type peer struct {
 	flow       *flow  // where its messages go now: host (or its fallback stream); nil once stopped
 	host       *flow  // its flow on the host link of addr
 	urgent     bool   // the queue holds a message a learner must get at once
+	idle       bool   // its group quiesced (DropCaches): the queue's buffer goes once drained
 	down       bool   // the link is down or the attachment refused: Send drops rather than queue
 	queue      []*raftpb.Message
 	head       int                    // queue[head:] is queued
@@ -254,6 +255,9 @@ func (p *peer) take(f *flow, limit int, dst []*raftpb.Message) (out []*raftpb.Me
 	p.queueBytes -= int64(n)
 	if p.head == len(p.queue) {
 		p.resetQueue()
+		if p.idle {
+			p.queue, p.idle = nil, false
+		}
 		p.urgent = false
 		f.queued = false
 	}
@@ -397,7 +401,16 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 			p.retry.Stop()
 		}
 		l := f.l
-		p.retry = time.AfterFunc(p.bo.next(), func() { l.requestAttach(f) })
+		var t *time.Timer
+		t = time.AfterFunc(p.bo.next(), func() {
+			p.mu.Lock()
+			if p.retry == t {
+				p.retry = nil // fired: an idle peer keeps no timer
+			}
+			p.mu.Unlock()
+			l.requestAttach(f)
+		})
+		p.retry = t
 	}
 	p.mu.Unlock()
 	p.dropQueue(true)

@@ -31,7 +31,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	defer func() { _ = raw.Close() }()
 	a, err := t.admit(hs)
 	if err != nil {
-		if t.ctx.Err() == nil {
+		if !t.closing.Load() {
 			reason := reasonOf(err)
 			t.connErrors.add(reason)
 			t.logOnce(0, "handshake_"+reason, "inbound connection failed before the handshake completed", "remote", raw.RemoteAddr().String(), "err", err)
@@ -51,7 +51,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	case wire.KindRequest:
 		err = t.serveRequests(a)
 	}
-	if err != nil && t.ctx.Err() == nil && !a.peer.ops.isStopped() && !isClosed(err) {
+	if err != nil && !t.closing.Load() && !a.peer.ops.isStopped() && !isClosed(err) {
 		reason := reasonOf(err)
 		t.connErrors.add(reason)
 		t.logOnce(a.hello.From, a.hello.Kind.String()+"_"+reason, "inbound connection from peer failed", "kind", a.hello.Kind.String(), "err", err)

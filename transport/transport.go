@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,10 +32,9 @@ type Transport struct {
 	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
 	inc     atomic.Uint64          // Config.Incarnation, or SetIncarnation's
 
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
-	calls  opSet          // Call and CallAddr in flight, canceled by Close
-	wg     sync.WaitGroup // every goroutine the transport starts
+	closing atomic.Bool    // set by Close
+	calls   opSet          // Call and CallAddr in flight, canceled by Close
+	wg      sync.WaitGroup // every goroutine the transport starts
 
 	// peers is replaced, never modified, under mu: Send reads it without
 	// locking.
@@ -98,7 +96,6 @@ func New(cfg Config) (*Transport, error) {
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
-	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.peers.Store(&map[uint64]*peer{})
 	if t.mux == nil {
 		mux, err := newMux(MuxConfig{
@@ -109,7 +106,7 @@ func New(cfg Config) (*Transport, error) {
 			LivenessTimeout: cfg.LivenessTimeout,
 		}, t)
 		if err != nil {
-			t.cancel()
+			t.closing.Store(true)
 			return nil, err
 		}
 		t.mux, t.ownMux = mux, true
@@ -202,7 +199,7 @@ func (t *Transport) Close() error {
 	conns := slices.Collect(maps.Keys(t.conns))
 	t.mu.Unlock()
 
-	t.cancel()
+	t.closing.Store(true)
 	t.calls.stop()
 	t.events.close()
 	t.inbox.close()
