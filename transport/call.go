@@ -63,7 +63,7 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 		return nil, fmt.Errorf("transport: request of %d bytes exceeds MaxFrameSize", len(req))
 	}
 	// Close cancels every call in flight.
-	ctx, cancel := t.calls.with(ctx, 0)
+	ctx, cancel := t.calls.with(&t.mu, ctx, 0)
 	defer cancel()
 
 	c, err := t.dial(ctx, addr, wire.KindRequest, to)

@@ -10,18 +10,18 @@ import (
 // requests, snapshots, calls) when it stops. It holds nothing while none
 // is in flight: a context derived from a long-lived parent context would
 // do the same, but the parent's map of children keeps its memory once
-// grown, and a host's thousands of idle groups would each hold some.
+// grown, and a host's thousands of idle groups would each hold some. Its
+// owner's mutex guards it (each method takes it).
 type opSet struct {
-	mu      sync.Mutex
 	stopped bool
-	next    uint64
-	ops     map[uint64]context.CancelFunc // nil: none in flight
+	next    uint32
+	ops     map[uint32]context.CancelFunc // nil: none in flight
 }
 
 // with returns a context derived from parent, canceled when the set stops
 // (at once if it has) and after timeout (0: none), and the function that
-// ends it, which the caller must call.
-func (s *opSet) with(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+// ends it, which the caller must call. mu is the owner's mutex, not held.
+func (s *opSet) with(mu *sync.Mutex, parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if timeout > 0 {
@@ -29,46 +29,48 @@ func (s *opSet) with(parent context.Context, timeout time.Duration) (context.Con
 	} else {
 		ctx, cancel = context.WithCancel(parent)
 	}
-	s.mu.Lock()
+	mu.Lock()
 	if s.stopped {
-		s.mu.Unlock()
+		mu.Unlock()
 		cancel()
 		return ctx, cancel
 	}
 	s.next++
 	id := s.next
 	if s.ops == nil {
-		s.ops = make(map[uint64]context.CancelFunc, 1)
+		s.ops = make(map[uint32]context.CancelFunc, 1)
 	}
 	s.ops[id] = cancel
-	s.mu.Unlock()
+	mu.Unlock()
 	return ctx, func() {
 		cancel()
-		s.mu.Lock()
+		mu.Lock()
 		delete(s.ops, id)
 		if len(s.ops) == 0 {
 			s.ops = nil
 		}
-		s.mu.Unlock()
+		mu.Unlock()
 	}
 }
 
-// stop cancels the operations in flight and every one started after.
-func (s *opSet) stop() {
-	s.mu.Lock()
+// stop cancels the operations in flight and every one started after. mu
+// is the owner's mutex, not held.
+func (s *opSet) stop(mu *sync.Mutex) {
+	mu.Lock()
 	s.stopped = true
 	ops := s.ops
 	s.ops = nil
-	s.mu.Unlock()
+	mu.Unlock()
 	for _, cancel := range ops {
 		cancel()
 	}
 }
 
-// isStopped reports whether stop was called.
-func (s *opSet) isStopped() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// isStopped reports whether stop was called. mu is the owner's mutex, not
+// held.
+func (s *opSet) isStopped(mu *sync.Mutex) bool {
+	mu.Lock()
+	defer mu.Unlock()
 	return s.stopped
 }
 

@@ -20,8 +20,6 @@ import (
 type peer struct {
 	t  *Transport
 	id uint64
-	// ops are its requests and snapshots in flight, canceled by stop.
-	ops opSet
 	// learner is set by SetLearner: a smaller queue budget, and messages
 	// gathered (LearnerBatchDelay). Atomic: the link's writer reads it on
 	// every round without the lock.
@@ -57,8 +55,10 @@ type peer struct {
 	inbound    map[net.Conn]wire.Kind // nil: none
 	inLinks    []*inLink              // inbound host links it is admitted on (usually one)
 	snapping   bool                   // a snapshot to this peer is in flight
-	snapProg   SnapshotProgress       // its progress (Index 0: none)
+	snapProg   *SnapshotProgress      // its progress (nil: none)
 	stopped    bool
+	// ops are its requests and snapshots in flight, canceled by stop.
+	ops opSet
 	// hostRefused: its attachment on the host link was refused since it
 	// was last accepted (HostContact then knows nothing of the member).
 	hostRefused bool
@@ -111,7 +111,7 @@ func (p *peer) start() {
 // and its admissions on inbound host links are revoked with code and why
 // (the sender learns of them as a refusal) unless code is CodeAccepted.
 func (p *peer) stop(code wire.Code, why string) {
-	p.ops.stop()
+	p.ops.stop(&p.mu)
 	p.gone.Store(true)
 	p.mu.Lock()
 	p.stopped = true
@@ -576,11 +576,17 @@ func (b *backoff) reset() { b.cur = 0 }
 func (p *peer) snapshotProgress() SnapshotProgress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.snapProg
+	if p.snapProg == nil {
+		return SnapshotProgress{}
+	}
+	return *p.snapProg
 }
 
 func (p *peer) setSnapshotProgress(sp SnapshotProgress) {
 	p.mu.Lock()
-	p.snapProg = sp
+	if p.snapProg == nil {
+		p.snapProg = new(SnapshotProgress)
+	}
+	*p.snapProg = sp
 	p.mu.Unlock()
 }

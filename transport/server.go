@@ -51,7 +51,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	case wire.KindRequest:
 		err = t.serveRequests(a)
 	}
-	if err != nil && !t.closing.Load() && !a.peer.ops.isStopped() && !isClosed(err) {
+	if err != nil && !t.closing.Load() && !a.peer.ops.isStopped(&a.peer.mu) && !isClosed(err) {
 		reason := reasonOf(err)
 		t.connErrors.add(reason)
 		t.logOnce(a.hello.From, a.hello.Kind.String()+"_"+reason, "inbound connection from peer failed", "kind", a.hello.Kind.String(), "err", err)
@@ -294,7 +294,7 @@ func (t *Transport) serveRequests(a *accepted) error {
 		if budget > 0 && time.Duration(budget) < timeout {
 			timeout = time.Duration(budget)
 		}
-		ctx, cancel := a.peer.ops.with(context.Background(), timeout)
+		ctx, cancel := a.peer.ops.with(&a.peer.mu, context.Background(), timeout)
 		resp, rerr := t.handler.ServeRequest(ctx, a.hello.From, req)
 		cancel()
 		var out []byte

@@ -37,9 +37,9 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	size, err := p.streamSnapshot(m)
 	p.mu.Lock()
 	p.snapping = false
-	p.snapProg = SnapshotProgress{}
+	p.snapProg = nil
 	p.mu.Unlock()
-	if p.ops.isStopped() {
+	if p.ops.isStopped(&p.mu) {
 		return // removed, or the transport is closing: raft no longer cares
 	}
 	if err != nil {
@@ -69,7 +69,7 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 // streamSnapshot sends m and its file, and waits for the receiver's ack.
 func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
-	ctx, cancel := p.ops.with(context.Background(), 0) // canceled by RemovePeer and Close
+	ctx, cancel := p.ops.with(&p.mu, context.Background(), 0) // canceled by RemovePeer and Close
 	defer cancel()
 	if err := t.snapSend.acquire(ctx, p.learner.Load()); err != nil {
 		return 0, err

@@ -26,15 +26,14 @@ type Transport struct {
 	cfg     Config // with defaults
 	log     *slog.Logger
 	handler Handler
-	mux     *Mux // the listener, shared by a host's groups or private
-	ownMux  bool // the mux is this transport's own: Close closes it
+	mux     *Mux        // the listener, shared by a host's groups or private
+	ownMux  bool        // the mux is this transport's own: Close closes it
+	closing atomic.Bool // set by Close
 	cluster atomic.Uint64
 	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
 	inc     atomic.Uint64          // Config.Incarnation, or SetIncarnation's
 
-	closing atomic.Bool    // set by Close
-	calls   opSet          // Call and CallAddr in flight, canceled by Close
-	wg      sync.WaitGroup // every goroutine the transport starts
+	wg sync.WaitGroup // every goroutine the transport starts
 
 	// peers is replaced, never modified, under mu: Send reads it without
 	// locking.
@@ -44,6 +43,7 @@ type Transport struct {
 	// calling the Handler.
 	mu      sync.Mutex
 	closed  bool
+	calls   opSet                  // Call and CallAddr in flight, canceled by Close
 	removed map[uint64]bool        // made with the first removal
 	conns   map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
 
@@ -200,7 +200,7 @@ func (t *Transport) Close() error {
 	t.mu.Unlock()
 
 	t.closing.Store(true)
-	t.calls.stop()
+	t.calls.stop(&t.mu)
 	t.events.close()
 	t.inbox.close()
 	t.mux.unregister(t)
