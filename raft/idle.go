@@ -21,17 +21,14 @@ func (l *loopState) addReadRound(r *readRound) {
 	l.readRounds[l.readSeq] = r
 }
 
-// dropIdle lets a quiesced node's loop state and storage caches go, once
-// per quiet spell: the maps made and the queue buffers grown for work that
+// dropIdle lets a quiesced node's idle memory go, at the end of each of its
+// runs (rare: a read-only call or a quiet message; the first is the run
+// that quiesced): the maps made and the queue buffers grown for work that
 // is over, the storage's copy of the log's tail (read back from the
 // database when the group wakes and needs it) and the transport's queue
 // buffers.
 func (n *Node) dropIdle() {
 	l := &n.loop
-	if l.droppedFor.Equal(l.q.since) {
-		return
-	}
-	l.droppedFor = l.q.since
 	if len(l.readRounds) == 0 {
 		l.readRounds = nil
 	}

@@ -246,10 +246,10 @@ func (n *Node) quiesce(set []uint64, leader uint64) {
 }
 
 // dropBuffers lets an idle node's loop buffers go (at the end of a run),
-// and once per quiet spell its idle memory (dropIdle).
+// and the rest of its idle memory (dropIdle).
 func (n *Node) dropBuffers() {
 	l := &n.loop
-	l.out, l.recvBuf, l.localBuf, l.acts, l.readsBuf, l.live = nil, nil, nil, nil, nil, nil
+	l.bufs = nil
 	n.dropIdle()
 }
 
