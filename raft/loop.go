@@ -176,7 +176,7 @@ func (n *Node) runLoop() {
 		n.loopExited = true
 		n.cancelTick()
 		n.endQuiesce()
-		close(n.loopDone)
+		n.loopDone.Store(true)
 		n.appendTask.Signal()
 		n.release()
 	}
