@@ -122,10 +122,18 @@ func (t *Transport) logRefusal(h wire.Hello, reason, remote, why string) {
 // member is logged at warning level, per reason.
 const refusalLogInterval = time.Minute
 
-// rateLog remembers when each reason (a small fixed set) was last logged.
+// rateLog remembers when each reason (a small fixed set) was last logged:
+// a list, searched, since most hold one reason or none (a map would cost
+// each of a host's many groups' transports and peers a few hundred bytes).
 type rateLog struct {
 	mu   sync.Mutex
-	last map[string]time.Time
+	last *loggedAt
+}
+
+type loggedAt struct {
+	reason string
+	at     time.Time
+	next   *loggedAt
 }
 
 // allow reports whether reason may be logged at warning level now, and
@@ -133,13 +141,16 @@ type rateLog struct {
 func (r *rateLog) allow(reason string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if last, ok := r.last[reason]; ok && now.Sub(last) < refusalLogInterval {
-		return false
+	for e := r.last; e != nil; e = e.next {
+		if e.reason == reason {
+			if now.Sub(e.at) < refusalLogInterval {
+				return false
+			}
+			e.at = now
+			return true
+		}
 	}
-	if r.last == nil {
-		r.last = make(map[string]time.Time)
-	}
-	r.last[reason] = now
+	r.last = &loggedAt{reason: reason, at: now, next: r.last}
 	return true
 }
 
