@@ -37,7 +37,7 @@ type Transport struct {
 
 	// peers is replaced, never modified, under mu: Send reads it without
 	// locking.
-	peers atomic.Pointer[map[uint64]*peer]
+	peers atomic.Pointer[peerList]
 
 	// mu guards the fields below. It is never held while doing I/O or
 	// calling the Handler.
@@ -96,7 +96,7 @@ func New(cfg Config) (*Transport, error) {
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
-	t.peers.Store(&map[uint64]*peer{})
+	t.peers.Store(&peerList{})
 	if t.mux == nil {
 		mux, err := newMux(MuxConfig{
 			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
@@ -195,7 +195,7 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	peers := *t.peers.Load()
-	t.peers.Store(&map[uint64]*peer{})
+	t.peers.Store(&peerList{})
 	conns := slices.Collect(maps.Keys(t.conns))
 	t.mu.Unlock()
 
@@ -287,14 +287,13 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 		return
 	}
 	delete(t.removed, id)
-	if p := (*t.peers.Load())[id]; p != nil {
+	if p := t.peer(id); p != nil {
 		t.mu.Unlock()
 		p.setRecorded(addr)
 		return
 	}
 	p := newPeer(t, id, addr)
-	next := maps.Clone(*t.peers.Load())
-	next[id] = p
+	next := t.peers.Load().with(p)
 	t.peers.Store(&next)
 	t.mu.Unlock()
 	p.start()
@@ -342,10 +341,9 @@ func (t *Transport) RemovePeer(id uint64) {
 		t.removed = make(map[uint64]bool)
 	}
 	t.removed[id] = true
-	p := (*t.peers.Load())[id]
+	p := t.peer(id)
 	if p != nil {
-		next := maps.Clone(*t.peers.Load())
-		delete(next, id)
+		next := t.peers.Load().without(id)
 		t.peers.Store(&next)
 	}
 	t.mu.Unlock()
@@ -373,7 +371,40 @@ func (t *Transport) SnapshotProgress(id uint64) SnapshotProgress {
 	return SnapshotProgress{}
 }
 
-func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
+func (t *Transport) peer(id uint64) *peer { return t.peers.Load().get(id) }
+
+// peerList is a transport's peers. A group has a few members: a list,
+// searched, costs each of a host's many groups less than a map would.
+// It is replaced, never modified.
+type peerList []*peer
+
+// get returns member id's peer, nil if none.
+func (l peerList) get(id uint64) *peer {
+	for _, p := range l {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// with returns a copy of l with p added.
+func (l peerList) with(p *peer) peerList {
+	next := make(peerList, len(l), len(l)+1)
+	copy(next, l)
+	return append(next, p)
+}
+
+// without returns a copy of l without member id's peer.
+func (l peerList) without(id uint64) peerList {
+	next := make(peerList, 0, len(l))
+	for _, p := range l {
+		if p.id != id {
+			next = append(next, p)
+		}
+	}
+	return next
+}
 
 // Send queues messages for their recipients (m.To) and returns at once: it
 // never blocks and never calls the Handler. Messages are only read, never
@@ -390,7 +421,7 @@ func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
 func (t *Transport) Send(msgs []*raftpb.Message) {
 	peers := *t.peers.Load()
 	for _, m := range msgs {
-		p := peers[m.GetTo()]
+		p := peers.get(m.GetTo())
 		if p == nil {
 			t.droppedUnknown.Add(1)
 			if m.GetType() == raftpb.MsgSnap {
