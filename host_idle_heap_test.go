@@ -17,7 +17,7 @@ import (
 // many groups holds (issue 35: idle groups cost nothing). This test
 // measured 18.1-18.5 KiB before quiesced nodes let go of their log cache,
 // queue and loop buffers and the transports of their memory of calls, and
-// 12.4-13.0 KiB after (see "Memory of an idle group" in
+// 11.6-12.2 KiB after (see "Memory of an idle group" in
 // docs/architecture.md); the bound leaves room for noise.
 const maxIdleHeapPerReplica = 15 << 10
 
