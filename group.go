@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -111,8 +112,10 @@ type Group struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	stopPub   context.CancelFunc
-	pubDone   chan struct{}
+	// stopPub cancels publish; it is dropped once publish returns (nil:
+	// nothing to stop), so that an idle group keeps nothing of it.
+	stopPub atomic.Pointer[context.CancelFunc]
+	pubDone sync.WaitGroup // publish running
 }
 
 // StartGroup opens the group's storage, builds its transport and node, and
@@ -414,10 +417,14 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	}
 	logger.Info("member started", slog.Uint64("id", cfg.ID), slog.String("mode", mode),
 		slog.String("peer_addr", advert), slog.String("cluster", fmt.Sprintf("%x", node.ClusterID())))
-	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert, pubDone: make(chan struct{})}
+	g = &Group{Node: node, host: h, gid: cfg.GroupID, store: store, tr: tr, log: logger, advert: advert}
 	pctx, stopPub := context.WithCancel(context.Background())
-	g.stopPub = stopPub
-	go g.publish(pctx, raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()})
+	g.stopPub.Store(&stopPub)
+	want := raft.Member{ID: cfg.ID, PeerAddr: advert, Metadata: maps.Clone(cfg.Metadata), Incarnation: node.Incarnation()}
+	g.pubDone.Go(func() {
+		defer g.endPublish()
+		g.publish(pctx, want)
+	})
 	if !h.started(cfg.GroupID, g) {
 		// Host.Close ran while the group started: g.close closes it all.
 		_ = g.close(ctx, false)
@@ -547,7 +554,6 @@ func (l *lateHandler) HostLiveness(member uint64, live bool, since time.Time) {
 // tells this copy of the replica's data from another (a replica that lost
 // its data and started afresh): see docs/architecture.md, "Wiped replicas".
 func (h *Group) publish(ctx context.Context, want raft.Member) {
-	defer close(h.pubDone)
 	wait := 200 * time.Millisecond
 	for {
 		select {
@@ -580,6 +586,13 @@ func (h *Group) publish(ctx context.Context, want raft.Member) {
 	}
 }
 
+// endPublish stops publish, if it runs, and lets go of its context.
+func (g *Group) endPublish() {
+	if stop := g.stopPub.Swap(nil); stop != nil {
+		(*stop)()
+	}
+}
+
 // Close stops the replica and releases everything in order: the node (a
 // leader hands leadership over first, bounded by ctx), then the transport
 // (the host refuses the group's connections from then on), then the
@@ -592,9 +605,9 @@ func (g *Group) Close(ctx context.Context) error { return g.close(ctx, g.ownsH) 
 
 func (g *Group) close(ctx context.Context, closeHost bool) error {
 	g.closeOnce.Do(func() {
-		g.stopPub()
+		g.endPublish()
 		err := g.Stop(ctx)
-		<-g.pubDone
+		g.pubDone.Wait()
 		_ = g.tr.Close()
 		if errors.Is(err, raft.ErrStopTimeout) {
 			go func() { <-g.Done(); _ = g.store.Close() }()

@@ -33,15 +33,13 @@ func (n *Node) runAppend() {
 	if n.stopped() {
 		// The loop may still hand over appends until it exits (it signals
 		// this task when it does): persist everything it handed over.
-		select {
-		case <-n.loopDone:
-		default:
+		if !n.loopDone.Load() {
 			return
 		}
 		n.drainAppends()
 		n.flushCommit()
 		n.appendExited = true
-		close(n.appendDone)
+		n.appendDone.Store(true)
 		n.applyTask.Signal()
 		n.exitApplyIdle()
 		n.release()

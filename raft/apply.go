@@ -119,9 +119,7 @@ func (n *Node) runApply() {
 // has exited (it may queue a restore until then, and signals this task
 // when it exits). The caller holds applyMu.
 func (n *Node) exitApply() {
-	select {
-	case <-n.appendDone:
-	default:
+	if !n.appendDone.Load() {
 		return
 	}
 	n.closeQueuedSnapshots()

@@ -152,7 +152,7 @@ func (n *Node) probeVoters() bool {
 		return false
 	}
 	l.readSeq++
-	l.readRounds[l.readSeq] = &readRound{tick: l.ticks}
+	l.addReadRound(&readRound{tick: l.ticks})
 	l.rn.ReadIndex(n.readCtx(l.readSeq))
 	return true
 }

@@ -22,20 +22,17 @@ type loopState struct {
 	pending    []*proposal // waiting to be handed to raft (no leader yet)
 	readQueue  []*readRequest
 	readSeq    uint64
-	readRounds map[uint64]*readRound
+	readRounds map[uint64]*readRound // made with the first (addReadRound)
 	// heldReadIndex are ReadIndex requests from other members that this
 	// new leader holds until it may answer them (see leaderMayRead).
 	heldReadIndex []*raftpb.Message
 	lastContact   map[uint64]time.Time
-	out           []*raftpb.Message // reused buffer for network messages
-	localBuf      []*raftpb.Message // reused buffer for mailbox messages
-	recvBuf       []*raftpb.Message // reused buffer for peer messages
-	acts          []func()          // reused buffer for calls run on the loop
-	readsBuf      []*readRequest    // reused buffer for reads taken
+	// bufs are the reused buffers (nil: none yet, or let go while
+	// quiesced); buffers makes them.
+	bufs *loopBufs
 	// lastBookkeeping is the tick of the last membershipTick.
 	lastBookkeeping uint64
-	live            []uint64 // reused: the sequence numbers of a batch being proposed
-	lastBatch       int      // proposals in the last flush
+	lastBatch       int // proposals in the last flush
 	ms              membershipLoop
 	nowLeader       bool // became leader in the Ready being handled
 	// confAdded is the index of the last conf change raft took that added
@@ -48,6 +45,25 @@ type loopState struct {
 	catchUp map[uint64]*catchUpTrack
 	// q is the quiescence state (quiesce.go).
 	q quiesceState
+}
+
+// loopBufs are the run loop's reused buffers, apart from the Node: a
+// quiesced node lets them go (dropBuffers) and its Node is the smaller.
+type loopBufs struct {
+	out      []*raftpb.Message // network messages
+	localBuf []*raftpb.Message // mailbox messages
+	recvBuf  []*raftpb.Message // peer messages
+	acts     []func()          // calls run on the loop
+	readsBuf []*readRequest    // reads taken
+	live     []uint64          // the sequence numbers of a batch being proposed
+}
+
+// buffers returns the loop's reused buffers, made if the node has none.
+func (l *loopState) buffers() *loopBufs {
+	if l.bufs == nil {
+		l.bufs = new(loopBufs)
+	}
+	return l.bufs
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the
@@ -128,7 +144,6 @@ func (n *Node) restore() (err error) {
 	}
 	n.loop = loopState{
 		rn:          rn,
-		readRounds:  make(map[uint64]*readRound),
 		lastContact: make(map[uint64]time.Time),
 	}
 	n.loop.term = hs.GetTerm()
@@ -161,7 +176,7 @@ func (n *Node) runLoop() {
 		n.loopExited = true
 		n.cancelTick()
 		n.endQuiesce()
-		close(n.loopDone)
+		n.loopDone.Store(true)
 		n.appendTask.Signal()
 		n.release()
 	}
@@ -177,6 +192,7 @@ func (n *Node) loopOnce() {
 		}
 	}()
 	l := &n.loop
+	b := l.buffers()
 	// A tick that was due when the node quiesced is dropped.
 	tick := n.tick.Swap(false) && !l.q.on
 	if tick {
@@ -190,14 +206,14 @@ func (n *Node) loopOnce() {
 	}
 	if n.recv.len() > 0 {
 		now := time.Now()
-		l.recvBuf = n.recv.take(l.recvBuf[:0], loopInputBatch)
-		for i, m := range l.recvBuf {
+		b.recvBuf = n.recv.take(b.recvBuf[:0], loopInputBatch)
+		for i, m := range b.recvBuf {
 			if !n.stepPeer(m, now) {
 				n.stir(wakeMessage, m.GetFrom())
 			}
-			l.recvBuf[i] = nil
+			b.recvBuf[i] = nil
 			if n.stopped() { // a message told it its data was lost: write nothing more
-				clear(l.recvBuf)
+				clear(b.recvBuf)
 				return
 			}
 		}
@@ -217,29 +233,29 @@ func (n *Node) loopOnce() {
 		n.stir(wakeProposal, 0)
 	}
 	if room := maxPendingReads - len(l.readQueue); room > 0 {
-		l.readsBuf = n.reads.takeInto(l.readsBuf[:0], room)
-		if len(l.readsBuf) > 0 {
+		b.readsBuf = n.reads.takeInto(b.readsBuf[:0], room)
+		if len(b.readsBuf) > 0 {
 			n.stir(wakeRead, 0)
 		}
-		for i, r := range l.readsBuf {
+		for i, r := range b.readsBuf {
 			n.queueRead(r)
-			l.readsBuf[i] = nil
+			b.readsBuf[i] = nil
 		}
 	}
-	l.localBuf = n.local.take(l.localBuf[:0])
-	for i, m := range l.localBuf {
+	b.localBuf = n.local.take(b.localBuf[:0])
+	for i, m := range b.localBuf {
 		if err := l.rn.Step(m); err != nil {
 			n.log.Debug("stepping a local message", slog.Any("err", err))
 		}
-		l.localBuf[i] = nil
+		b.localBuf[i] = nil
 	}
-	l.acts = n.acts.takeInto(l.acts[:0], loopInputBatch)
-	if len(l.acts) > 0 {
+	b.acts = n.acts.takeInto(b.acts[:0], loopInputBatch)
+	if len(b.acts) > 0 {
 		n.stir(wakeCall, 0)
 	}
-	for i, f := range l.acts {
+	for i, f := range b.acts {
 		f()
-		l.acts[i] = nil
+		b.acts[i] = nil
 	}
 	if q := &l.q; q.on && q.stirred {
 		n.wake(q.cause, q.from)
@@ -350,7 +366,8 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	arena := make([]byte, 0, size)
 	slab := make([]raftpb.Entry, len(batch))
 	ents := make([]*raftpb.Entry, 0, len(batch))
-	live := l.live[:0]
+	b := l.buffers()
+	live := b.live[:0]
 	n.waiters.mu.Lock()
 	for _, p := range batch {
 		if p.canceled.Load() {
@@ -378,7 +395,7 @@ func (n *Node) proposeBatch(batch []*proposal) {
 			}
 		}
 	}
-	l.live = live[:0]
+	b.live = live[:0]
 }
 
 // handleReady dispatches one Ready: network messages to the transport (the
@@ -401,7 +418,8 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	if len(rd.ReadStates) > 0 {
 		n.answerReads(rd.ReadStates)
 	}
-	out := l.out[:0]
+	b := l.buffers()
+	out := b.out[:0]
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
@@ -425,7 +443,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 		n.tr.Send(out)
 	}
 	clear(out)
-	l.out = out[:0]
+	b.out = out[:0]
 	if l.nowLeader {
 		l.nowLeader = false
 		n.becameLeader()

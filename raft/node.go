@@ -56,13 +56,13 @@ type Node struct {
 	local *mailbox                   // responses from the append and apply tasks
 	// appends are the MsgStorageAppend messages for the append task.
 	appends queue[*raftpb.Message]
-	// loopDone is closed when the run loop has exited: nothing is queued
-	// on appends after it.
-	loopDone chan struct{}
-	// appendDone is closed when the append task has exited: no snapshot
-	// restore is queued on applies after it.
-	appendDone chan struct{}
-	applies    queue[applyTask]
+	// loopDone is set when the run loop has exited: nothing is queued on
+	// appends after it. appendDone is set when the append task has
+	// exited: no snapshot restore is queued on applies after it. (Flags,
+	// not channels: nothing waits on them, and a host's many nodes would
+	// each hold two channels for nothing.)
+	loopDone, appendDone atomic.Bool
+	applies              queue[applyTask]
 	// snapWake makes the apply task look at the snapshot state.
 	snapWake atomic.Bool
 	// Owned by their tasks: each has exited.
@@ -146,16 +146,14 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:        cfg,
-		log:        cfg.Logger.With(slog.Uint64("member", cfg.ID)),
-		sm:         sm,
-		store:      store,
-		loopDone:   make(chan struct{}),
-		appendDone: make(chan struct{}),
-		stopc:      make(chan struct{}),
-		donec:      make(chan struct{}),
-		state:      newWatched(nodeState{}),
-		sched:      cfg.Scheduler,
+		cfg:   cfg,
+		log:   cfg.Logger.With(slog.Uint64("member", cfg.ID)),
+		sm:    sm,
+		store: store,
+		stopc: make(chan struct{}),
+		donec: make(chan struct{}),
+		state: newWatched(nodeState{}),
+		sched: cfg.Scheduler,
 	}
 	if n.sched == nil {
 		// Its goroutines start only with the node's work.

@@ -14,11 +14,13 @@ import (
 type watched[T comparable] struct {
 	mu sync.Mutex
 	v  T
+	// ch is closed when v changes; made by the first waiter (nil: nobody
+	// waits), so that an update nobody waits for allocates nothing.
 	ch chan struct{}
 }
 
 func newWatched[T comparable](v T) *watched[T] {
-	return &watched[T]{v: v, ch: make(chan struct{})}
+	return &watched[T]{v: v}
 }
 
 func (w *watched[T]) get() T {
@@ -32,8 +34,10 @@ func (w *watched[T]) update(f func(cur T) (T, bool)) {
 	w.mu.Lock()
 	if v, ok := f(w.v); ok && v != w.v {
 		w.v = v
-		close(w.ch)
-		w.ch = make(chan struct{})
+		if w.ch != nil {
+			close(w.ch)
+			w.ch = nil
+		}
 	}
 	w.mu.Unlock()
 }
@@ -59,11 +63,21 @@ func waitFor[T comparable](n *Node, ctx context.Context, w *watched[T], ok func(
 func (w *watched[T]) wait(ctx context.Context, stop <-chan struct{}, ok func(T) bool) error {
 	for {
 		w.mu.Lock()
-		v, ch := w.v, w.ch
+		v := w.v
 		w.mu.Unlock()
 		if ok(v) {
 			return nil
 		}
+		w.mu.Lock()
+		if w.v != v { // changed meanwhile: look again
+			w.mu.Unlock()
+			continue
+		}
+		if w.ch == nil {
+			w.ch = make(chan struct{})
+		}
+		ch := w.ch
+		w.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():

@@ -286,10 +286,12 @@ func (n *Node) quiesce(set []uint64, leader uint64) {
 	n.log.Debug("quiesced", slog.Uint64("leader", leader), slog.Uint64("term", l.term))
 }
 
-// dropBuffers lets an idle node's loop buffers go (at the end of a run).
+// dropBuffers lets an idle node's loop buffers go (at the end of a run),
+// and the rest of its idle memory (dropIdle).
 func (n *Node) dropBuffers() {
 	l := &n.loop
-	l.out, l.recvBuf, l.localBuf, l.acts, l.readsBuf, l.live = nil, nil, nil, nil, nil, nil
+	l.bufs = nil
+	n.dropIdle()
 }
 
 // wake ends the node's quiescence: its ticks resume, the policy's timer

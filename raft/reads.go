@@ -59,7 +59,7 @@ func (n *Node) flushReads() {
 		return
 	}
 	l.readSeq++
-	l.readRounds[l.readSeq] = &readRound{reqs: l.readQueue, tick: l.ticks}
+	l.addReadRound(&readRound{reqs: l.readQueue, tick: l.ticks})
 	l.readQueue = nil
 	l.rn.ReadIndex(n.readCtx(l.readSeq))
 }

@@ -76,7 +76,7 @@ func TestAppendsPersistedAfterASnapshotSavedAtStop(t *testing.T) {
 		n.appends.push(commitMsg)
 		// The loop has exited and the node stops: the append and apply
 		// tasks are left.
-		close(n.loopDone)
+		n.loopDone.Store(true)
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.running.Store(true)
 		n.loopExited = true

@@ -456,7 +456,7 @@ func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
 		logBucket:   logBucketName(id),
 		stateBucket: stateBucketName(id),
 		hs:          &raftpb.HardState{},
-		snap:        raftpb.EnsureSnapshot(nil),
+		snap:        emptySnapshot, // replaced, never modified: shared
 		tail:        tail{max: opts.TailCacheBytes, shared: e.tails},
 	}
 	if err := s.load(); err != nil {

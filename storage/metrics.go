@@ -10,8 +10,30 @@ type metrics struct {
 	commits, saves, entries, bytes atomic.Uint64
 	tailHits, tailMisses           atomic.Uint64
 	snapshots, snapshotBytes       atomic.Uint64
-	commitDur, snapshotDur         durations
-	syncDur                        durations
+	commitDur, syncDur             durations
+	// snapshotDur is made with the first snapshot: most of a host's
+	// groups snapshot rarely, and a Store is per group.
+	snapshotDur lazyDurations
+}
+
+// lazyDurations is a durations histogram allocated with its first
+// observation.
+type lazyDurations struct{ p atomic.Pointer[durations] }
+
+func (l *lazyDurations) observe(v time.Duration) {
+	d := l.p.Load()
+	if d == nil {
+		l.p.CompareAndSwap(nil, new(durations))
+		d = l.p.Load()
+	}
+	d.observe(v)
+}
+
+func (l *lazyDurations) snapshot() Histogram {
+	if d := l.p.Load(); d != nil {
+		return d.snapshot()
+	}
+	return new(durations).snapshot()
 }
 
 // durationBounds are the histograms' upper bounds: 0.5 ms doubling to about

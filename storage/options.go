@@ -39,8 +39,8 @@ type Options struct {
 
 	// TailCacheBytes bounds the in-memory tail of the most recent log entries,
 	// from which Entries and Term answer without reading bbolt. It counts
-	// entry payloads plus a fixed per-entry overhead; the last entry is always
-	// kept. Zero means DefaultTailCacheBytes (16 MiB); negative disables the
+	// entry payloads plus a fixed per-entry overhead; the last entry is kept
+	// (but by DropCaches, which a quiesced group's node calls). Zero means DefaultTailCacheBytes (16 MiB); negative disables the
 	// cache (every read goes to bbolt).
 	TailCacheBytes int64
 

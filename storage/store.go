@@ -80,7 +80,8 @@ type Store struct {
 	// hands it to the engine's committer and waits for its commit, so a
 	// group has at most one write in a commit. Only a holder of wmu changes
 	// the fields under mu, and only while also holding mu exclusively, so a
-	// holder of wmu (and the committer running its write) reads them freely.
+	// holder of wmu (and the committer running its write) reads them freely
+	// (the tail aside: trimTails and DropCaches trim it holding mu alone).
 	wmu    sync.Mutex
 	encBuf []byte // reused encoding buffer for Save (bbolt copies at commit)
 	keyBuf []byte

@@ -55,7 +55,7 @@ func (t *Transport) CallAddr(ctx context.Context, addr string, req []byte) (*Rep
 }
 
 func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte) (*Reply, error) {
-	if t.ctx.Err() != nil {
+	if t.closing.Load() {
 		return nil, notSent(ErrClosed)
 	}
 	payload := wire.AppendRequest(nil, budget(ctx), req)
@@ -63,10 +63,8 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 		return nil, fmt.Errorf("transport: request of %d bytes exceeds MaxFrameSize", len(req))
 	}
 	// Close cancels every call in flight.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := t.calls.with(&t.mu, ctx, 0)
 	defer cancel()
-	stop := context.AfterFunc(t.ctx, cancel)
-	defer stop()
 
 	c, err := t.dial(ctx, addr, wire.KindRequest, to)
 	if err != nil {
@@ -109,7 +107,7 @@ func (t *Transport) call(ctx context.Context, addr string, to uint64, req []byte
 
 // callErr turns the errors of a call interrupted by Close into ErrClosed.
 func (t *Transport) callErr(err error) error {
-	if t.ctx.Err() != nil {
+	if t.closing.Load() {
 		return fmt.Errorf("%w (%v)", ErrClosed, err)
 	}
 	return err

@@ -160,13 +160,13 @@ func (e *events) run(t *Transport) {
 		}
 		e.mu.Unlock()
 		for _, f := range fns {
-			if t.ctx.Err() != nil {
+			if t.closing.Load() {
 				break
 			}
 			f()
 		}
 		for id := range ids {
-			if t.ctx.Err() != nil {
+			if t.closing.Load() {
 				break
 			}
 			t.handler.ReportUnreachable(id)

@@ -1,10 +1,10 @@
 package transport
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +18,8 @@ import (
 // the writer of the link it is routed to), its attachment's state, its
 // inbound connections and its counters. It owns no goroutine.
 type peer struct {
-	t      *Transport
-	id     uint64
-	ctx    context.Context // canceled by stop
-	cancel context.CancelFunc
+	t  *Transport
+	id uint64
 	// learner is set by SetLearner: a smaller queue budget, and messages
 	// gathered (LearnerBatchDelay). Atomic: the link's writer reads it on
 	// every round without the lock.
@@ -47,17 +45,20 @@ type peer struct {
 	flow       *flow  // where its messages go now: host (or its fallback stream); nil once stopped
 	host       *flow  // its flow on the host link of addr
 	urgent     bool   // the queue holds a message a learner must get at once
+	idle       bool   // its group quiesced (DropCaches): the queue's buffer goes once drained
 	down       bool   // the link is down or the attachment refused: Send drops rather than queue
 	queue      []*raftpb.Message
-	head       int         // queue[head:] is queued
-	queueBytes int64       // of queue[head:]
-	retry      *time.Timer // re-attaches after a refusal
-	bo         backoff     // between re-attachments
-	inbound    map[net.Conn]wire.Kind
-	inLinks    map[*inLink]struct{} // inbound host links it is admitted on
-	snapping   bool                 // a snapshot to this peer is in flight
-	snapProg   SnapshotProgress     // its progress (Index 0: none)
+	head       int                    // queue[head:] is queued
+	queueBytes int64                  // of queue[head:]
+	retry      *time.Timer            // re-attaches after a refusal
+	bo         backoff                // between re-attachments
+	inbound    map[net.Conn]wire.Kind // nil: none
+	inLinks    []*inLink              // inbound host links it is admitted on (usually one)
+	snapping   bool                   // a snapshot to this peer is in flight
+	snapProg   *SnapshotProgress      // its progress (nil: none)
 	stopped    bool
+	// ops are its requests and snapshots in flight, canceled by stop.
+	ops opSet
 	// hostRefused: its attachment on the host link was refused since it
 	// was last accepted (HostContact then knows nothing of the member).
 	hostRefused bool
@@ -74,7 +75,6 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		c:        newPeerCounters(),
 		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
-	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	return p
 }
 
@@ -111,7 +111,7 @@ func (p *peer) start() {
 // and its admissions on inbound host links are revoked with code and why
 // (the sender learns of them as a refusal) unless code is CodeAccepted.
 func (p *peer) stop(code wire.Code, why string) {
-	p.cancel()
+	p.ops.stop(&p.mu)
 	p.gone.Store(true)
 	p.mu.Lock()
 	p.stopped = true
@@ -124,10 +124,7 @@ func (p *peer) stop(code wire.Code, why string) {
 	for c := range p.inbound {
 		conns = append(conns, c)
 	}
-	links := make([]*inLink, 0, len(p.inLinks))
-	for il := range p.inLinks {
-		links = append(links, il)
-	}
+	links := p.inLinks
 	p.inLinks = nil
 	clear(p.queue)
 	p.queue, p.head, p.queueBytes = nil, 0, 0
@@ -258,6 +255,9 @@ func (p *peer) take(f *flow, limit int, dst []*raftpb.Message) (out []*raftpb.Me
 	p.queueBytes -= int64(n)
 	if p.head == len(p.queue) {
 		p.resetQueue()
+		if p.idle {
+			p.queue, p.idle = nil, false
+		}
 		p.urgent = false
 		f.queued = false
 	}
@@ -401,7 +401,16 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 			p.retry.Stop()
 		}
 		l := f.l
-		p.retry = time.AfterFunc(p.bo.next(), func() { l.requestAttach(f) })
+		var t *time.Timer
+		t = time.AfterFunc(p.bo.next(), func() {
+			p.mu.Lock()
+			if p.retry == t {
+				p.retry = nil // fired: an idle peer keeps no timer
+			}
+			p.mu.Unlock()
+			l.requestAttach(f)
+		})
+		p.retry = t
 	}
 	p.mu.Unlock()
 	p.dropQueue(true)
@@ -513,6 +522,9 @@ func (p *peer) addInbound(c net.Conn, kind wire.Kind) bool {
 func (p *peer) removeInbound(c net.Conn) {
 	p.mu.Lock()
 	delete(p.inbound, c)
+	if len(p.inbound) == 0 {
+		p.inbound = nil // a map once grown keeps its memory
+	}
 	p.mu.Unlock()
 }
 
@@ -524,10 +536,9 @@ func (p *peer) addInLink(il *inLink) bool {
 		p.mu.Unlock()
 		return false
 	}
-	if p.inLinks == nil {
-		p.inLinks = make(map[*inLink]struct{})
+	if !slices.Contains(p.inLinks, il) {
+		p.inLinks = append(p.inLinks, il)
 	}
-	p.inLinks[il] = struct{}{}
 	p.mu.Unlock()
 	p.kick()
 	return true
@@ -535,7 +546,12 @@ func (p *peer) addInLink(il *inLink) bool {
 
 func (p *peer) removeInLink(il *inLink) {
 	p.mu.Lock()
-	delete(p.inLinks, il)
+	if i := slices.Index(p.inLinks, il); i >= 0 {
+		p.inLinks = slices.Delete(p.inLinks, i, i+1)
+		if len(p.inLinks) == 0 {
+			p.inLinks = nil
+		}
+	}
 	p.mu.Unlock()
 }
 
@@ -560,11 +576,17 @@ func (b *backoff) reset() { b.cur = 0 }
 func (p *peer) snapshotProgress() SnapshotProgress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.snapProg
+	if p.snapProg == nil {
+		return SnapshotProgress{}
+	}
+	return *p.snapProg
 }
 
 func (p *peer) setSnapshotProgress(sp SnapshotProgress) {
 	p.mu.Lock()
-	p.snapProg = sp
+	if p.snapProg == nil {
+		p.snapProg = new(SnapshotProgress)
+	}
+	*p.snapProg = sp
 	p.mu.Unlock()
 }

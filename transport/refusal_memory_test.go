@@ -15,7 +15,9 @@ func (t *Transport) loggedEntries() int {
 	n := 0
 	t.logged.Range(func(any, any) bool { n++; return true })
 	t.refusalLog.mu.Lock()
-	n += len(t.refusalLog.last)
+	for e := t.refusalLog.last; e != nil; e = e.next {
+		n++
+	}
 	t.refusalLog.mu.Unlock()
 	return n
 }

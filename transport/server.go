@@ -31,7 +31,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	defer func() { _ = raw.Close() }()
 	a, err := t.admit(hs)
 	if err != nil {
-		if t.ctx.Err() == nil {
+		if !t.closing.Load() {
 			reason := reasonOf(err)
 			t.connErrors.add(reason)
 			t.logOnce(0, "handshake_"+reason, "inbound connection failed before the handshake completed", "remote", raw.RemoteAddr().String(), "err", err)
@@ -51,7 +51,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	case wire.KindRequest:
 		err = t.serveRequests(a)
 	}
-	if err != nil && t.ctx.Err() == nil && a.peer.ctx.Err() == nil && !isClosed(err) {
+	if err != nil && !t.closing.Load() && !a.peer.ops.isStopped(&a.peer.mu) && !isClosed(err) {
 		reason := reasonOf(err)
 		t.connErrors.add(reason)
 		t.logOnce(a.hello.From, a.hello.Kind.String()+"_"+reason, "inbound connection from peer failed", "kind", a.hello.Kind.String(), "err", err)
@@ -122,10 +122,18 @@ func (t *Transport) logRefusal(h wire.Hello, reason, remote, why string) {
 // member is logged at warning level, per reason.
 const refusalLogInterval = time.Minute
 
-// rateLog remembers when each reason (a small fixed set) was last logged.
+// rateLog remembers when each reason (a small fixed set) was last logged:
+// a list, searched, since most hold one reason or none (a map would cost
+// each of a host's many groups' transports and peers a few hundred bytes).
 type rateLog struct {
 	mu   sync.Mutex
-	last map[string]time.Time
+	last *loggedAt
+}
+
+type loggedAt struct {
+	reason string
+	at     time.Time
+	next   *loggedAt
 }
 
 // allow reports whether reason may be logged at warning level now, and
@@ -133,13 +141,16 @@ type rateLog struct {
 func (r *rateLog) allow(reason string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if last, ok := r.last[reason]; ok && now.Sub(last) < refusalLogInterval {
-		return false
+	for e := r.last; e != nil; e = e.next {
+		if e.reason == reason {
+			if now.Sub(e.at) < refusalLogInterval {
+				return false
+			}
+			e.at = now
+			return true
+		}
 	}
-	if r.last == nil {
-		r.last = make(map[string]time.Time)
-	}
-	r.last[reason] = now
+	r.last = &loggedAt{reason: reason, at: now, next: r.last}
 	return true
 }
 
@@ -294,7 +305,7 @@ func (t *Transport) serveRequests(a *accepted) error {
 		if budget > 0 && time.Duration(budget) < timeout {
 			timeout = time.Duration(budget)
 		}
-		ctx, cancel := context.WithTimeout(a.peer.ctx, timeout)
+		ctx, cancel := a.peer.ops.with(&a.peer.mu, context.Background(), timeout)
 		resp, rerr := t.handler.ServeRequest(ctx, a.hello.From, req)
 		cancel()
 		var out []byte

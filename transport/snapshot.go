@@ -37,9 +37,9 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	size, err := p.streamSnapshot(m)
 	p.mu.Lock()
 	p.snapping = false
-	p.snapProg = SnapshotProgress{}
+	p.snapProg = nil
 	p.mu.Unlock()
-	if p.ctx.Err() != nil {
+	if p.ops.isStopped(&p.mu) {
 		return // removed, or the transport is closing: raft no longer cares
 	}
 	if err != nil {
@@ -69,7 +69,9 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 // streamSnapshot sends m and its file, and waits for the receiver's ack.
 func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
-	if err := t.snapSend.acquire(p.ctx, p.learner.Load()); err != nil {
+	ctx, cancel := p.ops.with(&p.mu, context.Background(), 0) // canceled by RemovePeer and Close
+	defer cancel()
+	if err := t.snapSend.acquire(ctx, p.learner.Load()); err != nil {
 		return 0, err
 	}
 	defer t.snapSend.release()
@@ -99,7 +101,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	p.mu.Lock()
 	addr := p.addr
 	p.mu.Unlock()
-	c, err := t.dial(p.ctx, addr, wire.KindSnapshot, p.id)
+	c, err := t.dial(ctx, addr, wire.KindSnapshot, p.id)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +110,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return 0, ErrClosed
 	}
 	defer t.untrack(c)
-	stop := context.AfterFunc(p.ctx, func() { _ = c.Close() }) // RemovePeer
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() }) // RemovePeer
 	defer stop()
 
 	write := func(b []byte) error {
@@ -126,7 +128,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		p.setSnapshotProgress(SnapshotProgress{Index: index, Sent: sent, Total: size})
 		n := int(min(int64(len(buf)-wire.HeaderSize), size-sent))
 		if t.snapRate != nil {
-			if err := t.snapRate.WaitN(p.ctx, n); err != nil {
+			if err := t.snapRate.WaitN(ctx, n); err != nil {
 				return sent, fmt.Errorf("transport: snapshot rate limit: %w", err)
 			}
 		}

@@ -3,7 +3,6 @@ package transport
 import (
 	"fmt"
 	"github.com/understudy-raft/understudy/raft/raftio"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -179,25 +178,44 @@ func emptyHistogram(bounds []time.Duration) Histogram {
 	return (&histogram{bounds: bounds, counts: make([]atomic.Uint64, len(bounds)+1)}).snapshot()
 }
 
-// reasonCounter counts by reason.
+// reasonCounter counts by reason: a list, searched, since the reasons
+// are a small fixed set and most counters hold one or none (a map would
+// cost each of a host's many groups' transports a few hundred bytes).
 type reasonCounter struct {
-	mu sync.Mutex
-	m  map[string]uint64
+	mu   sync.Mutex
+	head *reasonCount
+}
+
+type reasonCount struct {
+	reason string
+	n      uint64
+	next   *reasonCount
 }
 
 func (c *reasonCounter) add(reason string) {
 	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[string]uint64)
+	defer c.mu.Unlock()
+	for e := c.head; e != nil; e = e.next {
+		if e.reason == reason {
+			e.n++
+			return
+		}
 	}
-	c.m[reason]++
-	c.mu.Unlock()
+	c.head = &reasonCount{reason: reason, n: 1, next: c.head}
 }
 
+// snapshot returns the counts by reason (nil: none).
 func (c *reasonCounter) snapshot() map[string]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return maps.Clone(c.m)
+	var m map[string]uint64
+	for e := c.head; e != nil; e = e.next {
+		if m == nil {
+			m = make(map[string]uint64)
+		}
+		m[e.reason] = e.n
+	}
+	return m
 }
 
 // String formats the stats on a few lines, for logs and debugging.

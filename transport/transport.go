@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -27,26 +26,26 @@ type Transport struct {
 	cfg     Config // with defaults
 	log     *slog.Logger
 	handler Handler
-	mux     *Mux // the listener, shared by a host's groups or private
-	ownMux  bool // the mux is this transport's own: Close closes it
+	mux     *Mux        // the listener, shared by a host's groups or private
+	ownMux  bool        // the mux is this transport's own: Close closes it
+	closing atomic.Bool // set by Close
 	cluster atomic.Uint64
 	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
 	inc     atomic.Uint64          // Config.Incarnation, or SetIncarnation's
 
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the transport starts
+	wg sync.WaitGroup // every goroutine the transport starts
 
 	// peers is replaced, never modified, under mu: Send reads it without
 	// locking.
-	peers atomic.Pointer[map[uint64]*peer]
+	peers atomic.Pointer[peerList]
 
 	// mu guards the fields below. It is never held while doing I/O or
 	// calling the Handler.
 	mu      sync.Mutex
 	closed  bool
-	removed map[uint64]bool
-	conns   map[io.Closer]struct{} // every open connection, closed by Close
+	calls   opSet                  // Call and CallAddr in flight, canceled by Close
+	removed map[uint64]bool        // made with the first removal
+	conns   map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
 
 	snapSend *slots        // snapshots being sent (learners first)
 	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
@@ -89,8 +88,6 @@ func New(cfg Config) (*Transport, error) {
 		log:      cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
 		handler:  cfg.Handler,
 		mux:      cfg.Mux,
-		removed:  make(map[uint64]bool),
-		conns:    make(map[io.Closer]struct{}),
 		snapSend: newSlots(cfg.MaxConcurrentSnapshots),
 		snapRate: snapshotLimiter(cfg),
 		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
@@ -99,8 +96,7 @@ func New(cfg Config) (*Transport, error) {
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
-	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.peers.Store(&map[uint64]*peer{})
+	t.peers.Store(&peerList{})
 	if t.mux == nil {
 		mux, err := newMux(MuxConfig{
 			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
@@ -110,7 +106,7 @@ func New(cfg Config) (*Transport, error) {
 			LivenessTimeout: cfg.LivenessTimeout,
 		}, t)
 		if err != nil {
-			t.cancel()
+			t.closing.Store(true)
 			return nil, err
 		}
 		t.mux, t.ownMux = mux, true
@@ -199,11 +195,12 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	peers := *t.peers.Load()
-	t.peers.Store(&map[uint64]*peer{})
+	t.peers.Store(&peerList{})
 	conns := slices.Collect(maps.Keys(t.conns))
 	t.mu.Unlock()
 
-	t.cancel()
+	t.closing.Store(true)
+	t.calls.stop(&t.mu)
 	t.events.close()
 	t.inbox.close()
 	t.mux.unregister(t)
@@ -260,6 +257,9 @@ func (t *Transport) track(c io.Closer) bool {
 		_ = c.Close()
 		return false
 	}
+	if t.conns == nil {
+		t.conns = make(map[io.Closer]struct{})
+	}
 	t.conns[c] = struct{}{}
 	return true
 }
@@ -267,6 +267,9 @@ func (t *Transport) track(c io.Closer) bool {
 func (t *Transport) untrack(c io.Closer) {
 	t.mu.Lock()
 	delete(t.conns, c)
+	if len(t.conns) == 0 {
+		t.conns = nil // most groups' transports have no connection of their own most of the time
+	}
 	t.mu.Unlock()
 }
 
@@ -284,14 +287,13 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 		return
 	}
 	delete(t.removed, id)
-	if p := (*t.peers.Load())[id]; p != nil {
+	if p := t.peer(id); p != nil {
 		t.mu.Unlock()
 		p.setRecorded(addr)
 		return
 	}
 	p := newPeer(t, id, addr)
-	next := maps.Clone(*t.peers.Load())
-	next[id] = p
+	next := t.peers.Load().with(p)
 	t.peers.Store(&next)
 	t.mu.Unlock()
 	p.start()
@@ -335,11 +337,13 @@ func (t *Transport) RemovePeer(id uint64) {
 		t.mu.Unlock()
 		return
 	}
+	if t.removed == nil {
+		t.removed = make(map[uint64]bool)
+	}
 	t.removed[id] = true
-	p := (*t.peers.Load())[id]
+	p := t.peer(id)
 	if p != nil {
-		next := maps.Clone(*t.peers.Load())
-		delete(next, id)
+		next := t.peers.Load().without(id)
 		t.peers.Store(&next)
 	}
 	t.mu.Unlock()
@@ -367,7 +371,40 @@ func (t *Transport) SnapshotProgress(id uint64) SnapshotProgress {
 	return SnapshotProgress{}
 }
 
-func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
+func (t *Transport) peer(id uint64) *peer { return t.peers.Load().get(id) }
+
+// peerList is a transport's peers. A group has a few members: a list,
+// searched, costs each of a host's many groups less than a map would.
+// It is replaced, never modified.
+type peerList []*peer
+
+// get returns member id's peer, nil if none.
+func (l peerList) get(id uint64) *peer {
+	for _, p := range l {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// with returns a copy of l with p added.
+func (l peerList) with(p *peer) peerList {
+	next := make(peerList, len(l), len(l)+1)
+	copy(next, l)
+	return append(next, p)
+}
+
+// without returns a copy of l without member id's peer.
+func (l peerList) without(id uint64) peerList {
+	next := make(peerList, 0, len(l))
+	for _, p := range l {
+		if p.id != id {
+			next = append(next, p)
+		}
+	}
+	return next
+}
 
 // Send queues messages for their recipients (m.To) and returns at once: it
 // never blocks and never calls the Handler. Messages are only read, never
@@ -384,7 +421,7 @@ func (t *Transport) peer(id uint64) *peer { return (*t.peers.Load())[id] }
 func (t *Transport) Send(msgs []*raftpb.Message) {
 	peers := *t.peers.Load()
 	for _, m := range msgs {
-		p := peers[m.GetTo()]
+		p := peers.get(m.GetTo())
 		if p == nil {
 			t.droppedUnknown.Add(1)
 			if m.GetType() == raftpb.MsgSnap {

@@ -1,0 +1,98 @@
+package raft
+
+// What an idle node holds: a host runs many groups, most of them idle, so
+// a quiesced node lets go of what only a busy one needs (see "Memory of an
+// idle group" in docs/architecture.md). Everything here runs on the run
+// loop.
+
+// cacheDropper is a Storage or a Transport that can let go of its
+// in-memory caches (storage.Store.DropCaches, transport.Transport.DropCaches):
+// a quiesced node asks it to.
+type cacheDropper interface {
+	DropCaches()
+}
+
+// addReadRound starts read round l.readSeq; the map is made with the
+// first round, and a quiesced node lets it go (dropIdle).
+func (l *loopState) addReadRound(r *readRound) {
+	if l.readRounds == nil {
+		l.readRounds = make(map[uint64]*readRound)
+	}
+	l.readRounds[l.readSeq] = r
+}
+
+// dropIdle lets a quiesced node's idle memory go, at the end of each of its
+// runs (rare: a read-only call or a quiet message; the first is the run
+// that quiesced): the maps made and the queue buffers grown for work that
+// is over, the storage's copy of the log's tail (read back from the
+// database when the group wakes and needs it) and the transport's queue
+// buffers.
+func (n *Node) dropIdle() {
+	l := &n.loop
+	if len(l.readRounds) == 0 {
+		l.readRounds = nil
+	}
+	if len(l.snapBackoff) == 0 {
+		l.snapBackoff = nil
+	}
+	if len(l.heldReadIndex) == 0 {
+		l.heldReadIndex = nil
+	}
+	if len(l.readQueue) == 0 {
+		l.readQueue = nil
+	}
+	if len(l.pending) == 0 {
+		l.pending = nil
+	}
+	l.catchUp = nil // the wake drops it too: rates over a quiet spell mean nothing
+	n.recv.release()
+	n.local.release()
+	n.acts.release()
+	n.quietActs.release()
+	n.props.release()
+	n.reads.release()
+	n.appends.release()
+	n.applies.release()
+	if d, ok := n.store.(cacheDropper); ok {
+		d.DropCaches()
+	}
+	if d, ok := n.tr.(cacheDropper); ok {
+		d.DropCaches()
+	}
+}
+
+// release lets an empty queue's buffer go.
+func (q *queue[T]) release() {
+	q.mu.Lock()
+	if len(q.items) == 0 {
+		q.items = nil
+	}
+	q.mu.Unlock()
+}
+
+// release lets an empty queue's buffer go.
+func (q *boundedQueue[T]) release() {
+	q.mu.Lock()
+	if len(q.items) == 0 {
+		q.items = nil
+	}
+	q.mu.Unlock()
+}
+
+// release lets an empty inbox's buffer go.
+func (b *inbox) release() {
+	b.mu.Lock()
+	if len(b.msgs) == 0 {
+		b.msgs = nil
+	}
+	b.mu.Unlock()
+}
+
+// release lets an empty mailbox's buffer go.
+func (mb *mailbox) release() {
+	mb.mu.Lock()
+	if len(mb.msgs) == 0 {
+		mb.msgs = nil
+	}
+	mb.mu.Unlock()
+}
