@@ -182,3 +182,34 @@ func TestQuiescenceConfigRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, g.Close(ctx))
 }
+
+// TestStartQuiescesByDefault: Start's one group quiesces by default, as a
+// host's groups do (three members, each started by Start, with no
+// setting); Config.DisableQuiescence reaches the group: a cluster started
+// with it never quiesces, however long it idles.
+func TestStartQuiescesByDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	quiesced := func(tc *testCluster) int {
+		n := 0
+		for _, g := range tc.hosts {
+			if st, err := g.Status(ctx); err == nil && st.Quiesced {
+				n++
+			}
+		}
+		return n
+	}
+	def := newTestCluster(t, 3)
+	_, err := def.leader(ctx).Propose(ctx, kv.Put("k", "v"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return quiesced(def) == 3 }, 30*time.Second, 10*time.Millisecond,
+		"Start's groups quiesce without a setting")
+
+	off := newTestCluster(t, 3, func(c *understudy.Config) { c.DisableQuiescence = true })
+	_, err = off.leader(ctx).Propose(ctx, kv.Put("k", "v"))
+	require.NoError(t, err)
+	for range 10 { // ten times the idle spell after which a group quiesces
+		require.Zero(t, quiesced(off), "a group started with Config.DisableQuiescence quiesced")
+		time.Sleep(6 * fastRaft().TickInterval)
+	}
+}

@@ -181,7 +181,9 @@
 // followers of a leader there, which forget it and elect. Quiescence only
 // withholds ticks and messages, so raft's safety is untouched (see
 // "Quiescence" in docs/architecture.md). SchedulerStats counts quiesced
-// groups and wake-ups by cause; Status says Quiesced.
+// groups and wake-ups by cause; Status says Quiesced. Config.Quiesce is
+// off for a Node built here; understudy.Host turns it on for the groups it
+// runs unless told not to (GroupConfig.DisableQuiescence).
 //
 // # Versions
 //
