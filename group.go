@@ -80,8 +80,22 @@ type GroupConfig struct {
 	ForceNewCluster bool
 
 	// Raft tunes the node; StartGroup sets its ID, InitialMembers,
-	// ClusterID and Logger.
+	// ClusterID and Logger, and turns Quiesce on unless DisableQuiescence
+	// is set.
 	Raft raft.Config
+	// DisableQuiescence keeps the group ticking and heartbeating while it
+	// is idle. A host's groups quiesce by default (raft.Config.Quiesce; see
+	// "Quiescence" in docs/architecture.md): an idle group stops ticking
+	// and sending, and its host link's liveness vouches for its members,
+	// so a host's idle cost does not grow with its groups. This is
+	// CockroachDB's choice (its ranges always quiesce) rather than
+	// dragonboat's (Config.Quiesce, off by default): a Host is the shape
+	// with many groups, where idle cost matters, and every Host has the
+	// host liveness quiescence reads. Quiescence needs raft's PreVote and
+	// CheckQuorum: a Raft config that disables either must set this too
+	// (StartGroup refuses it otherwise, raft.ErrInvalidConfig). Setting
+	// both this and Raft.Quiesce is refused as a contradiction.
+	DisableQuiescence bool
 	// Storage tunes the group's view of the storage (its tail cache: a
 	// host of many groups wants a smaller one per group).
 	Storage storage.GroupOptions
@@ -246,7 +260,7 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 		}
 	}
 
-	rcfg := cfg.Raft
+	rcfg := cfg.raftConfig()
 	rcfg.ID, rcfg.Logger, rcfg.ClusterID = cfg.ID, logger, cfg.ClusterID
 	if rcfg.Scheduler == nil {
 		rcfg.Scheduler = h.sched

@@ -10,6 +10,7 @@ import (
 
 	"github.com/understudy-raft/understudy"
 	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
 )
 
 // lookupBomb is a kv store whose Lookup panics once armed: a state
@@ -102,4 +103,113 @@ func quiescedLeaderGroupStops(t *testing.T, closeIt bool) {
 		return false
 	}, 30*time.Second, 10*time.Millisecond, "the followers elect a leader without a client's call")
 	require.NoError(t, put(ctx, t, others, "k", "after"))
+}
+
+// TestHostGroupsQuiesceByDefault: a host's groups quiesce by default (no
+// setting), on every member; a group started with DisableQuiescence on the
+// same hosts never does, however long the other stays quiet, because its
+// members refuse the leader's quiesce message (the leader counts it as a
+// refused wake-up, so it did try) — or, leading, never try.
+func TestHostGroupsQuiesceByDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hc := newLivenessHosts(t)
+	def := make([]*understudy.Group, 3)
+	off := make([]*understudy.Group, 3)
+	for i, h := range hc.hosts {
+		g, err := h.StartGroup(ctx, hc.groupConfig(1, i), kv.New()) // the default
+		require.NoError(t, err)
+		def[i] = g
+		cfg := hc.groupConfig(2, i)
+		cfg.DisableQuiescence = true
+		g, err = h.StartGroup(ctx, cfg, kv.New())
+		require.NoError(t, err)
+		off[i] = g
+	}
+	require.NoError(t, put(ctx, t, def, "k", "v"))
+	require.NoError(t, put(ctx, t, off, "k", "v"))
+	quiesced := func(gs []*understudy.Group) int {
+		n := 0
+		for _, g := range gs {
+			if st, err := g.Status(ctx); err == nil && st.Quiesced {
+				n++
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return quiesced(def) == 3 }, 30*time.Second, 10*time.Millisecond,
+		"the group started without a setting quiesces on every member")
+	// Group 1 quiesced after 6 idle ticks; group 2, as idle, has had ten
+	// times that by the end of this wait, with its members on the same
+	// live hosts.
+	for range 10 {
+		require.Zero(t, quiesced(off), "a group with DisableQuiescence quiesced")
+		time.Sleep(6 * fastRaft().TickInterval)
+	}
+	require.Equal(t, 3, quiesced(def), "the default group stays quiesced meanwhile")
+}
+
+// TestQuiescenceConfigRefused: a host's default needs PreVote and
+// CheckQuorum, so a group that disables either without DisableQuiescence
+// is refused with an error that names the setting to add (it never asked
+// for quiescence); DisableQuiescence with Raft.Quiesce contradicts itself.
+// With DisableQuiescence, PreVote off starts.
+func TestQuiescenceConfigRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hc := newHosts(t, 1)
+	h := hc.hosts[0]
+	for name, edit := range map[string]func(*understudy.GroupConfig){
+		"no prevote":      func(c *understudy.GroupConfig) { c.Raft.DisablePreVote = true },
+		"no checkquorum":  func(c *understudy.GroupConfig) { c.Raft.DisableCheckQuorum = true },
+		"both knobs set":  func(c *understudy.GroupConfig) { c.DisableQuiescence, c.Raft.Quiesce = true, true },
+		"quiesce, no pre": func(c *understudy.GroupConfig) { c.Raft.Quiesce, c.Raft.DisablePreVote = true, true },
+	} {
+		cfg := hc.groupConfig(1, 0)
+		edit(&cfg)
+		_, err := h.StartGroup(ctx, cfg, kv.New())
+		require.ErrorIs(t, err, raft.ErrInvalidConfig, name)
+		if name == "no prevote" || name == "no checkquorum" {
+			require.ErrorContains(t, err, "set DisableQuiescence", name)
+		}
+		stored, err := h.StoredGroups()
+		require.NoError(t, err)
+		require.Empty(t, stored, "%s: a refused group left data", name)
+	}
+	cfg := hc.groupConfig(1, 0)
+	cfg.DisableQuiescence, cfg.Raft.DisablePreVote = true, true
+	g, err := h.StartGroup(ctx, cfg, kv.New())
+	require.NoError(t, err)
+	require.NoError(t, g.Close(ctx))
+}
+
+// TestStartQuiescesByDefault: Start's one group quiesces by default, as a
+// host's groups do (three members, each started by Start, with no
+// setting); Config.DisableQuiescence reaches the group: a cluster started
+// with it never quiesces, however long it idles.
+func TestStartQuiescesByDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	quiesced := func(tc *testCluster) int {
+		n := 0
+		for _, g := range tc.hosts {
+			if st, err := g.Status(ctx); err == nil && st.Quiesced {
+				n++
+			}
+		}
+		return n
+	}
+	def := newTestCluster(t, 3)
+	_, err := def.leader(ctx).Propose(ctx, kv.Put("k", "v"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return quiesced(def) == 3 }, 30*time.Second, 10*time.Millisecond,
+		"Start's groups quiesce without a setting")
+
+	off := newTestCluster(t, 3, func(c *understudy.Config) { c.DisableQuiescence = true })
+	_, err = off.leader(ctx).Propose(ctx, kv.Put("k", "v"))
+	require.NoError(t, err)
+	for range 10 { // ten times the idle spell after which a group quiesces
+		require.Zero(t, quiesced(off), "a group started with Config.DisableQuiescence quiesced")
+		time.Sleep(6 * fastRaft().TickInterval)
+	}
 }

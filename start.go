@@ -87,8 +87,20 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Raft tunes the node; Start sets its ID, InitialMembers, ClusterID and
-	// Logger.
+	// Logger, and turns Quiesce on unless DisableQuiescence is set.
 	Raft raft.Config
+	// DisableQuiescence keeps the group ticking and heartbeating while it
+	// is idle (GroupConfig.DisableQuiescence). Start's group quiesces by
+	// default, as every group a Host runs: Start is a Host with one group,
+	// its host link carries the same liveness as a host of many, and one
+	// default for both keeps a group's behaviour from depending on how its
+	// process was started (moving from Start to a Host of many groups
+	// changes nothing). One idle group costs little, but many small
+	// clusters on shared machines add up, and an idle cluster that sends
+	// nothing is easier to read. Quiescence needs raft's PreVote and
+	// CheckQuorum: a Raft config that disables either must set this too
+	// (Start refuses it otherwise, raft.ErrInvalidConfig).
+	DisableQuiescence bool
 	// Storage tunes the storage (Logger defaults to Logger).
 	Storage storage.Options
 	// Transport tunes the transport; Start sets its ID, ClusterID,
@@ -110,9 +122,11 @@ var (
 
 // Start runs one member of one raft group: a Host with one group (NewHost,
 // then StartGroup with GroupID storage.Options.GroupID, default 1), whose
-// Close closes the host too. It restarts, bootstraps or joins as the data
-// dir says (see Config). Joining waits, within ctx, until a member at one
-// of the Join addresses lists this member. A restarted member returns once
+// Close closes the host too. Its group quiesces while idle unless
+// Config.DisableQuiescence, as a Host's groups do (see there why). It
+// restarts, bootstraps or joins as the data dir says (see Config).
+// Joining waits, within ctx, until a member at one of the Join addresses
+// lists this member. A restarted member returns once
 // it has replayed its log up to the commit index it had persisted, so that
 // its stale reads never show less than that. On error nothing stays open,
 // Config.Listener included.
@@ -140,7 +154,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 		GroupID: so.GroupID, ID: cfg.ID, Metadata: cfg.Metadata,
 		InitialMembers: cfg.InitialMembers, ClusterToken: cfg.ClusterToken, Join: cfg.Join,
 		JoinTimeout: cfg.JoinTimeout, NotListedGrace: cfg.NotListedGrace, ClusterID: cfg.ClusterID,
-		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, Transport: cfg.Transport,
+		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, DisableQuiescence: cfg.DisableQuiescence, Transport: cfg.Transport,
 		Storage:   storage.GroupOptions{TailCacheBytes: so.TailCacheBytes, KeepSnapshots: so.KeepSnapshots},
 		advertise: cfg.AdvertisePeer, single: true,
 	}, sm)

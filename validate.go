@@ -39,6 +39,15 @@ func (cfg GroupConfig) validate(h *Host) error {
 	if cfg.JoinTimeout < 0 {
 		bad("JoinTimeout (%v) must not be negative (0: as long as the context allows)", cfg.JoinTimeout)
 	}
+	switch {
+	case cfg.DisableQuiescence && cfg.Raft.Quiesce:
+		bad("DisableQuiescence and Raft.Quiesce are both set: set one")
+	case !cfg.DisableQuiescence && !cfg.Raft.Quiesce && (cfg.Raft.DisablePreVote || cfg.Raft.DisableCheckQuorum):
+		// Said here, not as raft's "Quiesce needs ...": the user never
+		// set Quiesce, the host's default did.
+		bad("a host's groups quiesce by default, which needs CheckQuorum and PreVote (Raft.DisableCheckQuorum %t, Raft.DisablePreVote %t): set DisableQuiescence to run without them",
+			cfg.Raft.DisableCheckQuorum, cfg.Raft.DisablePreVote)
+	}
 	rcfg := cfg.Raft
 	rcfg.ID, rcfg.InitialMembers = cfg.ID, nil
 	if cfg.ID != 0 {
@@ -86,4 +95,13 @@ func (cfg GroupConfig) validateBootstrap(h *Host) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// raftConfig is the node's configuration as StartGroup runs it: Raft,
+// with quiescence on unless DisableQuiescence (validate refused a config
+// that cannot quiesce and did not say so).
+func (cfg GroupConfig) raftConfig() raft.Config {
+	rcfg := cfg.Raft
+	rcfg.Quiesce = !cfg.DisableQuiescence
+	return rcfg
 }

@@ -72,8 +72,12 @@ type Config struct {
 	// say when it would act on them (confchange.Deadliner): its deadline,
 	// or their host turning live again, wakes the leader. Readiness and failover read a quiesced
 	// member's host liveness instead of its group's last contact. It needs
-	// CheckQuorum and PreVote. Off by default for now; it will become the
-	// default once it has soaked.
+	// CheckQuorum and PreVote (Validate refuses it without them), and a
+	// transport that reports host liveness (LivenessTransport; without
+	// one a group never quiesces). Off by default for a raw Node, whose
+	// transport is the caller's; understudy.Host turns it on for the
+	// groups it runs (and understudy.Start for its one) unless their
+	// GroupConfig.DisableQuiescence is set.
 	Quiesce bool
 	// OnStopped, if set, is called once the node is done, with the reason
 	// it stopped (Err: nil after Stop, a *FatalError, ErrRemoved,

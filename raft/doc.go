@@ -186,7 +186,9 @@
 // withholds ticks and messages, so raft's safety is untouched (see
 // "Quiescence" in docs/architecture.md). SchedulerStats counts quiesced
 // groups and wake-ups by cause; Status says Quiesced and counts the
-// member's own wake-ups.
+// member's own wake-ups. Config.Quiesce is off for a Node built here;
+// understudy.Host turns it on for the groups it runs unless told not to
+// (GroupConfig.DisableQuiescence).
 //
 // # Versions
 //

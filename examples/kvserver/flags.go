@@ -92,7 +92,7 @@ func parseFlags(args []string) (*options, error) {
 		clientCA       = fs.String("client-ca", "", "require client certificates from this CA on the client API")
 		maxBody        = fs.Int64("max-body", 1<<20, "largest request body in bytes (larger: 413)")
 		snapshotRate   = fs.Int64("snapshot-bytes-per-sec", 0, "bound on the rate of the snapshots this member streams to others (0: none)")
-		quiesce        = fs.Bool("quiesce", false, "let the group stop ticking and sending while idle (raft.Config.Quiesce; host liveness then vouches for quiet members)")
+		quiesce        = fs.Bool("quiesce", true, "let the group stop ticking and sending while idle (raft.Config.Quiesce; host liveness then vouches for quiet members); --quiesce=false keeps it ticking")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		tick           = fs.Duration("tick", 0, "raft tick (testing; default 100ms)")

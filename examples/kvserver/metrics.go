@@ -119,7 +119,7 @@ var (
 	descSent      = prometheus.NewDesc("understudy_network_peer_sent_bytes_total", "Bytes sent to a peer.", []string{"to"}, nil)
 	descRecv      = prometheus.NewDesc("understudy_network_peer_received_bytes_total", "Bytes received from a peer.", []string{"to"}, nil)
 	descSnapSent  = prometheus.NewDesc("understudy_network_snapshot_send_duration_seconds", "Duration of snapshot sends to a peer (successes).", []string{"to"}, nil)
-	descQuiesced  = prometheus.NewDesc("understudy_group_quiesced", "1 while the group is quiesced on this member (--quiesce): it neither ticks nor sends until something wakes it.", nil, nil)
+	descQuiesced  = prometheus.NewDesc("understudy_group_quiesced", "1 while the group is quiesced on this member (--quiesce, the default): it neither ticks nor sends until something wakes it.", nil, nil)
 	descWakes     = prometheus.NewDesc("understudy_group_wakes_total", "Quiesced groups of this member's host woken, by cause (proposal, read, call, message, refused, nudge, leaderDead, hostDown, leaderGone, policy, hostUp).", []string{"cause"}, nil)
 	descHostLive  = prometheus.NewDesc("understudy_peer_host_live", "1 if the host a peer runs on is live: its host link answers pings (0 also while that is not known).", []string{"peer"}, nil)
 )

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,13 +46,13 @@ func TestMemberStabilizingMetric(t *testing.T) {
 		fmt.Sprintf(`understudy_member_ready{member="%d",role="voter"} 1`, next.id))
 }
 
-// TestQuiesceVisible: with --quiesce an idle cluster's leader reads
-// understudy_group_quiesced 1, GET /members says its followers' contact
-// comes from their hosts ("contact": "host", still ready), and a write
-// wakes the group: a wake-up by proposal is counted.
+// TestQuiesceVisible: by default (--quiesce is on) an idle cluster's
+// leader reads understudy_group_quiesced 1, GET /members says its
+// followers' contact comes from their hosts ("contact": "host", still
+// ready), and a write wakes the group: a wake-up by proposal is counted.
 func TestQuiesceVisible(t *testing.T) {
 	root := t.TempDir()
-	ps := startCluster(t, root, 3, "--quiesce")
+	ps := startCluster(t, root, 3)
 	m, _ := ps[0].members(t)
 	leader := ps[m.Leader-1]
 	contacts := func() (map[uint64]string, string) {
@@ -108,4 +109,57 @@ func TestQuiesceVisible(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestQuiesceOff: --quiesce=false keeps a member ticking: it refuses its
+// leader's quiesce message, so the group of two default members and one
+// with --quiesce=false never quiesces. The leader counts the refusals
+// (understudy_group_wakes_total{cause="refused"}: it tried, so the others
+// run quiescence by default), and the member with the flag never quiesced.
+func TestQuiesceOff(t *testing.T) {
+	root := t.TempDir()
+	var ps []*proc
+	var parts []string
+	for id := uint64(1); id <= 3; id++ {
+		p := newProc(t, root, id)
+		ps = append(ps, p)
+		parts = append(parts, fmt.Sprintf("%d=%s", id, p.peer))
+	}
+	for _, p := range ps {
+		args := []string{"--initial-cluster", strings.Join(parts, ",")}
+		if p.id == 3 {
+			args = append(args, "--quiesce=false")
+		}
+		p.start(args...)
+	}
+	for _, p := range ps {
+		p.waitHealthy(t)
+	}
+	eventually(t, 30*time.Second, func() string {
+		m, _ := ps[0].members(t)
+		if m.Leader == 3 {
+			// Member 3 must not lead: a leader of its own would never
+			// try. A transfer to a member not caught up yet times out:
+			// asked again.
+			code, out := ps[2].req("POST", "/leader/transfer?to=1", "")
+			return fmt.Sprintf("leader 3; transfer to 1: %d %s", code, out)
+		}
+		if m.Leader == 0 {
+			return "no leader"
+		}
+		code, body := ps[m.Leader-1].req("GET", "/metrics", "")
+		if code != 200 {
+			return fmt.Sprintf("GET /metrics: %d", code)
+		}
+		if v := metricValue(t, body, `understudy_group_wakes_total{cause="refused"}`); v < 1 {
+			return fmt.Sprintf("leader %d: wakes by refusal %v", m.Leader, v)
+		}
+		return ""
+	})
+	text := scrapeMetrics(t, ps[2], "understudy_group_quiesced 0")
+	for _, cause := range []string{"proposal", "read", "call", "message", "refused", "nudge", "leaderDead", "hostDown", "leaderGone"} {
+		if v := metricValue(t, text, fmt.Sprintf(`understudy_group_wakes_total{cause=%q}`, cause)); v != 0 {
+			t.Errorf("member 3 (--quiesce=false): woken by %s %v times: it quiesced", cause, v)
+		}
+	}
 }

@@ -77,9 +77,11 @@ func run(ctx context.Context, o *options) error {
 			Membership:       settings,
 			ManualMembership: !o.autoPromote,
 			TickInterval:     o.tick,
-			Quiesce:          o.quiesce,
 		},
-		Transport: transport.Config{SnapshotBytesPerSec: o.snapshotRate},
+		// On by default: the group runs on a Host (Start), whose host
+		// link's liveness vouches for quiet members.
+		DisableQuiescence: !o.quiesce,
+		Transport:         transport.Config{SnapshotBytesPerSec: o.snapshotRate},
 	}
 	if o.join {
 		cfg.Join = o.peers

@@ -48,8 +48,9 @@ type hostsRig struct {
 	// proposes 128 KiB values: its large appends (and catch-ups after a
 	// restart) share every host link with the small groups' heartbeats.
 	bulk uint64
-	// quiesce turns raft.Config.Quiesce on in every group.
-	quiesce bool
+	// awake turns quiescence off in every group (GroupConfig.
+	// DisableQuiescence); a host's groups quiesce by default.
+	awake bool
 }
 
 // bulkValue is the value of the bulk group's n-th write: 128 KiB, its
@@ -109,7 +110,7 @@ func (r *hostsRig) churn(ctx context.Context, g uint64, hold time.Duration) stri
 	for _, p := range r.proxies {
 		join = append(join, p.Addr())
 	}
-	rep, err := r.spare.StartGroup(cctx, understudy.GroupConfig{GroupID: g, ID: id, Join: join, Raft: r.raftConfig()}, kv.New())
+	rep, err := r.spare.StartGroup(cctx, understudy.GroupConfig{GroupID: g, ID: id, Join: join, Raft: r.raftConfig(), DisableQuiescence: r.awake}, kv.New())
 	if err != nil {
 		r.t.Logf("group %d: learner %d did not start: %v", g, id, err)
 	}
@@ -150,8 +151,7 @@ func (r *hostsRig) raftConfig() raft.Config {
 	return raft.Config{TickInterval: 10 * time.Millisecond, ElectionTicks: 10, SnapshotCount: 2000,
 		// A replica that replaced a wiped one is promoted soon after it
 		// caught up.
-		Membership: confchange.Settings{Stabilization: 300 * time.Millisecond},
-		Quiesce:    r.quiesce}
+		Membership: confchange.Settings{Stabilization: 300 * time.Millisecond}}
 }
 
 // id is host i's replica ID in group g. r.mu is held.
@@ -166,7 +166,7 @@ func (r *hostsRig) id(i int, g uint64) uint64 {
 // every time: its initial members, or for a replica that replaced a wiped
 // one, the addresses to join through. r.mu is held.
 func (r *hostsRig) groupConfig(i int, g uint64) understudy.GroupConfig {
-	cfg := understudy.GroupConfig{GroupID: g, ID: r.id(i, g), Raft: r.raftConfig(),
+	cfg := understudy.GroupConfig{GroupID: g, ID: r.id(i, g), Raft: r.raftConfig(), DisableQuiescence: r.awake,
 		Storage: storage.GroupOptions{TailCacheBytes: 1 << 20}}
 	if cfg.ID != uint64(i+1) {
 		for _, p := range r.proxies {
@@ -379,16 +379,18 @@ func (r *hostsRig) pick(g uint64, rng *rand.Rand) Endpoint {
 // removed, its data deleted). Every group's history must be linearizable
 // (porcupine, per group), stale reads must not go backwards within a run
 // of a replica, and afterwards every group must serve a write and every
-// replica catch up.
+// replica catch up. Every group runs with the host's default, quiescence
+// on: groups idle
+// between the clients' operations quiesce and wake under the faults.
 func TestHostsUnderFaults(t *testing.T) { runHostsUnderFaults(t, false, 8*time.Second) }
 
-// TestHostsUnderFaultsQuiesced is TestHostsUnderFaults, shorter, with
-// quiescence on in every group: groups idle between the clients'
-// operations quiesce and wake under the same faults, and every history
-// must still be linearizable.
-func TestHostsUnderFaultsQuiesced(t *testing.T) { runHostsUnderFaults(t, true, 3*time.Second) }
+// TestHostsUnderFaultsAwake is TestHostsUnderFaults, shorter, with
+// quiescence off in every group (GroupConfig.DisableQuiescence): every
+// group ticks and heartbeats throughout, as before quiescence was the
+// default, and every history must still be linearizable.
+func TestHostsUnderFaultsAwake(t *testing.T) { runHostsUnderFaults(t, true, 3*time.Second) }
 
-func runHostsUnderFaults(t *testing.T, quiesce bool, nemesis time.Duration) {
+func runHostsUnderFaults(t *testing.T, awake bool, nemesis time.Duration) {
 	if testing.Short() {
 		t.Skip("long")
 	}
@@ -404,7 +406,7 @@ func runHostsUnderFaults(t *testing.T, quiesce bool, nemesis time.Duration) {
 	rng := rand.New(rand.NewSource(seed))
 	r := &hostsRig{t: t, dir: t.TempDir(), groups: groups, bulk: uint64(groups) + 1, hosts: make([]*understudy.Host, 3),
 		reps: make([]map[uint64]*understudy.Group, 3), runs: map[*understudy.Group]*memberEndpoint{}, sess: map[uint64]*clientSessions{},
-		ids: map[[2]uint64]uint64{}, wipedIDs: 1000, quiesce: quiesce}
+		ids: map[[2]uint64]uint64{}, wipedIDs: 1000, awake: awake}
 	for i := range 3 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -599,7 +601,7 @@ func runHostsUnderFaults(t *testing.T, quiesce bool, nemesis time.Duration) {
 	r.checkBulk(ctx, seed, bulkAcked)
 	t.Logf("seed %d: %d groups, %d ops checked (%d ok, %d unknown, %d without effect, %d stale reads), %d faults, %d large writes acknowledged",
 		seed, groups, ops, total.OK, total.Unknown, total.NoEffect, total.Stale, faults, len(bulkAcked))
-	if quiesce {
+	if !awake {
 		r.mu.Lock()
 		for i, h := range r.hosts {
 			if h != nil {
