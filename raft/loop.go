@@ -48,6 +48,8 @@ type loopState struct {
 	catchUp map[uint64]*catchUpTrack
 	// q is the quiescence state (quiesce.go).
 	q quiesceState
+	// relay is the leader's choice of relays for its standbys (relay.go).
+	relay relayState
 }
 
 // restore prepares the RawNode at Start: restores the state machine from the
@@ -187,6 +189,7 @@ func (n *Node) loopOnce() {
 		n.dropAbandonedReads()
 		n.expireWaiters()
 		n.maybeMembershipTick()
+		n.relayTick()
 	}
 	if n.recv.len() > 0 {
 		now := time.Now()
@@ -422,7 +425,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 		}
 	}
 	if len(out) > 0 {
-		n.tr.Send(out)
+		n.sendOut(out)
 	}
 	clear(out)
 	l.out = out[:0]

@@ -117,6 +117,8 @@ type Node struct {
 	quietLeader atomic.Uint64
 	quietActs   queue[func()]
 	ticked      atomic.Uint64
+	// relayedOn counts the messages this member handed on as a relay.
+	relayedOn atomic.Uint64
 
 	loop   loopState   // owned by the run loop
 	apply  applyState  // owned by the apply task
@@ -768,7 +770,7 @@ func (h peerHandler) ReportUnreachable(id uint64) {
 	if h.n.quiesced.Load() {
 		return // nothing was in flight; the leader probes after its next wake
 	}
-	h.n.post(func() { h.n.loop.rn.ReportUnreachable(id) })
+	h.n.post(func() { h.n.loop.rn.ReportUnreachable(id); h.n.relayUnreachable(id) })
 }
 
 func (h peerHandler) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {

@@ -50,6 +50,9 @@ type Status struct {
 	// verifies it first).
 	Quiesced      bool
 	QuiescedSince time.Time
+	// RelayedOn counts the leader's messages this member handed on to
+	// standbys as a relay (Config.Relay).
+	RelayedOn uint64
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -88,6 +91,10 @@ type PeerProgress struct {
 	// LastContact are then its host's (a quiesced group is silent by
 	// design).
 	ContactViaHost bool
+	// RelayedBy is the member that relays the leader's appends and
+	// heartbeats to this standby (Config.Relay), 0 when the leader sends
+	// them directly.
+	RelayedBy uint64
 }
 
 // Status returns this member's status, taken on the run loop.
@@ -124,6 +131,7 @@ func (n *Node) status() Status {
 		PeerMessagesDropped: n.recv.droppedCount(),
 		HostLivenessReports: n.hostReports.Load(),
 		Quiesced:            l.q.on,
+		RelayedOn:           n.relayedOn.Load(),
 	}
 	if l.q.on {
 		st.QuiescedSince = l.q.since
@@ -146,6 +154,7 @@ func (n *Node) status() Status {
 				LastContact:     heard,
 				Learner:         pr.IsLearner,
 				ContactViaHost:  viaHost,
+				RelayedBy:       n.relayedBy(id),
 			}
 			if last > pr.Match {
 				pp.Lag = last - pr.Match
