@@ -50,8 +50,11 @@ type relayState struct {
 	direct map[uint64]uint64
 	down   map[uint64]uint64
 	// mark tracks each relayed standby's progress: its Match must reach
-	// index (the leader's last index at tick) within the fallback delay.
+	// index (the commit index at tick) within twice the fallback delay.
 	mark map[uint64]relayMark
+	// avoid is the relay a standby fell back from while that relay was
+	// fit (a fault between them): it is given another if one has room.
+	avoid map[uint64]uint64
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
 	// Reused buffers of sendOut.
@@ -86,16 +89,19 @@ func (r *relayState) reset() {
 	clear(r.direct)
 	clear(r.down)
 	clear(r.mark)
+	clear(r.avoid)
 }
 
-// fallbackTicks is how long a relayed standby may go without answering or
-// without progress before it is fed directly again: half an election
-// timeout (at least two ticks).
-func (n *Node) fallbackTicks() uint64 { return uint64(max(2, n.cfg.ElectionTicks/2)) }
+// fallbackTicks is how long a relayed standby may go without answering
+// before it is fed directly again, and a relay without answering before
+// it is not chosen: an election timeout (a loaded standby may miss a few
+// heartbeats; raft's own retransmissions cover lost appends). One without
+// progress past the commit index falls back after twice as long.
+func (n *Node) fallbackTicks() uint64 { return uint64(max(2, n.cfg.ElectionTicks)) }
 
 // relayTick (on the leader, each tick) checks the relayed standbys — one
-// silent or without progress for fallbackTicks, or whose relay is no
-// longer fit, is fed directly again — and assigns the standbys fed
+// silent for fallbackTicks, or without progress for twice as long, or
+// whose relay is no longer fit, is fed directly again — and assigns the standbys fed
 // directly that answer to relays: follower voters first, then caught-up
 // standbys, at most Config.RelayFanout each.
 func (n *Node) relayTick() {
@@ -110,6 +116,7 @@ func (n *Node) relayTick() {
 		r.via, r.load = make(map[uint64]uint64), make(map[uint64]int)
 		r.direct, r.down = make(map[uint64]uint64), make(map[uint64]uint64)
 		r.mark, r.peers = make(map[uint64]relayMark), make(map[uint64]relayPeer)
+		r.avoid = make(map[uint64]uint64)
 	}
 	now := time.Now()
 	fb := n.fallbackTicks()
@@ -137,6 +144,11 @@ func (n *Node) relayTick() {
 	}
 	// Check the relayed standbys.
 	var failed map[uint64]int
+	for s := range r.avoid {
+		if _, ok := r.peers[s]; !ok {
+			delete(r.avoid, s)
+		}
+	}
 	for s, via := range r.via {
 		p, ok := r.peers[s]
 		switch {
@@ -144,7 +156,8 @@ func (n *Node) relayTick() {
 			n.unrelay(s, ok && p.state == tracker.StateReplicate && p.match < last)
 		case !n.relayFit(via, commit):
 			n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
-		case !p.healthy || n.relayStalled(s, p.match, last, fb):
+		case !p.healthy || n.relayStalled(s, p.match, commit, 2*fb):
+			r.avoid[s] = via
 			n.fallBack(s, p, last, "silent or without progress")
 			if failed == nil {
 				failed = make(map[uint64]int)
@@ -159,17 +172,16 @@ func (n *Node) relayTick() {
 			n.relayDown(via, "most of its standbys fell silent")
 		}
 	}
-	n.assignRelays(commit, last)
+	n.assignRelays(commit)
 }
 
 // relayStalled reports whether relayed standby s made no progress within
-// fb ticks: its Match did not reach the leader's last index of fb ticks
-// ago.
-func (n *Node) relayStalled(s, match, last, fb uint64) bool {
+// fb ticks: its Match did not reach the commit index of fb ticks ago.
+func (n *Node) relayStalled(s, match, commit, fb uint64) bool {
 	r := &n.loop.relay
 	mk, ok := r.mark[s]
 	if !ok || match >= mk.index {
-		r.mark[s] = relayMark{index: last, tick: n.loop.ticks}
+		r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
 		return false
 	}
 	return n.loop.ticks-mk.tick > fb
@@ -194,7 +206,7 @@ func (n *Node) relayFit(id, commit uint64) bool {
 // assignRelays gives each standby fed directly that may be relayed a
 // relay with room: the least loaded fit follower voter, else a standby
 // relay, else it becomes a relay itself (if caught up) or stays direct.
-func (n *Node) assignRelays(commit, last uint64) {
+func (n *Node) assignRelays(commit uint64) {
 	r := &n.loop.relay
 	k := n.cfg.RelayFanout
 	var relays, pending []uint64
@@ -223,7 +235,7 @@ func (n *Node) assignRelays(commit, last uint64) {
 	for _, s := range pending {
 		best := uint64(0)
 		for _, id := range relays {
-			if r.load[id] < k && (best == 0 || r.load[id] < r.load[best]) {
+			if r.load[id] < k && (best == 0 || r.avoid[s] == best || (r.load[id] < r.load[best] && r.avoid[s] != id)) {
 				best = id
 			}
 		}
@@ -235,7 +247,10 @@ func (n *Node) assignRelays(commit, last uint64) {
 		}
 		r.via[s] = best
 		r.load[best]++
-		r.mark[s] = relayMark{index: last, tick: n.loop.ticks}
+		if r.avoid[s] != best {
+			delete(r.avoid, s)
+		}
+		r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
 	}
 }
 

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/internal/cluster"
@@ -222,5 +225,147 @@ func TestRelayLeaderTrafficPerWrite(t *testing.T) {
 	}
 	if relayed.entries > 4 {
 		t.Fatalf("relayed: the leader sent %.2f entries per write, want at most 4 (its two relays, and a little)", relayed.entries)
+	}
+}
+
+// relayWithStandbys returns a relay the leader uses (a follower voter)
+// and the standbys it feeds.
+func relayWithStandbys(ctx context.Context, t *testing.T, lead *cluster.Member, ids []uint64) (uint64, []uint64) {
+	t.Helper()
+	st := waitStatus(ctx, t, lead.Node, "every standby relayed", relayedAll(ids))
+	for relay, fed := range relaysOf(st) {
+		if !slices.Contains(ids, relay) {
+			slices.Sort(fed)
+			return relay, fed
+		}
+	}
+	t.Fatalf("no follower voter relays: %v", relaysOf(st))
+	return 0, nil
+}
+
+// TestRelayKilledMidStream: a relay crashed, or cut off from everyone, or
+// only from its standbys (the leader hears it, its standbys fall silent),
+// while the leader writes: its standbys are fed directly or by the other
+// relay, catch up, and every member's applied log is the leader's.
+func TestRelayKilledMidStream(t *testing.T) {
+	for _, fault := range []string{"crash", "partition", "cut-from-standbys"} {
+		t.Run(fault, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c, lead, ids := withStandbys(ctx, t, relayOptions(true, 6), 6)
+			relay, fed := relayWithStandbys(ctx, t, lead, ids)
+			done := make(chan int)
+			go func() { done <- writeAll(ctx, t, lead.Node, "during", 400, 4, 256, true) }()
+			waitStatus(ctx, t, lead.Node, "writes under way", func(st raft.Status) bool { return st.Commit > 60 })
+			switch fault {
+			case "crash":
+				c.Crash(relay)
+			case "partition":
+				c.Net.Isolate(relay)
+			case "cut-from-standbys":
+				for _, s := range fed {
+					c.Net.Block(relay, s)
+				}
+			}
+			// Its standbys are fed some other way, and catch up.
+			var before uint64
+			waitStatus(ctx, t, lead.Node, "the relay's standbys fed without it", func(st raft.Status) bool {
+				before = st.Commit
+				for _, s := range fed {
+					if st.Progress[s].RelayedBy == relay {
+						return false
+					}
+				}
+				return true
+			})
+			<-done
+			writeAll(ctx, t, lead.Node, "after", 50, 4, 256, false)
+			for _, s := range fed {
+				waitStatus(ctx, t, c.Member(s).Node, "the standby past the fault", func(st raft.Status) bool { return st.Applied > before })
+			}
+			c.Net.Heal()
+			sameLogs(ctx, t, c)
+		})
+	}
+}
+
+// TestRelayBehindLeader: a relay whose own log is behind (its disk holds
+// its writes) still hands the leader's appends on: its standbys apply
+// entries the relay has not even written — so they cannot have come from
+// its log — and every member's applied log is the leader's.
+func TestRelayBehindLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	disks := &slowDisks{}
+	opts := relayOptions(true, 4)
+	opts.WrapStorage = disks.wrap
+	c, lead, ids := withStandbys(ctx, t, opts, 4)
+	relay, fed := relayWithStandbys(ctx, t, lead, ids)
+	disks.mu.Lock()
+	release := disks.disks[relay].HoldSaves()
+	disks.mu.Unlock()
+	held := c.Member(relay).Node.AppliedIndex()
+	writeAll(ctx, t, lead.Node, "k", 100, 4, 256, false)
+	st := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+	for _, s := range fed {
+		waitStatus(ctx, t, c.Member(s).Node, "the standby applied the writes", func(sst raft.Status) bool { return sst.Applied >= st.Commit })
+	}
+	if got := c.Member(relay).Node.AppliedIndex(); got > held {
+		t.Fatalf("the relay applied %d with its saves held (from %d): the test did not hold it back", got, held)
+	}
+	rst := waitStatus(ctx, t, c.Member(relay).Node, "status", func(raft.Status) bool { return true })
+	if rst.RelayedOn == 0 {
+		t.Fatal("the relay handed nothing on")
+	}
+	t.Logf("relay %d at applied %d handed on %d messages; its standbys %v applied %d", relay, held, rst.RelayedOn, fed, st.Commit)
+	release()
+	sameLogs(ctx, t, c)
+}
+
+// TestRelayLeaderChange: the leader's appends reach standbys through a
+// relay that does not keep them (its own appends are lost) and the leader
+// can commit nothing (its voters' answers are lost); a new leader is
+// elected without those entries and overwrites them: no standby applies
+// an entry that was never committed, and every applied log is the new
+// leader's.
+func TestRelayLeaderChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, lead, ids := withStandbys(ctx, t, relayOptions(true, 4), 4)
+	relay, fed := relayWithStandbys(ctx, t, lead, ids)
+	other := uint64(0)
+	for _, m := range c.Running() {
+		if m.ID != lead.ID && m.ID != relay && !slices.Contains(ids, m.ID) {
+			other = m.ID
+		}
+	}
+	writeAll(ctx, t, lead.Node, "before", 20, 4, 64, false)
+	st0 := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+	old := lead.ID
+	// The relay's own appends with entries are lost; its answers, and
+	// everything between the old leader and the other voter, too.
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		return from == old && m.GetTo() == relay && m.GetType() == raftpb.MsgApp && len(m.Entries) > 0
+	})
+	c.Net.Block(relay, old)
+	c.Net.Block(old, other)
+	c.Net.Block(other, old)
+	go writeAll(ctx, t, lead.Node, "uncommitted", 8, 8, 64, true)
+	waitStatus(ctx, t, c.Member(fed[0]).Node, "the old leader's uncommitted entries on a relayed standby", func(st raft.Status) bool {
+		return st.LastIndex > st0.Commit+1 && st.Term == st0.Term
+	})
+	waitStatus(ctx, t, c.Member(other).Node, "a new leader", func(st raft.Status) bool {
+		return st.Leader != 0 && st.Leader != old && st.Term > st0.Term
+	})
+	c.Net.Heal()
+	nl := c.WaitLeader()
+	writeAll(ctx, t, nl.Node, "after", 40, 4, 64, false)
+	sameLogs(ctx, t, c)
+	for _, m := range c.Running() {
+		for k := range m.SM.Clone() {
+			if strings.HasPrefix(k, "uncommitted") {
+				t.Fatalf("member %d applied %q, which the old leader %d never committed", m.ID, k, old)
+			}
+		}
 	}
 }
