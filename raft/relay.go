@@ -67,10 +67,11 @@ type relayMark struct{ index, tick uint64 }
 // relayPeer is one member as relayTick sees it.
 type relayPeer struct {
 	learner bool
-	// healthy: it answered within the fallback delay and is replicating.
-	healthy bool
-	match   uint64
-	state   tracker.StateType
+	// heard: it answered within the fallback delay; healthy: and it is
+	// replicating (not probed, not sent a snapshot).
+	heard, healthy bool
+	match          uint64
+	state          tracker.StateType
 }
 
 // relayable reports whether m may travel through a relay: appends and
@@ -129,7 +130,7 @@ func (n *Node) relayTick() {
 			return
 		}
 		heard := !l.lastContact[id].IsZero() && now.Sub(l.lastContact[id]) <= fresh
-		r.peers[id] = relayPeer{learner: pr.IsLearner, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
+		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
 	ticks := l.ticks
 	for id, until := range r.down {
@@ -156,9 +157,16 @@ func (n *Node) relayTick() {
 			n.unrelay(s, ok && p.state == tracker.StateReplicate && p.match < last)
 		case !n.relayFit(via, commit):
 			n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
-		case !p.healthy || n.relayStalled(s, p.match, commit, 2*fb):
+		case !p.heard || n.relayStalled(s, p.match, commit, 2*fb):
+			// A standby probed for a moment (a lost append, rejected) is
+			// not at fault: raft resends through the relay; one that
+			// stays stuck is caught by its progress.
+			why := "no progress"
+			if !p.heard {
+				why = "silent"
+			}
 			r.avoid[s] = via
-			n.fallBack(s, p, last, "silent or without progress")
+			n.fallBack(s, p, last, why)
 			if failed == nil {
 				failed = make(map[uint64]int)
 			}
