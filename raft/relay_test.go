@@ -369,3 +369,60 @@ func TestRelayLeaderChange(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayStandbyRelaysAndPromotion: with room for two standbys per
+// relay, the two follower voters feed four and caught-up standbys relay
+// for the others (never a relayed one); a relayed standby promoted to
+// voter is fed directly from then on; every applied log is the leader's.
+func TestRelayStandbyRelaysAndPromotion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := relayOptions(true, 6)
+	opts.RelayFanout = 2
+	c, lead, ids := withStandbys(ctx, t, opts, 6)
+	st := waitStatus(ctx, t, lead.Node, "every standby fed by a relay but the standby relays", func(st raft.Status) bool {
+		relays := relaysOf(st)
+		for _, id := range ids {
+			if st.Progress[id].RelayedBy == 0 && len(relays[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	relays := relaysOf(st)
+	standbyRelays := 0
+	for relay, fed := range relays {
+		if len(fed) > 2 {
+			t.Fatalf("relay %d feeds %v, more than RelayFanout 2", relay, fed)
+		}
+		if slices.Contains(ids, relay) {
+			standbyRelays++
+			if st.Progress[relay].RelayedBy != 0 {
+				t.Fatalf("standby relay %d is itself relayed by %d", relay, st.Progress[relay].RelayedBy)
+			}
+		}
+	}
+	if standbyRelays == 0 {
+		t.Fatalf("no standby relays: %v", relays)
+	}
+	t.Logf("relays: %v", relays)
+	writeAll(ctx, t, lead.Node, "k", 100, 4, 128, false)
+	var promoted uint64
+	for relay, fed := range relays {
+		if !slices.Contains(ids, relay) {
+			promoted = fed[0]
+			break
+		}
+	}
+	// Readiness reads a relayed standby's progress as any member's.
+	waitMembership(ctx, t, lead.Node, "the relayed standby ready", ready(promoted))
+	if _, err := lead.Node.ChangeMembership(ctx, confchange.Promote(promoted)); err != nil {
+		t.Fatalf("promoting relayed standby %d: %v", promoted, err)
+	}
+	waitStatus(ctx, t, lead.Node, "the promoted standby fed directly", func(st raft.Status) bool {
+		pr, ok := st.Progress[promoted]
+		return ok && !pr.Learner && pr.RelayedBy == 0
+	})
+	writeAll(ctx, t, lead.Node, "after", 50, 4, 128, false)
+	sameLogs(ctx, t, c)
+}
