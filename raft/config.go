@@ -80,12 +80,11 @@ type Config struct {
 	// header, and the relay hands each standby exactly the append the
 	// leader built; the standbys answer the leader directly. A standby
 	// whose relay is silent, slow or unreachable is fed directly again
-	// within half an election timeout. It needs a RelayTransport (without
+	// within about an election timeout. It needs a RelayTransport (without
 	// one every message goes directly); every member takes relayed
 	// messages whatever its own setting. See "Relayed standbys" in
-	// docs/architecture.md. Off by default until it has soaked, and
-	// because a member whose host does not carry relay envelopes (an
-	// older version) costs its standbys a fallback delay.
+	// docs/architecture.md. Off by default until it has soaked; every
+	// member's host must speak wire version 4 (transport.Transport does).
 	Relay bool
 	// RelayFanout is how many standbys one relay feeds at most (Relay).
 	// Default 12: three voters' two followers feed 24 standbys, beyond
