@@ -119,17 +119,25 @@ func (n *Node) relayTick() {
 		r.mark, r.peers = make(map[uint64]relayMark), make(map[uint64]relayPeer)
 		r.avoid = make(map[uint64]uint64)
 	}
-	now := time.Now()
 	fb := n.fallbackTicks()
 	fresh := time.Duration(fb) * n.cfg.TickInterval
 	last := l.ms.lastIndex
 	commit := l.rn.BasicStatus().GetCommit()
 	clear(r.peers)
+	// Silence is measured against the latest answer of any member, not
+	// the clock: a leader whose own loop was held up (a busy host) has not
+	// stepped what waits for it, and must not blame every standby at once.
+	var newest time.Time
+	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, _ tracker.Progress) {
+		if at := l.lastContact[id]; id != n.cfg.ID && at.After(newest) {
+			newest = at
+		}
+	})
 	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
 		if id == n.cfg.ID {
 			return
 		}
-		heard := !l.lastContact[id].IsZero() && now.Sub(l.lastContact[id]) <= fresh
+		heard := !l.lastContact[id].IsZero() && newest.Sub(l.lastContact[id]) <= fresh
 		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
 	ticks := l.ticks
