@@ -24,6 +24,7 @@ const (
 	DefaultSnapshotCatchUpEntries = 5000
 	DefaultMaxPendingProposals    = 8192
 	DefaultApplyQueueSize         = 64
+	DefaultRelayFanout            = 12
 )
 
 // Config configures a Node. The zero value of every field but ID means "use
@@ -79,6 +80,23 @@ type Config struct {
 	// groups it runs (and understudy.Start for its one) unless their
 	// GroupConfig.DisableQuiescence is set.
 	Quiesce bool
+	// Relay lets the leader feed its standbys (learners) through relays,
+	// so that its bytes per write do not grow with their number: it sends
+	// each entry once per relay — a follower voter, which receives the
+	// entries anyway, or a caught-up standby — with each standby's append
+	// header, and the relay hands each standby exactly the append the
+	// leader built; the standbys answer the leader directly. A standby
+	// whose relay is silent, slow or unreachable is fed directly again
+	// within about an election timeout. It needs a RelayTransport (without
+	// one every message goes directly); every member takes relayed
+	// messages whatever its own setting. See "Relayed standbys" in
+	// docs/architecture.md. Off by default until it has soaked; every
+	// member's host must speak wire version 4 (transport.Transport does).
+	Relay bool
+	// RelayFanout is how many standbys one relay feeds at most (Relay).
+	// Default 12: three voters' two followers feed 24 standbys, beyond
+	// that caught-up standbys relay too.
+	RelayFanout int
 	// OnStopped, if set, is called once the node is done, with the reason
 	// it stopped (Err: nil after Stop, a *FatalError, ErrRemoved,
 	// ErrReplicaWiped), on a goroutine of its own. A host uses it to close
@@ -228,6 +246,9 @@ func (c Config) WithDefaults() Config {
 	if c.ApplyQueueSize == 0 {
 		c.ApplyQueueSize = DefaultApplyQueueSize
 	}
+	if c.RelayFanout == 0 {
+		c.RelayFanout = DefaultRelayFanout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -289,6 +310,9 @@ func (c Config) Validate() error {
 	}
 	if kept := uint64(c.MaxClientSessions) * sessionResultsKept * uint64(c.MaxSessionResultSize); c.MaxClientSessions > 0 && c.MaxSessionResultSize > 0 && kept > maxSessionMemory {
 		bad("MaxClientSessions (%d) x 16 results x MaxSessionResultSize (%d) must be at most %d MiB", c.MaxClientSessions, c.MaxSessionResultSize, maxSessionMemory>>20)
+	}
+	if c.RelayFanout < 0 {
+		bad("RelayFanout (%d) must be positive", c.RelayFanout)
 	}
 	if c.ApplyQueueSize < 0 {
 		bad("ApplyQueueSize (%d) must be positive", c.ApplyQueueSize)

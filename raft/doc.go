@@ -190,6 +190,21 @@
 // understudy.Host turns it on for the groups it runs unless told not to
 // (GroupConfig.DisableQuiescence).
 //
+// # Relayed standbys
+//
+// With Config.Relay, the leader feeds its standbys (learners) through
+// relays, so that its bytes per write do not grow with their number: one
+// RelayEnvelope per relay and Ready, each entry once, with each standby's
+// append or heartbeat header; a relay (a follower voter, else a caught-up
+// standby, at most Config.RelayFanout standbys each) hands each standby
+// exactly the leader's message, and the standbys answer the leader
+// directly. A standby silent for an election timeout, stuck, or whose
+// relay is unfit is fed directly again. A relay never builds a message
+// from its own log, so a standby only ever steps the leader's messages,
+// late or not (see "Relayed standbys" in docs/architecture.md). It needs
+// a RelayTransport (transport.Transport and the host's groups are);
+// Status.Progress says each standby's relay (RelayedBy).
+//
 // # Versions
 //
 // Members exchange log entries, snapshots and member-to-member requests

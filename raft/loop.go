@@ -45,6 +45,8 @@ type loopState struct {
 	catchUp map[uint64]*catchUpTrack
 	// q is the quiescence state (quiesce.go).
 	q quiesceState
+	// relay is the leader's choice of relays for its standbys (relay.go).
+	relay relayState
 }
 
 // loopBufs are the run loop's reused buffers, apart from the Node: a
@@ -203,6 +205,7 @@ func (n *Node) loopOnce() {
 		n.dropAbandonedReads()
 		n.expireWaiters()
 		n.maybeMembershipTick()
+		n.relayTick()
 	}
 	if n.recv.len() > 0 {
 		now := time.Now()
@@ -440,7 +443,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 		}
 	}
 	if len(out) > 0 {
-		n.tr.Send(out)
+		n.sendOut(out)
 	}
 	clear(out)
 	b.out = out[:0]

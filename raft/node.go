@@ -120,6 +120,8 @@ type Node struct {
 	// quietLagging are the members a quiesced leader left lagging (on a
 	// host not live; nil when none), published for HostLiveness.
 	quietLagging atomic.Pointer[[]uint64]
+	// relayedOn counts the messages this member handed on as a relay.
+	relayedOn atomic.Uint64
 
 	loop   loopState   // owned by the run loop
 	apply  applyState  // owned by the apply task
@@ -769,7 +771,7 @@ func (h peerHandler) ReportUnreachable(id uint64) {
 	if h.n.quiesced.Load() {
 		return // nothing was in flight; the leader probes after its next wake
 	}
-	h.n.post(func() { h.n.loop.rn.ReportUnreachable(id) })
+	h.n.post(func() { h.n.loop.rn.ReportUnreachable(id); h.n.relayUnreachable(id) })
 }
 
 func (h peerHandler) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {

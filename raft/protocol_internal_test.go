@@ -20,6 +20,8 @@ var protocolContents = map[uint16]struct {
 	// member of version 2 refuses as a corrupt entry); the refusal
 	// CodeWiped.
 	3: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
+	// 4: the TypeRelay frame on host links (relay envelopes: Config.Relay).
+	4: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
 }
 
 // TestProtocolVersionCoversWhatMembersExchange is a tripwire: a new entry

@@ -56,6 +56,9 @@ type Status struct {
 	// latest ("" when none): which group keeps waking, and why.
 	Wakes    map[string]uint64
 	LastWake string
+	// RelayedOn counts the leader's messages this member handed on to
+	// standbys as a relay (Config.Relay).
+	RelayedOn uint64
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -94,6 +97,10 @@ type PeerProgress struct {
 	// LastContact are then its host's (a quiesced group is silent by
 	// design).
 	ContactViaHost bool
+	// RelayedBy is the member that relays the leader's appends and
+	// heartbeats to this standby (Config.Relay), 0 when the leader sends
+	// them directly.
+	RelayedBy uint64
 }
 
 // Status returns this member's status, taken on the run loop.
@@ -130,6 +137,7 @@ func (n *Node) status() Status {
 		PeerMessagesDropped: n.recv.droppedCount(),
 		HostLivenessReports: n.hostReports.Load(),
 		Quiesced:            l.q.on,
+		RelayedOn:           n.relayedOn.Load(),
 	}
 	if l.q.on {
 		st.QuiescedSince = l.q.since
@@ -163,6 +171,7 @@ func (n *Node) status() Status {
 				LastContact:     heard,
 				Learner:         pr.IsLearner,
 				ContactViaHost:  viaHost,
+				RelayedBy:       n.relayedBy(id),
 			}
 			if last > pr.Match {
 				pp.Lag = last - pr.Match

@@ -18,6 +18,10 @@ import (
 // group to the handler. It never blocks on the handler... unless the
 // handler's ProcessBatch does.
 func (t *Transport) deliver(msgs []*raftpb.Message) {
+	if hasRelayCarrier(msgs) {
+		t.deliverRelayed(msgs)
+		return
+	}
 	if bh, ok := t.handler.(BatchHandler); ok {
 		t.hmu.RLock()
 		if !t.hclosed {

@@ -191,7 +191,7 @@ func (il *inLink) next() error {
 	if err != nil {
 		return err
 	}
-	if h.Type != wire.TypeMessage {
+	if h.Type != wire.TypeMessage && h.Type != wire.TypeRelay {
 		if h.Length > maxControlFrame {
 			return fmt.Errorf("%w: %s frame of %d bytes on a host link, the limit is %d", wire.ErrFrameTooLarge, h.Type, h.Length, maxControlFrame)
 		}
@@ -302,6 +302,20 @@ func (il *inLink) handle(f wire.Frame) error {
 		}
 		if m.GetType() == raftpb.MsgSnap {
 			return fmt.Errorf("%w: MsgSnap on a host link", ErrProtocol)
+		}
+		size := wire.HeaderSize + len(f.Payload)
+		a.p.c.msgsRecv.Add(1)
+		a.p.c.bytesRecv.Add(uint64(size))
+		il.add(a.t, m, size)
+	case wire.TypeRelay:
+		m, err := wire.ParseRelay(f.Payload)
+		if err != nil {
+			return err
+		}
+		a, ok := il.admission(attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()})
+		if !ok {
+			il.m.droppedUnadmitted.Add(1)
+			return nil
 		}
 		size := wire.HeaderSize + len(f.Payload)
 		a.p.c.msgsRecv.Add(1)

@@ -225,7 +225,11 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 	for _, m := range batch {
 		at := len(w.buf)
 		var err error
-		w.buf, err = wire.AppendMessageFrame(w.buf, f.key.group, m)
+		if wire.IsRelayCarrier(m) {
+			w.buf, err = wire.AppendRelayFrame(w.buf, f.key.group, m)
+		} else {
+			w.buf, err = wire.AppendMessageFrame(w.buf, f.key.group, m)
+		}
 		switch {
 		case err != nil:
 			p.c.dropLarge.Add(1)

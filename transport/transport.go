@@ -61,6 +61,7 @@ type Transport struct {
 
 	// Counters not tied to a peer.
 	droppedUnknown atomic.Uint64
+	droppedRelay   atomic.Uint64 // relay envelopes for a Handler that takes none
 	refused        reasonCounter
 	connErrors     reasonCounter
 

@@ -55,6 +55,9 @@ type Options struct {
 	ManualMembership bool
 	// Quiesce as in raft.Config.
 	Quiesce bool
+	// Relay and RelayFanout as in raft.Config.
+	Relay       bool
+	RelayFanout int
 }
 
 // Cluster is a set of members over one Network.
@@ -145,6 +148,8 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		Policy:                 c.opts.Policy,
 		ManualMembership:       c.opts.ManualMembership,
 		Quiesce:                c.opts.Quiesce,
+		Relay:                  c.opts.Relay,
+		RelayFanout:            c.opts.RelayFanout,
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/raft/raftio"
 	"github.com/understudy-raft/understudy/transport"
 )
 
@@ -36,9 +37,10 @@ type Network struct {
 	dupRate   float64
 	filter    func(from uint64, m *raftpb.Message) bool
 	stats     NetStats
-	snapsTo   map[uint64]uint64 // snapshot sends attempted, by receiver
-	paused    map[uint64]bool   // members whose messages are held (Pause)
-	held      []heldMsg         // messages to or from a paused member, in order
+	sentBy    map[uint64]*Traffic // what each member sent (relay.go)
+	snapsTo   map[uint64]uint64   // snapshot sends attempted, by receiver
+	paused    map[uint64]bool     // members whose messages are held (Pause)
+	held      []heldMsg           // messages to or from a paused member, in order
 	closed    bool
 	wg        sync.WaitGroup
 
@@ -48,10 +50,13 @@ type Network struct {
 
 type link struct{ from, to uint64 }
 
-// heldMsg is a message held while its sender or receiver is paused.
+// heldMsg is a message (or a relay envelope to to) held while its sender
+// or receiver is paused.
 type heldMsg struct {
 	from uint64
 	m    *raftpb.Message
+	to   uint64
+	env  *raftio.RelayEnvelope
 }
 
 // hostState is a member's host's liveness as SetHostLive set it: at is
@@ -64,6 +69,8 @@ type hostState struct {
 // NetStats counts what the network did.
 type NetStats struct {
 	Sent, Delivered, Dropped, Duplicated, Snapshots uint64
+	// Envelopes counts the relay envelopes sent (in Sent too).
+	Envelopes uint64
 }
 
 // NewNetwork returns a network whose random decisions come from seed.
@@ -76,6 +83,7 @@ func NewNetwork(seed int64) *Network {
 		snapsTo:   make(map[uint64]uint64),
 		paused:    make(map[uint64]bool),
 		hosts:     make(map[uint64]hostState),
+		sentBy:    make(map[uint64]*Traffic),
 	}
 }
 
@@ -138,7 +146,7 @@ type endpoint struct {
 	id      uint64
 	handler raft.PeerHandler
 	store   raft.Storage
-	queue   chan *raftpb.Message
+	queue   chan delivery
 	done    chan struct{}
 
 	mu       sync.Mutex
@@ -150,7 +158,7 @@ type endpoint struct {
 // A previous attachment of id is detached first.
 func (nw *Network) attach(id uint64, h raft.PeerHandler, store raft.Storage) *endpoint {
 	nw.detach(id)
-	ep := &endpoint{net: nw, id: id, handler: h, store: store, queue: make(chan *raftpb.Message, 8192), done: make(chan struct{})}
+	ep := &endpoint{net: nw, id: id, handler: h, store: store, queue: make(chan delivery, 8192), done: make(chan struct{})}
 	nw.mu.Lock()
 	nw.endpoints[id] = ep
 	nw.mu.Unlock()
@@ -175,8 +183,8 @@ func (ep *endpoint) deliverLoop() {
 	defer ep.net.wg.Done()
 	for {
 		select {
-		case m := <-ep.queue:
-			ep.handler.Process(m)
+		case d := <-ep.queue:
+			ep.deliver(d)
 		case <-ep.done:
 			return
 		}
@@ -278,6 +286,10 @@ func (nw *Network) Resume(id uint64) {
 	nw.held = kept
 	nw.mu.Unlock()
 	for _, h := range release {
+		if h.env != nil {
+			nw.sendRelay(h.from, h.to, h.env)
+			continue
+		}
 		nw.send(h.from, h.m)
 	}
 }
@@ -361,6 +373,7 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 		return
 	}
 	nw.stats.Sent++
+	nw.countLocked(from, len(m.Entries), proto.Size(m))
 	dst := nw.endpoints[to]
 	src := nw.endpoints[from]
 	l := link{from, to}
@@ -414,16 +427,16 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	for i := range copies {
 		c := proto.Clone(m).(*raftpb.Message)
 		if delays[i] == 0 {
-			dst.enqueue(c)
+			dst.enqueue(delivery{m: c})
 			continue
 		}
-		time.AfterFunc(delays[i], func() { dst.enqueue(c) })
+		time.AfterFunc(delays[i], func() { dst.enqueue(delivery{m: c}) })
 	}
 }
 
-func (ep *endpoint) enqueue(m *raftpb.Message) {
+func (ep *endpoint) enqueue(d delivery) {
 	select {
-	case ep.queue <- m:
+	case ep.queue <- d:
 	case <-ep.done:
 	default: // full: dropped, as a real transport's bounded queue would
 	}
@@ -463,7 +476,7 @@ func (nw *Network) sendSnapshot(src, dst *endpoint, m *raftpb.Message, drop bool
 			src.handler.ReportSnapshot(to, etcdraft.SnapshotFailure)
 			return
 		}
-		dst.enqueue(c)
+		dst.enqueue(delivery{m: c})
 		src.handler.ReportSnapshot(to, etcdraft.SnapshotFinish)
 	}()
 }

@@ -20,8 +20,8 @@ import (
 // Version 1 was the first release's; 2 adds the entry kinds, snapshot
 // header versions and request ops that came after it; 3 adds the
 // incarnation to the member records (confchange.Context) and the refusal
-// CodeWiped.
-const Version uint16 = 3
+// CodeWiped; 4 adds the TypeRelay frame on host links (relayed standbys).
+const Version uint16 = 4
 
 // The range of versions this build speaks: only its own, so members of
 // different versions refuse each other at the hello (CodeVersion, with a

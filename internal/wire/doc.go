@@ -43,8 +43,9 @@
 //   - KindLink: a host link, one per ordered pair of hosts, carrying the
 //     raft messages of every group: TypeAttach frames admit a group's
 //     (sender, receiver) and are answered by TypeAttachReply frames, which
-//     also refuse or revoke; TypeMessage frames of any admitted group;
-//     pings and pongs in group 0 (see link.go).
+//     also refuse or revoke; TypeMessage and TypeRelay (relay envelope)
+//     frames of any admitted group; pings and pongs in group 0 (see
+//     link.go, relay.go).
 //
 // # Messages
 //

@@ -31,8 +31,9 @@ const (
 	TypeResponse      Type = 11 // Status: the answer to a TypeRequest.
 	TypeAttach        Type = 12 // Attach: on a host link, admits a group's sender and receiver before its messages.
 	TypeAttachReply   Type = 13 // AttachReply: on a host link, accepts or refuses (or revokes) an attachment.
+	TypeRelay         Type = 14 // on a host link: a relay envelope, a leader's messages for standbys (relay.go).
 
-	maxType = TypeAttachReply
+	maxType = TypeRelay
 )
 
 var typeNames = [...]string{
@@ -49,6 +50,7 @@ var typeNames = [...]string{
 	TypeResponse:      "response",
 	TypeAttach:        "attach",
 	TypeAttachReply:   "attach-reply",
+	TypeRelay:         "relay",
 }
 
 func (t Type) String() string {

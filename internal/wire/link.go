@@ -23,6 +23,8 @@ import (
 //     receiver) it has not admitted.
 //   - TypeMessage (group in the header): one raft message, as on a raft
 //     stream; its From and To name the attachment it belongs to.
+//   - TypeRelay (group in the header): a relay envelope (relay.go), whose
+//     container's From and To name the attachment it belongs to.
 //   - TypePing (group 0): answered by a TypePong with the same token.
 //
 // The listener sends TypePong and TypeAttachReply frames, and may send a

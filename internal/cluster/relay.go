@@ -1,0 +1,183 @@
+package cluster
+
+import (
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/raft/raftio"
+)
+
+// delivery is one item of an endpoint's queue: a raft message, or a relay
+// envelope and the member that sent it. Both share one queue, so that a
+// member's messages and envelopes to a peer arrive in the order sent.
+type delivery struct {
+	m    *raftpb.Message
+	env  *raftio.RelayEnvelope
+	from uint64
+}
+
+func (ep *endpoint) deliver(d delivery) {
+	if d.env == nil {
+		ep.handler.Process(d.m)
+		return
+	}
+	if rh, ok := ep.handler.(raft.RelayHandler); ok {
+		rh.ProcessRelay(d.from, d.env)
+	}
+}
+
+// Traffic is what one member sent through the network: messages (a relay
+// envelope counts as one), their encoded bytes (an envelope's: its
+// entries once and its headers; a snapshot's data is not counted), and
+// the entries they carried (an envelope's once each).
+type Traffic struct {
+	Messages, Bytes, Entries, Envelopes uint64
+}
+
+// SentBy returns what member id sent since the network started, or since
+// ResetTraffic.
+func (nw *Network) SentBy(id uint64) Traffic {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if t := nw.sentBy[id]; t != nil {
+		return *t
+	}
+	return Traffic{}
+}
+
+// ResetTraffic sets every member's Traffic to zero.
+func (nw *Network) ResetTraffic() {
+	nw.mu.Lock()
+	clear(nw.sentBy)
+	nw.mu.Unlock()
+}
+
+func (nw *Network) countLocked(from uint64, entries, bytes int) {
+	t := nw.sentBy[from]
+	if t == nil {
+		t = new(Traffic)
+		nw.sentBy[from] = t
+	}
+	t.Messages++
+	t.Bytes += uint64(bytes)
+	t.Entries += uint64(entries)
+}
+
+// envelopeSize is the encoded size of env: each entry once, each header,
+// each count.
+func envelopeSize(env *raftio.RelayEnvelope) int {
+	n := 0
+	for _, e := range env.Entries {
+		n += proto.Size(e) + 2
+	}
+	for _, m := range env.Msgs {
+		n += proto.Size(m) + 2
+	}
+	for _, c := range env.Counts {
+		n += protowire.SizeVarint(uint64(c))
+	}
+	return n
+}
+
+func cloneEnvelope(env *raftio.RelayEnvelope) *raftio.RelayEnvelope {
+	c := &raftio.RelayEnvelope{
+		Entries: make([]*raftpb.Entry, len(env.Entries)),
+		Msgs:    make([]*raftpb.Message, len(env.Msgs)),
+		Counts:  append([]uint32(nil), env.Counts...),
+	}
+	for i, e := range env.Entries {
+		c.Entries[i] = proto.Clone(e).(*raftpb.Entry)
+	}
+	for i, m := range env.Msgs {
+		c.Msgs[i] = proto.Clone(m).(*raftpb.Message)
+	}
+	return c
+}
+
+// SendRelay implements raft.RelayTransport: env goes to member to under
+// the network's faults, as a message would (a filter sees each message
+// inside, reassembled, and drops the ones it refuses).
+func (ep *endpoint) SendRelay(to uint64, env *raftio.RelayEnvelope) {
+	ep.net.sendRelay(ep.id, to, env)
+}
+
+func (nw *Network) sendRelay(from, to uint64, env *raftio.RelayEnvelope) {
+	nw.mu.Lock()
+	if (nw.paused[from] || nw.paused[to]) && !nw.closed {
+		nw.held = append(nw.held, heldMsg{from: from, to: to, env: cloneEnvelope(env)})
+		nw.mu.Unlock()
+		return
+	}
+	nw.stats.Sent++
+	nw.stats.Envelopes++
+	nw.countLocked(from, len(env.Entries), envelopeSize(env))
+	nw.sentBy[from].Envelopes++
+	dst := nw.endpoints[to]
+	p := max(nw.dropRate[link{from, to}], nw.dropRate[link{}])
+	drop := nw.closed || dst == nil || nw.blocked[link{from, to}] || (p > 0 && nw.rng.Float64() < p)
+	if !drop && nw.filter != nil {
+		env = nw.filterEnvelopeLocked(from, env)
+		drop = env == nil
+	}
+	copies := 1
+	if !drop && nw.dupRate > 0 && nw.rng.Float64() < nw.dupRate {
+		copies = 2
+		nw.stats.Duplicated++
+	}
+	var delays [2]time.Duration
+	if nw.delayMax > 0 {
+		for i := range copies {
+			delays[i] = time.Duration(nw.rng.Int63n(int64(nw.delayMax)))
+		}
+	}
+	if !drop && dst.refuses(from) {
+		drop = true
+	}
+	if drop {
+		nw.stats.Dropped++
+	} else {
+		nw.stats.Delivered += uint64(copies)
+	}
+	nw.mu.Unlock()
+	if drop {
+		return
+	}
+	for i := range copies {
+		d := delivery{env: cloneEnvelope(env), from: from}
+		if delays[i] == 0 {
+			dst.enqueue(d)
+			continue
+		}
+		time.AfterFunc(delays[i], func() { dst.enqueue(d) })
+	}
+}
+
+// filterEnvelopeLocked returns env without the messages the filter drops
+// (nil if it drops them all).
+func (nw *Network) filterEnvelopeLocked(from uint64, env *raftio.RelayEnvelope) *raftio.RelayEnvelope {
+	var kept *raftio.RelayEnvelope
+	for i := range env.Msgs {
+		m, err := env.Message(i)
+		if err != nil || nw.filter(from, m) {
+			if kept == nil {
+				kept = &raftio.RelayEnvelope{Entries: env.Entries, Msgs: env.Msgs[:i:i], Counts: env.Counts[:i:i]}
+			}
+			continue
+		}
+		if kept != nil {
+			kept.Msgs = append(kept.Msgs, env.Msgs[i])
+			kept.Counts = append(kept.Counts, env.Counts[i])
+		}
+	}
+	switch {
+	case kept == nil:
+		return env
+	case len(kept.Msgs) == 0:
+		return nil
+	}
+	return kept
+}

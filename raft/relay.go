@@ -1,0 +1,480 @@
+package raft
+
+import (
+	"log/slog"
+	"slices"
+	"sort"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/understudy-raft/understudy/raft/raftio"
+)
+
+// RelayEnvelope is raftio.RelayEnvelope: a leader's raft messages on
+// their way through a relay, each entry once.
+type RelayEnvelope = raftio.RelayEnvelope
+
+// RelayTransport is a Transport that carries relay envelopes
+// (Config.Relay): the leader sends one to each relay, the relay one to
+// each standby it feeds. transport.Transport and the in-process test
+// network implement it. The node looks for it, as for the Transport's
+// other optional methods; without it, Config.Relay changes nothing.
+type RelayTransport interface {
+	Transport
+	// SendRelay queues env for member to without waiting. The sender is
+	// this member, whatever the messages inside say: the receiving
+	// transport hands it to its node's RelayHandler with this member's ID.
+	// A failure is reported as Send's are (PeerHandler.ReportUnreachable
+	// of to). env is shared: the transport must not modify it.
+	SendRelay(to uint64, env *RelayEnvelope)
+}
+
+// RelayHandler is the side of a PeerHandler that takes relay envelopes:
+// the PeerHandler a Node returns implements it. from is the member that
+// sent env, as the transport authenticated it.
+type RelayHandler interface {
+	ProcessRelay(from uint64, env *RelayEnvelope)
+}
+
+// relayState is the leader's choice of relays (owned by the run loop).
+type relayState struct {
+	term uint64
+	// via is the relay of each relayed standby; load counts them by relay.
+	via  map[uint64]uint64
+	load map[uint64]int
+	// direct holds a standby that fell back to direct sends until the tick
+	// given; down a relay not chosen until the tick given.
+	direct map[uint64]uint64
+	down   map[uint64]uint64
+	// mark tracks each relayed standby's progress: its Match must reach
+	// index (the commit index at tick) within twice the fallback delay.
+	mark map[uint64]relayMark
+	// avoid is the relay a standby fell back from while that relay was
+	// fit (a fault between them): it is given another if one has room.
+	avoid map[uint64]uint64
+	// peers is this tick's view of the members (reused).
+	peers map[uint64]relayPeer
+	// Reused buffers of sendOut.
+	bundles []relayBundle
+	rest    []*raftpb.Message
+}
+
+type relayMark struct{ index, tick uint64 }
+
+// relayPeer is one member as relayTick sees it.
+type relayPeer struct {
+	learner bool
+	// heard: it answered within the fallback delay; healthy: and it is
+	// replicating (not probed, not sent a snapshot).
+	heard, healthy bool
+	match          uint64
+	state          tracker.StateType
+}
+
+// relayable reports whether m may travel through a relay: appends and
+// heartbeats only (snapshots, votes and the rest go directly).
+func relayable(m *raftpb.Message) bool {
+	t := m.GetType()
+	return t == raftpb.MsgApp || t == raftpb.MsgHeartbeat
+}
+
+func (r *relayState) reset() {
+	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
+		return
+	}
+	clear(r.via)
+	clear(r.load)
+	clear(r.direct)
+	clear(r.down)
+	clear(r.mark)
+	clear(r.avoid)
+}
+
+// fallbackTicks is how long a relayed standby may go without answering
+// before it is fed directly again, and a relay without answering before
+// it is not chosen: an election timeout (a loaded standby may miss a few
+// heartbeats; raft's own retransmissions cover lost appends). One without
+// progress past the commit index falls back after twice as long.
+func (n *Node) fallbackTicks() uint64 { return uint64(max(2, n.cfg.ElectionTicks)) }
+
+// relayTick (on the leader, each tick) checks the relayed standbys — one
+// silent for fallbackTicks, or without progress for twice as long, or
+// whose relay is no longer fit, is fed directly again — and assigns the standbys fed
+// directly that answer to relays: follower voters first, then caught-up
+// standbys, at most Config.RelayFanout each.
+func (n *Node) relayTick() {
+	l := &n.loop
+	r := &l.relay
+	if _, ok := n.tr.(RelayTransport); !ok || !n.cfg.Relay || l.role != RoleLeader || r.term != l.term {
+		r.reset()
+		r.term = l.term
+		return
+	}
+	if r.via == nil {
+		r.via, r.load = make(map[uint64]uint64), make(map[uint64]int)
+		r.direct, r.down = make(map[uint64]uint64), make(map[uint64]uint64)
+		r.mark, r.peers = make(map[uint64]relayMark), make(map[uint64]relayPeer)
+		r.avoid = make(map[uint64]uint64)
+	}
+	fb := n.fallbackTicks()
+	fresh := time.Duration(fb) * n.cfg.TickInterval
+	last := l.ms.lastIndex
+	commit := l.rn.BasicStatus().GetCommit()
+	clear(r.peers)
+	// Silence is measured against the latest answer of any member, not
+	// the clock: a leader whose own loop was held up (a busy host) has not
+	// stepped what waits for it, and must not blame every standby at once.
+	var newest time.Time
+	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, _ tracker.Progress) {
+		if at := l.lastContact[id]; id != n.cfg.ID && at.After(newest) {
+			newest = at
+		}
+	})
+	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
+		if id == n.cfg.ID {
+			return
+		}
+		heard := !l.lastContact[id].IsZero() && newest.Sub(l.lastContact[id]) <= fresh
+		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
+	})
+	ticks := l.ticks
+	for id, until := range r.down {
+		if until <= ticks {
+			delete(r.down, id)
+		}
+	}
+	for id, until := range r.direct {
+		if until <= ticks {
+			delete(r.direct, id)
+		}
+	}
+	// Check the relayed standbys.
+	var failed map[uint64]int
+	for s := range r.avoid {
+		if _, ok := r.peers[s]; !ok {
+			delete(r.avoid, s)
+		}
+	}
+	for s, via := range r.via {
+		p, ok := r.peers[s]
+		switch {
+		case !ok || !p.learner: // removed or promoted: a voter is fed directly
+			n.unrelay(s, ok && p.state == tracker.StateReplicate && p.match < last)
+		case !n.relayFit(via, commit):
+			n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
+		case !p.heard || n.relayStalled(s, p.match, commit, 2*fb):
+			// A standby probed for a moment (a lost append, rejected) is
+			// not at fault: raft resends through the relay; one that
+			// stays stuck is caught by its progress.
+			why := "no progress"
+			if !p.heard {
+				why = "silent"
+			}
+			r.avoid[s] = via
+			n.fallBack(s, p, last, why)
+			if failed == nil {
+				failed = make(map[uint64]int)
+			}
+			failed[via]++
+		}
+	}
+	// A relay most of whose standbys failed at once is the one at fault:
+	// not chosen for an election timeout, its other standbys fed directly.
+	for via, k := range failed {
+		if k*2 >= k+r.load[via] {
+			n.relayDown(via, "most of its standbys fell silent")
+		}
+	}
+	n.assignRelays(commit)
+}
+
+// relayStalled reports whether relayed standby s made no progress within
+// fb ticks: its Match did not reach the commit index of fb ticks ago.
+func (n *Node) relayStalled(s, match, commit, fb uint64) bool {
+	r := &n.loop.relay
+	mk, ok := r.mark[s]
+	if !ok || match >= mk.index {
+		r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
+		return false
+	}
+	return n.loop.ticks-mk.tick > fb
+}
+
+// relayFit reports whether member id may relay: it is a healthy follower
+// voter not marked down, or a healthy standby fed directly and caught up
+// to the commit index.
+func (n *Node) relayFit(id, commit uint64) bool {
+	r := &n.loop.relay
+	p, ok := r.peers[id]
+	if !ok || !p.healthy || r.down[id] != 0 {
+		return false
+	}
+	if !p.learner {
+		return true
+	}
+	_, relayed := r.via[id]
+	return !relayed && p.match >= commit
+}
+
+// assignRelays gives each standby fed directly that may be relayed a
+// relay with room: the least loaded fit follower voter, else a standby
+// relay, else it becomes a relay itself (if caught up) or stays direct.
+func (n *Node) assignRelays(commit uint64) {
+	r := &n.loop.relay
+	k := n.cfg.RelayFanout
+	var relays, pending []uint64
+	for id, p := range r.peers {
+		switch {
+		case !p.learner || r.load[id] > 0:
+			if n.relayFit(id, commit) {
+				relays = append(relays, id)
+			}
+		case r.via[id] == 0 && p.healthy && r.direct[id] == 0:
+			pending = append(pending, id)
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	// Voters first, then by ID: a stable choice.
+	sort.Slice(relays, func(i, j int) bool {
+		vi, vj := !r.peers[relays[i]].learner, !r.peers[relays[j]].learner
+		if vi != vj {
+			return vi
+		}
+		return relays[i] < relays[j]
+	})
+	slices.Sort(pending)
+	for _, s := range pending {
+		best := uint64(0)
+		for _, id := range relays {
+			if r.load[id] < k && (best == 0 || r.avoid[s] == best || (r.load[id] < r.load[best] && r.avoid[s] != id)) {
+				best = id
+			}
+		}
+		if best == 0 {
+			if n.relayFit(s, commit) {
+				relays = append(relays, s) // it relays for the next ones
+			}
+			continue
+		}
+		r.via[s] = best
+		r.load[best]++
+		if r.avoid[s] != best {
+			delete(r.avoid, s)
+		}
+		r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
+	}
+}
+
+// unrelay feeds standby s directly from now on. probe: what was in flight
+// through its relay may be lost, so raft resends from its Match.
+func (n *Node) unrelay(s uint64, probe bool) {
+	r := &n.loop.relay
+	via, ok := r.via[s]
+	if !ok {
+		return
+	}
+	delete(r.via, s)
+	delete(r.mark, s)
+	if r.load[via]--; r.load[via] <= 0 {
+		delete(r.load, via)
+	}
+	if probe {
+		n.loop.rn.ReportUnreachable(s)
+	}
+}
+
+// fallBack feeds relayed standby s directly for an election timeout.
+func (n *Node) fallBack(s uint64, p relayPeer, last uint64, why string) {
+	r := &n.loop.relay
+	n.log.Debug("standby fed directly again", slog.Uint64("standby", s), slog.Uint64("relay", r.via[s]), slog.String("why", why))
+	n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
+	r.direct[s] = n.loop.ticks + uint64(n.cfg.ElectionTicks)
+}
+
+// relayDown stops using relay id for an election timeout: its standbys
+// are fed directly.
+func (n *Node) relayDown(id uint64, why string) {
+	r := &n.loop.relay
+	if r.via == nil {
+		return
+	}
+	r.down[id] = n.loop.ticks + uint64(n.cfg.ElectionTicks)
+	if r.load[id] == 0 {
+		return
+	}
+	n.log.Debug("relay not used", slog.Uint64("relay", id), slog.String("why", why))
+	last := n.loop.ms.lastIndex
+	for s, via := range r.via {
+		if via == id {
+			p := r.peers[s]
+			n.unrelay(s, p.state != tracker.StateSnapshot && p.match < last)
+		}
+	}
+}
+
+// relayUnreachable is the transport's report that a message to id could
+// not be sent (on the loop): a relay it concerns is not used for a while.
+func (n *Node) relayUnreachable(id uint64) {
+	if n.loop.relay.load[id] > 0 {
+		n.relayDown(id, "unreachable")
+	}
+}
+
+// relayedBy returns the relay feeding standby id, 0 if none (Status).
+func (n *Node) relayedBy(id uint64) uint64 { return n.loop.relay.via[id] }
+
+// sendOut sends a Ready's network messages: directly, except the appends
+// and heartbeats to relayed standbys, which go to their relay in one
+// envelope per relay with the relay's own appends and heartbeats, each
+// entry once.
+func (n *Node) sendOut(out []*raftpb.Message) {
+	l := &n.loop
+	r := &l.relay
+	rt, ok := n.tr.(RelayTransport)
+	if !ok || len(r.via) == 0 || l.role != RoleLeader {
+		n.tr.Send(out)
+		return
+	}
+	bundles := r.bundles[:0]
+	for _, m := range out {
+		if via := r.via[m.GetTo()]; via != 0 && relayable(m) && !hasBundle(bundles, via) {
+			bundles = append(bundles, relayBundle{relay: via, env: new(RelayEnvelope)})
+		}
+	}
+	if len(bundles) == 0 {
+		r.bundles = bundles
+		n.tr.Send(out)
+		return
+	}
+	rest := r.rest[:0]
+	for _, m := range out {
+		if relayable(m) {
+			via := r.via[m.GetTo()]
+			if via == 0 {
+				via = m.GetTo() // a relay's own message rides with its standbys'
+			}
+			if i := bundleOf(bundles, via); i >= 0 && bundles[i].add(m) {
+				continue
+			}
+		}
+		rest = append(rest, m)
+	}
+	if len(rest) > 0 {
+		n.tr.Send(rest)
+	}
+	for i := range bundles {
+		if len(bundles[i].env.Msgs) > 0 {
+			rt.SendRelay(bundles[i].relay, bundles[i].env)
+		}
+		bundles[i] = relayBundle{}
+	}
+	clear(rest)
+	r.rest, r.bundles = rest[:0], bundles[:0]
+}
+
+// relayBundle is the envelope being built for one relay (a new one per
+// Ready: the transport keeps it until it is written).
+type relayBundle struct {
+	relay uint64
+	env   *RelayEnvelope
+}
+
+func hasBundle(bs []relayBundle, relay uint64) bool { return bundleOf(bs, relay) >= 0 }
+
+func bundleOf(bs []relayBundle, relay uint64) int {
+	for i := range bs {
+		if bs[i].relay == relay {
+			return i
+		}
+	}
+	return -1
+}
+
+// add puts m in the envelope, its entries once, and reports whether it
+// did: an append whose entries are not contiguous from its Index+1, or
+// one of whose entries the envelope holds in another term (neither
+// happens: raft builds a Ready's appends from one log), goes directly.
+func (b *relayBundle) add(m *raftpb.Message) bool {
+	ents := m.Entries
+	e := b.env
+	for j, ent := range ents {
+		if ent.GetIndex() != m.GetIndex()+1+uint64(j) {
+			return false
+		}
+		at, found := entryAt(e.Entries, ent.GetIndex())
+		if found && e.Entries[at].GetTerm() != ent.GetTerm() {
+			return false
+		}
+	}
+	for _, ent := range ents {
+		if k := len(e.Entries); k == 0 || e.Entries[k-1].GetIndex() < ent.GetIndex() {
+			e.Entries = append(e.Entries, ent)
+			continue
+		}
+		if at, found := entryAt(e.Entries, ent.GetIndex()); !found {
+			e.Entries = slices.Insert(e.Entries, at, ent)
+		}
+	}
+	e.Msgs = append(e.Msgs, &raftpb.Message{
+		Type: m.Type, To: m.To, From: m.From, Term: m.Term, LogTerm: m.LogTerm,
+		Index: m.Index, Commit: m.Commit, Context: m.Context,
+	})
+	e.Counts = append(e.Counts, uint32(len(ents)))
+	return true
+}
+
+// entryAt finds index in ents (sorted): its position, or where it goes.
+func entryAt(ents []*raftpb.Entry, index uint64) (int, bool) {
+	at := sort.Search(len(ents), func(i int) bool { return ents[i].GetIndex() >= index })
+	return at, at < len(ents) && ents[at].GetIndex() == index
+}
+
+// ProcessRelay takes an envelope from member from: the messages to this
+// member are queued for the run loop as Process does; when from is the
+// leader that built them, the others are handed on, each as it is, to
+// its standby. Nothing but appends and heartbeats is taken, and a
+// message is never handed on twice (one relayed by a relay is only
+// stepped by its addressee).
+func (h peerHandler) ProcessRelay(from uint64, env *RelayEnvelope) {
+	n := h.n
+	self := n.cfg.ID
+	var own []*raftpb.Message
+	for i := range env.Msgs {
+		m, err := env.Message(i)
+		if err != nil {
+			n.log.Debug("dropping a relayed message", slog.Uint64("from", from), slog.Any("err", err))
+			continue
+		}
+		if !relayable(m) || m.GetFrom() == self || m.GetFrom() == 0 {
+			continue
+		}
+		switch to := m.GetTo(); {
+		case to == self:
+			own = append(own, m)
+		case from == m.GetFrom() && to != from && to != 0:
+			n.handOn(to, env, i, m)
+		}
+	}
+	if len(own) > 0 {
+		h.ProcessBatch(own)
+	}
+}
+
+// handOn sends message i of env (m, reassembled) to standby to, in an
+// envelope of its own.
+func (n *Node) handOn(to uint64, env *RelayEnvelope, i int, m *raftpb.Message) {
+	if !n.running.Load() || n.stopped() {
+		return
+	}
+	rt, ok := n.tr.(RelayTransport)
+	if !ok {
+		return
+	}
+	n.relayedOn.Add(1)
+	rt.SendRelay(to, &RelayEnvelope{Entries: m.Entries, Msgs: env.Msgs[i : i+1 : i+1], Counts: env.Counts[i : i+1 : i+1]})
+}
