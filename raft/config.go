@@ -90,8 +90,10 @@ type Config struct {
 	// within about an election timeout. It needs a RelayTransport (without
 	// one every message goes directly); every member takes relayed
 	// messages whatever its own setting. See "Relayed standbys" in
-	// docs/architecture.md. Off by default until it has soaked; every
-	// member's host must speak wire version 4 (transport.Transport does).
+	// docs/architecture.md. Off by default until it has soaked. A relay
+	// envelope for a member whose host speaks protocol version 3 (the
+	// previous release) is dropped and that member reported unreachable,
+	// so its standbys are fed directly.
 	Relay bool
 	// RelayFanout is how many standbys one relay feeds at most (Relay).
 	// Default 12: three voters' two followers feed 24 standbys, beyond

@@ -210,13 +210,16 @@
 // Members exchange log entries, snapshots and member-to-member requests
 // whose formats grow: an entry kind a member does not know stops it with a
 // FatalError. So the transport's protocol version (internal/wire.Version)
-// versions all of them, and members of different versions refuse each
-// other at the handshake (transport.ErrVersion, with both versions in the
-// reason; Membership shows Refused "version"): a rolling upgrade goes one
-// member at a time, and the cluster serves while a quorum of voters runs
-// one version (docs/operations.md, "Upgrades"). A change that adds an
-// entry kind, a snapshot header version or a request op bumps that one
-// constant.
+// versions all of them, and members whose version ranges do not meet
+// refuse each other at the handshake (transport.ErrVersion, with both
+// ranges in the reason; Membership shows Refused "version"): a rolling
+// upgrade goes one member at a time, and the cluster serves while a quorum
+// of voters runs one version (docs/operations.md, "Upgrades"). A change
+// that adds an entry kind, a snapshot header version or a request op bumps
+// that one constant. A change that only adds a frame a peer may go
+// without (version 4: relay envelopes) keeps speaking the previous
+// version too (internal/wire.MinVersion), and sends that frame only on
+// connections of the new one.
 //
 // # Failure
 //

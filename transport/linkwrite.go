@@ -226,6 +226,15 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 		at := len(w.buf)
 		var err error
 		if wire.IsRelayCarrier(m) {
+			if w.c.reply.Version < wire.RelayVersion {
+				// A peer of the previous release (version 3) takes no
+				// relay frame: the envelope is lost, and the member
+				// reported unreachable, so that the leader feeds its
+				// standbys directly (the relay is marked down).
+				p.c.dropVersion.Add(1)
+				p.t.markUnreachable(p.id)
+				continue
+			}
 			w.buf, err = wire.AppendRelayFrame(w.buf, f.key.group, m)
 		} else {
 			w.buf, err = wire.AppendMessageFrame(w.buf, f.key.group, m)

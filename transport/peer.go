@@ -468,6 +468,7 @@ func (p *peer) stats() PeerStats {
 	s.MessagesSent, s.BytesSent = c.msgsSent.Load(), c.bytesSent.Load()
 	s.MessagesReceived, s.BytesReceived = c.msgsRecv.Load(), c.bytesRecv.Load()
 	s.DroppedQueueFull, s.DroppedDisconnected, s.DroppedTooLarge = c.dropFull.Load(), c.dropDown.Load(), c.dropLarge.Load()
+	s.DroppedOldVersion = c.dropVersion.Load()
 	s.Dials, s.DialFailures, s.Refusals = c.dials.Load(), c.dialFailures.Load(), c.refusals.Load()
 	if r := c.lastRefusal.Load(); r != nil {
 		s.LastRefusal = *r

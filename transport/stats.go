@@ -44,6 +44,7 @@ type PeerStats struct {
 	DroppedQueueFull                uint64 // messages dropped because the queue was full
 	DroppedDisconnected             uint64 // messages dropped because the link was down or broke, or the attachment refused
 	DroppedTooLarge                 uint64 // messages over MaxFrameSize or the peer host's frame limit, never sent
+	DroppedOldVersion               uint64 // relay envelopes for a peer host of protocol version 3, which takes none (raft.Config.Relay)
 	QueuedMessages                  int    // in the queue now
 	QueuedBytes                     int64  // in the queue now, as counted against the budget
 
@@ -139,6 +140,7 @@ func (h *histogram) snapshot() Histogram {
 type peerCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Uint64
 	dropFull, dropDown, dropLarge            atomic.Uint64
+	dropVersion                              atomic.Uint64
 	dials, dialFailures, refusals            atomic.Uint64
 	snapsSent, snapsFailed, snapsRecv        atomic.Uint64
 	snapBytesSent, snapBytesRecv             atomic.Uint64

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/understudy-raft/understudy/internal/wire"
+	"github.com/understudy-raft/understudy/raft/raftio"
 )
 
 // TestMixedVersionsRefuseEachOther: a member of another protocol version
@@ -69,4 +71,65 @@ func TestMixedVersionsRefuseEachOther(t *testing.T) {
 
 func appMsgs(from, to uint64) []*raftpb.Message {
 	return []*raftpb.Message{heartbeat(from, to)}
+}
+
+// relayHandler is a fakeHandler that counts relay envelopes.
+type relayHandler struct {
+	fakeHandler
+	relays atomic.Int64
+}
+
+func (h *relayHandler) ProcessRelay(from uint64, env *raftio.RelayEnvelope) { h.relays.Add(1) }
+
+// TestPreviousVersionConnectsWithoutRelays: a member of the previous
+// release (protocol version 3, no relay frames) and one of this release
+// (3..4) connect at version 3 and exchange messages — a rolling upgrade
+// keeps them talking — and a relay envelope for the older one is never
+// written: it is dropped (DroppedOldVersion) and the member reported
+// unreachable, so that the leader feeds its standbys directly. Between two
+// members of this release the same envelope arrives.
+func TestPreviousVersionConnectsWithoutRelays(t *testing.T) {
+	env := func() *raftio.RelayEnvelope {
+		return &raftio.RelayEnvelope{Msgs: []*raftpb.Message{heartbeat(1, 3)}, Counts: []uint32{0}}
+	}
+	for _, tc := range []struct {
+		name  string
+		older bool
+	}{{"previous release", true}, {"this release", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ha, hb := &relayHandler{}, &relayHandler{}
+			a := newTestTransport(t, 1, ha)
+			var opts []func(*Config)
+			if tc.older {
+				opts = append(opts, func(c *Config) { c.protocol = [2]uint16{3, 3} })
+			}
+			b := newTestTransport(t, 2, hb, opts...)
+			addPeers(a, b)
+			sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
+			if tc.older {
+				a.SendRelay(2, env())
+				waitFor(t, "the envelope dropped for the older peer", func() bool {
+					return a.Stats().Peers[0].DroppedOldVersion > 0
+				})
+				ha.mu.Lock()
+				reported := ha.unreachable[2]
+				ha.mu.Unlock()
+				if reported == 0 {
+					t.Error("the older peer was not reported unreachable for the dropped envelope")
+				}
+				sendUntil(t, a, appMsgs(1, 2), "messages still cross after it", func() bool { return hb.count() > 1 })
+				if n := hb.relays.Load(); n != 0 {
+					t.Fatalf("the older peer got %d relay envelopes", n)
+				}
+				return
+			}
+			waitFor(t, "the envelope arrives", func() bool {
+				a.SendRelay(2, env())
+				return hb.relays.Load() > 0
+			})
+			if n := a.Stats().Peers[0].DroppedOldVersion; n != 0 {
+				t.Fatalf("%d envelopes dropped between members of this release", n)
+			}
+		})
+	}
 }

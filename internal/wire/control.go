@@ -23,17 +23,21 @@ import (
 // CodeWiped; 4 adds the TypeRelay frame on host links (relayed standbys).
 const Version uint16 = 4
 
-// The range of versions this build speaks: only its own, so members of
-// different versions refuse each other at the hello (CodeVersion, with a
-// reason naming both ranges), and a rolling upgrade goes one member at a
-// time. The hello carries a range so that a later build can also speak an
-// earlier version (lower MinVersion) — e.g. to talk to a member of the
-// previous version during an upgrade — and the listener picks the highest
-// version both speak.
+// The range of versions this build speaks: 3 and 4. Version 4 differs
+// from 3 only by the TypeRelay frame, so a member of this build talks to
+// one of the previous release at version 3 (the listener picks the highest
+// version both speak) and sends no relay envelope on such a connection:
+// a rolling upgrade from version 3 keeps every member connected. Members
+// whose ranges do not meet refuse each other at the hello (CodeVersion,
+// with a reason naming both ranges).
 const (
-	MinVersion = Version
-	MaxVersion = Version
+	MinVersion uint16 = 3
+	MaxVersion        = Version
 )
+
+// RelayVersion is the first version whose connections carry TypeRelay
+// frames.
+const RelayVersion uint16 = 4
 
 // Magic opens every Hello payload, so that a stray client (an HTTP request,
 // a port scanner) is told apart from a peer speaking another version.
