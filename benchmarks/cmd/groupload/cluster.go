@@ -36,7 +36,8 @@ const numHosts = 3
 type clusterOptions struct {
 	// tick is raft.Config.TickInterval (0: the library's default).
 	tick time.Duration
-	// quiesce is raft.Config.Quiesce: idle groups stop ticking.
+	// quiesce is raft.Config.Quiesce (a host's default; false sets
+	// DisableQuiescence): idle groups stop ticking.
 	quiesce bool
 	// tailCache is storage.GroupOptions.TailCacheBytes (0: the default).
 	tailCache int64
@@ -153,6 +154,9 @@ func (c *cluster) startGroup(ctx context.Context) func(g, i int) (*understudy.Gr
 			ClusterToken:   fmt.Sprintf("groupload-%d", groupID(g)),
 			Raft:           c.raftConfig(c.opts),
 			Storage:        storage.GroupOptions{TailCacheBytes: c.opts.tailCache},
+			// The host quiesces its groups by default: -quiesce=false
+			// keeps them ticking.
+			DisableQuiescence: !c.opts.quiesce,
 		}, kv.New())
 	}
 }
@@ -207,15 +211,16 @@ func (c *cluster) startProcesses(ctx context.Context, n int, dir string, o clust
 		lns[g][i] = nil // Start owns it now, and closes it on error
 		mu.Unlock()
 		return understudy.Start(ctx, understudy.Config{
-			ID:             replicaID(i),
-			DataDir:        filepath.Join(dir, fmt.Sprintf("g%d", groupID(g)), fmt.Sprintf("m%d", replicaID(i))),
-			Listener:       ln,
-			AdvertisePeer:  ln.Addr().String(),
-			InitialMembers: members[g],
-			ClusterToken:   fmt.Sprintf("groupload-%d", groupID(g)),
-			Logger:         o.logger,
-			Raft:           c.raftConfig(o),
-			Storage:        storage.Options{TailCacheBytes: o.tailCache, Backend: o.backend},
+			ID:                replicaID(i),
+			DataDir:           filepath.Join(dir, fmt.Sprintf("g%d", groupID(g)), fmt.Sprintf("m%d", replicaID(i))),
+			Listener:          ln,
+			AdvertisePeer:     ln.Addr().String(),
+			InitialMembers:    members[g],
+			ClusterToken:      fmt.Sprintf("groupload-%d", groupID(g)),
+			Logger:            o.logger,
+			Raft:              c.raftConfig(o),
+			Storage:           storage.Options{TailCacheBytes: o.tailCache, Backend: o.backend},
+			DisableQuiescence: !o.quiesce,
 		}, kv.New())
 	})
 	mu.Lock()
