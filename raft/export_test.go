@@ -21,3 +21,7 @@ func Ticks(n *Node) uint64 { return n.ticked.Load() }
 
 // SchedStats returns the stats of the node's scheduler.
 func SchedStats(n *Node) SchedulerStats { return n.sched.Stats() }
+
+// VoterOrder is voterOrder: the order in which members campaign first
+// (a new cluster's first election, a dead leader's replacement).
+func VoterOrder(clusterID uint64, ids []uint64) []uint64 { return voterOrder(clusterID, ids) }

@@ -27,6 +27,9 @@ type loopState struct {
 	// new leader holds until it may answer them (see leaderMayRead).
 	heldReadIndex []*raftpb.Message
 	lastContact   map[uint64]time.Time
+	// bootCampaign: this node bootstrapped a new cluster and has not yet
+	// decided whether to campaign at once (bootcampaign.go).
+	bootCampaign bool
 	// bufs are the reused buffers (nil: none yet, or let go while
 	// quiesced); buffers makes them.
 	bufs *loopBufs
@@ -118,6 +121,7 @@ func (n *Node) restore() (err error) {
 	if err != nil {
 		return fmt.Errorf("raft: reading last index: %w", err)
 	}
+	bootstrapped := false
 	if last == 0 && etcdraft.IsEmptyHardState(hs) && len(c.InitialMembers) > 0 {
 		peers := make([]etcdraft.Peer, len(c.InitialMembers))
 		t := n.apply.members.clone()
@@ -134,6 +138,7 @@ func (n *Node) restore() (err error) {
 			return fmt.Errorf("raft: bootstrapping: %w", err)
 		}
 		n.log.Info("bootstrapping a new cluster", slog.Int("members", len(peers)))
+		bootstrapped = true
 	}
 	// The transport refuses removed members (and tells them so).
 	n.syncPeers(n.apply.members.removedIDs())
@@ -149,6 +154,7 @@ func (n *Node) restore() (err error) {
 		lastContact: make(map[uint64]time.Time),
 	}
 	n.loop.term = hs.GetTerm()
+	n.loop.bootCampaign = bootstrapped
 	n.loop.ms.lastIndex = last
 	// The role as of the stored configuration: raft reports no soft state
 	// change at start, so a restarted learner would read as a follower.
@@ -206,6 +212,7 @@ func (n *Node) loopOnce() {
 		n.expireWaiters()
 		n.maybeMembershipTick()
 		n.relayTick()
+		n.bootCampaign()
 	}
 	if n.recv.len() > 0 {
 		now := time.Now()

@@ -491,11 +491,15 @@ func (n *Node) hostDied(member uint64) {
 // hosts are live, in an order every member computes alike and that spreads
 // leaders across hosts: by a hash of the cluster ID and the member ID.
 func (n *Node) campaignRank(dead uint64) int {
-	cfg := n.loop.rn.Status().Config
 	lt, _ := n.tr.(LivenessTransport)
-	type ranked struct{ id, h uint64 }
-	var rs []ranked
-	for id := range cfg.Voters.IDs() {
+	return n.rankAmongVoters(dead, lt)
+}
+
+// rankAmongVoters is campaignRank over the voters but dead, those on a
+// host lt does not see live left out (lt nil: every voter).
+func (n *Node) rankAmongVoters(dead uint64, lt LivenessTransport) int {
+	var ids []uint64
+	for id := range n.loop.rn.Status().Config.Voters.IDs() {
 		if id == dead {
 			continue
 		}
@@ -504,9 +508,25 @@ func (n *Node) campaignRank(dead uint64) int {
 				continue
 			}
 		}
+		ids = append(ids, id)
+	}
+	order := voterOrder(n.clusterID.Load(), ids)
+	if i := slices.Index(order, n.cfg.ID); i >= 0 {
+		return i
+	}
+	return len(order)
+}
+
+// voterOrder sorts ids by a hash of the cluster ID and the member ID (ties
+// by ID): an order every member computes alike, which spreads the first
+// places over members, and so leaders over hosts, as the hash does.
+func voterOrder(clusterID uint64, ids []uint64) []uint64 {
+	type ranked struct{ id, h uint64 }
+	rs := make([]ranked, 0, len(ids))
+	for _, id := range ids {
 		h := fnv.New64a()
 		var b [16]byte
-		binary.LittleEndian.PutUint64(b[:], n.clusterID.Load())
+		binary.LittleEndian.PutUint64(b[:], clusterID)
 		binary.LittleEndian.PutUint64(b[8:], id)
 		_, _ = h.Write(b[:])
 		rs = append(rs, ranked{id, h.Sum64()})
@@ -517,12 +537,11 @@ func (n *Node) campaignRank(dead uint64) int {
 		}
 		return cmp.Compare(a.id, b.id)
 	})
+	out := make([]uint64, len(rs))
 	for i, r := range rs {
-		if r.id == n.cfg.ID {
-			return i
-		}
+		out[i] = r.id
 	}
-	return len(rs)
+	return out
 }
 
 // hostHeard returns when a member of the quiesce set, or one left
