@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
-	"hash/fnv"
 	"log/slog"
 	"slices"
 	"time"
@@ -519,17 +518,15 @@ func (n *Node) rankAmongVoters(dead uint64, lt LivenessTransport) int {
 
 // voterOrder sorts ids by a hash of the cluster ID and the member ID (ties
 // by ID): an order every member computes alike, which spreads the first
-// places over members, and so leaders over hosts, as the hash does.
+// places over members, and so leaders over hosts, as the hash does. The
+// hash is splitmix64's finalizer, which mixes every bit: FNV over the two
+// IDs put member 1 first in half of all clusters (IDs that differ in their
+// last bits hash to values in the same order).
 func voterOrder(clusterID uint64, ids []uint64) []uint64 {
 	type ranked struct{ id, h uint64 }
 	rs := make([]ranked, 0, len(ids))
 	for _, id := range ids {
-		h := fnv.New64a()
-		var b [16]byte
-		binary.LittleEndian.PutUint64(b[:], clusterID)
-		binary.LittleEndian.PutUint64(b[8:], id)
-		_, _ = h.Write(b[:])
-		rs = append(rs, ranked{id, h.Sum64()})
+		rs = append(rs, ranked{id, mix64(clusterID ^ mix64(id))})
 	}
 	slices.SortFunc(rs, func(a, b ranked) int {
 		if c := cmp.Compare(a.h, b.h); c != 0 {
@@ -542,6 +539,17 @@ func voterOrder(clusterID uint64, ids []uint64) []uint64 {
 		out[i] = r.id
 	}
 	return out
+}
+
+// mix64 is splitmix64's finalizer: a bijection of uint64 whose every
+// output bit depends on every input bit.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // hostHeard returns when a member of the quiesce set, or one left
