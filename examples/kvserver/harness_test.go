@@ -206,6 +206,13 @@ func (p *proc) req(method, path, body string) (int, string) {
 // f's last message.
 func eventually(t *testing.T, d time.Duration, f func() string) {
 	t.Helper()
+	eventuallyOr(t, d, f, nil)
+}
+
+// eventuallyOr is eventually that, if the condition never holds, adds
+// dump's output (state worth seeing in a CI log) to the failure.
+func eventuallyOr(t *testing.T, d time.Duration, f func() string, dump func() string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	var msg string
 	for time.Now().Before(deadline) {
@@ -214,7 +221,22 @@ func eventually(t *testing.T, d time.Duration, f func() string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if dump != nil {
+		msg += "\n" + dump()
+	}
 	t.Fatalf("condition never held: %s", msg)
+}
+
+// dumpMembers is every member's raw GET /members (each learner's progress:
+// ready, lag, contact, via host) and GET /status, the leader's among them.
+func dumpMembers(ps []*proc) string {
+	var b strings.Builder
+	for _, p := range ps {
+		_, mj := p.req("GET", "/members", "")
+		_, sj := p.req("GET", "/status", "")
+		fmt.Fprintf(&b, "member %d GET /members: %s\nmember %d GET /status: %s\n", p.id, mj, p.id, sj)
+	}
+	return b.String()
 }
 
 func (p *proc) waitHealthy(t *testing.T) {

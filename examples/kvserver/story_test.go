@@ -242,7 +242,7 @@ func TestScaleUpAndDown(t *testing.T) {
 	eps := ps[0].client + "," + ps[1].client
 	voters := func(want int) {
 		t.Helper()
-		eventually(t, 20*time.Second, func() string {
+		eventuallyOr(t, 20*time.Second, func() string {
 			m, ok := ps[0].members(t)
 			n := 0
 			for _, x := range m.Members {
@@ -254,7 +254,7 @@ func TestScaleUpAndDown(t *testing.T) {
 				return fmt.Sprintf("want %d voters: %+v", want, m)
 			}
 			return ""
-		})
+		}, func() string { return dumpMembers(ps) })
 	}
 	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "5"); err != nil || !strings.Contains(out, "target-voters      5") {
 		t.Fatalf("cluster set target-voters 5: %v\n%s", err, out)
