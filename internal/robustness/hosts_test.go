@@ -121,7 +121,7 @@ func (r *hostsRig) churn(ctx context.Context, g uint64, hold time.Duration) stri
 			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 			err := l.RemoveMember(rctx, id)
 			rcancel()
-			removed = err == nil || errors.Is(err, raft.ErrNotMember)
+			removed = err == nil || errors.Is(err, raft.ErrNotMember) || errors.Is(err, confchange.ErrUnknownMember)
 		}
 		if !removed {
 			time.Sleep(20 * time.Millisecond)
@@ -231,7 +231,9 @@ func (r *hostsRig) wipe(ctx context.Context, i int, g uint64) string {
 	}
 	// The operator's way back: remove the member, add one under a new ID.
 	r.retryOnLeader(ctx, g, fmt.Sprintf("removing wiped replica %d", old), func(l *understudy.Group, c context.Context) error {
-		if err := l.RemoveMember(c, old); errors.Is(err, raft.ErrNotMember) {
+		// Gone already (an earlier try that reported an error, a timeout
+		// or a leader change, took effect): what this step wants.
+		if err := l.RemoveMember(c, old); errors.Is(err, raft.ErrNotMember) || errors.Is(err, confchange.ErrUnknownMember) {
 			return nil
 		} else {
 			return err
