@@ -39,21 +39,7 @@ func killHost(c *cluster.Cluster, id uint64) {
 // Status too) and the dead voter is failed over to the standby.
 func TestQuiescedWithDeadVoterFailsOverAtDeadline(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	c := quiesceCluster(t, cluster.Options{Membership: confchange.Settings{
-		Stabilization: 100 * time.Millisecond, FailoverAfter: 2 * time.Second,
-	}})
-	lead := c.WaitLeader()
-	c.Net.SetHostLive(4, true)
-	addLearner(ctx, t, c, lead.Node, 4)
-	waitMembership(ctx, t, lead.Node, "learner 4 ready", ready(4))
-	propose(ctx, t, lead.Node, kv.Put("k", "v"))
-	waitQuiesced(ctx, t, c)
-	var lost *cluster.Member
-	for _, m := range c.Running() {
-		if m.ID != lead.ID && m.ID != 4 {
-			lost = m
-		}
-	}
+	c, lead, lost := quiescedWithStandby(ctx, t, 2*time.Second)
 	killHost(c, lost.ID)
 	waitWake(ctx, t, lead.Node, "hostDown")
 	waitQuiesced(ctx, t, c) // the leader, the other voter, the standby

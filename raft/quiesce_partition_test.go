@@ -14,12 +14,12 @@ import (
 
 // quiescedWithStandby starts a quiescing cluster of 3 voters and a ready
 // learner 4 (a standby: a lost voter is failed over to it after
-// FailoverAfter), writes, and waits until the group is quiesced. It
+// failoverAfter), writes, and waits until the group is quiesced. It
 // returns the leader and a voter that does not lead.
-func quiescedWithStandby(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.Member, *cluster.Member) {
+func quiescedWithStandby(ctx context.Context, t *testing.T, failoverAfter time.Duration) (*cluster.Cluster, *cluster.Member, *cluster.Member) {
 	t.Helper()
 	c := quiesceCluster(t, cluster.Options{Membership: confchange.Settings{
-		Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond,
+		Stabilization: 100 * time.Millisecond, FailoverAfter: failoverAfter,
 	}})
 	lead := c.WaitLeader()
 	c.Net.SetHostLive(4, true)
@@ -49,7 +49,7 @@ func quiescedWithStandby(ctx context.Context, t *testing.T) (*cluster.Cluster, *
 // the group quiesces again, the same voters.
 func TestQuiescedHostDownGroupTrafficFlows(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	c, lead, f := quiescedWithStandby(ctx, t)
+	c, lead, f := quiescedWithStandby(ctx, t, 500*time.Millisecond)
 	voters := func() []uint64 {
 		m, err := lead.Node.Membership(ctx)
 		if err != nil {
@@ -102,7 +102,7 @@ func TestQuiescedHostDownGroupTrafficFlows(t *testing.T) {
 // over to the standby, although its host is still live.
 func TestQuiescedGroupCutHostLive(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	c, lead, f := quiescedWithStandby(ctx, t)
+	c, lead, f := quiescedWithStandby(ctx, t, 500*time.Millisecond)
 	m0, err := lead.Node.Membership(ctx)
 	if err != nil {
 		t.Fatal(err)
