@@ -41,7 +41,8 @@
 // standbys, which forward the writes and serve the linearizable reads;
 // its nemesis partitions, crashes, slows disks and aims at the relays
 // (crashed, cut off, their fsync held so they hand on appends they have
-// not written). It also fails unless standbys served reads and forwarded
+// not written), and swaps a voter for a standby in one joint change. It
+// also fails unless standbys served reads and forwarded
 // writes, and the leader relays again once the faults end.
 //
 // Each run checks: the history is linearizable (porcupine; a violation

@@ -12,12 +12,14 @@ import (
 // standbys, the leader feeding them through relays (8 standbys a relay:
 // the two follower voters feed 16, caught-up standbys the others), the
 // clients writing through standbys and reading linearizably from them;
-// partitions, crashes (relays among them) and slow disks.
+// partitions, crashes (relays among them), slow disks, and a voter
+// swapped for a standby in one joint change (sometimes with the leader
+// crashed inside it).
 var fleetScenario = Scenario{Name: "fleet-3+24", Voters: 3, Standbys: 24, MaxLearners: 24,
 	Relay: true, RelayFanout: 8, Fleet: true, Clients: 8, Duration: 5 * time.Second, Every: 250 * time.Millisecond,
 	Faults: []string{Partition, OneWay, IsolateLeader, Isolate, Heal, Heal,
 		Crash, Restart, CrashRelay, CrashRelay, IsolateRelay, StallRelay,
-		SlowFsync, StallFsync, Drop},
+		SlowFsync, StallFsync, Drop, Replace},
 	Seeds: []int64{36, 37}}
 
 // TestFleetUnderFaults runs the fleet scenario (see fleetScenario) with its
