@@ -81,7 +81,7 @@ type GroupConfig struct {
 
 	// Raft tunes the node; StartGroup sets its ID, InitialMembers,
 	// ClusterID and Logger, and turns Quiesce on unless DisableQuiescence
-	// is set.
+	// is set and Relay on unless DisableRelay is set.
 	Raft raft.Config
 	// DisableQuiescence keeps the group ticking and heartbeating while it
 	// is idle. A host's groups quiesce by default (raft.Config.Quiesce; see
@@ -96,6 +96,17 @@ type GroupConfig struct {
 	// (StartGroup refuses it otherwise, raft.ErrInvalidConfig). Setting
 	// both this and Raft.Quiesce is refused as a contradiction.
 	DisableQuiescence bool
+	// DisableRelay makes the leader send every standby (learner) its
+	// appends and heartbeats itself. A host's groups relay by default
+	// (raft.Config.Relay; see "Relayed standbys" in docs/architecture.md):
+	// the leader sends each entry once per relay — a follower voter, or a
+	// caught-up standby — which hands the leader's own appends on to its
+	// standbys, so the leader's bytes per write do not grow with the
+	// standbys; a standby whose relay is dead, cut off or slow is fed
+	// directly again within about an election timeout. With no standbys it
+	// changes nothing. Setting both this and Raft.Relay is refused as a
+	// contradiction.
+	DisableRelay bool
 	// Storage tunes the group's view of the storage (its tail cache: a
 	// host of many groups wants a smaller one per group).
 	Storage storage.GroupOptions

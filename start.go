@@ -87,7 +87,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Raft tunes the node; Start sets its ID, InitialMembers, ClusterID and
-	// Logger, and turns Quiesce on unless DisableQuiescence is set.
+	// Logger, and turns Quiesce on unless DisableQuiescence is set and Relay
+	// on unless DisableRelay is set.
 	Raft raft.Config
 	// DisableQuiescence keeps the group ticking and heartbeating while it
 	// is idle (GroupConfig.DisableQuiescence). Start's group quiesces by
@@ -101,6 +102,10 @@ type Config struct {
 	// CheckQuorum: a Raft config that disables either must set this too
 	// (Start refuses it otherwise, raft.ErrInvalidConfig).
 	DisableQuiescence bool
+	// DisableRelay makes the leader feed every standby itself
+	// (GroupConfig.DisableRelay). Start's group relays by default, as every
+	// group a Host runs.
+	DisableRelay bool
 	// Storage tunes the storage (Logger defaults to Logger).
 	Storage storage.Options
 	// Transport tunes the transport; Start sets its ID, ClusterID,
@@ -154,7 +159,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 		GroupID: so.GroupID, ID: cfg.ID, Metadata: cfg.Metadata,
 		InitialMembers: cfg.InitialMembers, ClusterToken: cfg.ClusterToken, Join: cfg.Join,
 		JoinTimeout: cfg.JoinTimeout, NotListedGrace: cfg.NotListedGrace, ClusterID: cfg.ClusterID,
-		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, DisableQuiescence: cfg.DisableQuiescence, Transport: cfg.Transport,
+		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, DisableQuiescence: cfg.DisableQuiescence, DisableRelay: cfg.DisableRelay, Transport: cfg.Transport,
 		Storage:   storage.GroupOptions{TailCacheBytes: so.TailCacheBytes, KeepSnapshots: so.KeepSnapshots},
 		advertise: cfg.AdvertisePeer, single: true,
 	}, sm)

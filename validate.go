@@ -48,6 +48,9 @@ func (cfg GroupConfig) validate(h *Host) error {
 		bad("a host's groups quiesce by default, which needs CheckQuorum and PreVote (Raft.DisableCheckQuorum %t, Raft.DisablePreVote %t): set DisableQuiescence to run without them",
 			cfg.Raft.DisableCheckQuorum, cfg.Raft.DisablePreVote)
 	}
+	if cfg.DisableRelay && cfg.Raft.Relay {
+		bad("DisableRelay and Raft.Relay are both set: set one")
+	}
 	rcfg := cfg.Raft
 	rcfg.ID, rcfg.InitialMembers = cfg.ID, nil
 	if cfg.ID != 0 {
@@ -99,9 +102,11 @@ func (cfg GroupConfig) validateBootstrap(h *Host) error {
 
 // raftConfig is the node's configuration as StartGroup runs it: Raft,
 // with quiescence on unless DisableQuiescence (validate refused a config
-// that cannot quiesce and did not say so).
+// that cannot quiesce and did not say so) and relays on unless
+// DisableRelay.
 func (cfg GroupConfig) raftConfig() raft.Config {
 	rcfg := cfg.Raft
 	rcfg.Quiesce = !cfg.DisableQuiescence
+	rcfg.Relay = !cfg.DisableRelay
 	return rcfg
 }

@@ -90,8 +90,10 @@ type Config struct {
 	// within about an election timeout. It needs a RelayTransport (without
 	// one every message goes directly); every member takes relayed
 	// messages whatever its own setting. See "Relayed standbys" in
-	// docs/architecture.md. Off by default until it has soaked. A relay
-	// envelope for a member whose host speaks protocol version 3 (the
+	// docs/architecture.md. Off by default for a raw Node, whose
+	// transport is the caller's; understudy.Host turns it on for the
+	// groups it runs (and understudy.Start for its one) unless their
+	// GroupConfig.DisableRelay is set. A relay envelope for a member whose host speaks protocol version 3 (the
 	// previous release) is dropped and that member reported unreachable,
 	// so its standbys are fed directly.
 	Relay bool

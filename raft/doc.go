@@ -203,7 +203,9 @@
 // from its own log, so a standby only ever steps the leader's messages,
 // late or not (see "Relayed standbys" in docs/architecture.md). It needs
 // a RelayTransport (transport.Transport and the host's groups are);
-// Status.Progress says each standby's relay (RelayedBy).
+// Status.Progress says each standby's relay (RelayedBy). Config.Relay is
+// off for a Node built here; understudy.Host turns it on for the groups
+// it runs unless told not to (GroupConfig.DisableRelay).
 //
 // # Versions
 //

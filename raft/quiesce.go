@@ -230,7 +230,25 @@ func (n *Node) maybeQuiesce() {
 	n.quiesce(set, self)
 	n.recheckHosts(lt)
 	if len(msgs) > 0 {
-		n.tr.Send(msgs)
+		// A relayed standby's marker goes the way its heartbeats went,
+		// through its relay: sent directly, it could overtake the last
+		// relayed heartbeat, which would then wake the standby with its
+		// leader quiesced, awake for good. Through a relay left lagging
+		// (its host not live) it would be lost: it goes directly.
+		var direct []*raftpb.Message
+		msgs = slices.DeleteFunc(msgs, func(m *raftpb.Message) bool {
+			if via := l.relay.via[m.GetTo()]; via != 0 && slices.Contains(lagging, via) {
+				direct = append(direct, m)
+				return true
+			}
+			return false
+		})
+		if len(direct) > 0 {
+			n.tr.Send(direct)
+		}
+		if len(msgs) > 0 {
+			n.sendOut(msgs)
+		}
 	}
 }
 

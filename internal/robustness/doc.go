@@ -35,6 +35,16 @@
 // that many voters; before each scale-down leadership moves to the
 // highest-ID voter, and the policy must not demote it.
 //
+// The fleet scenario (fleet_test.go, TestFleetUnderFaults) is issue 36's
+// shape: 3 voters and 24 standbys fed through relays (raft.Config.Relay),
+// a third of the clients' operations sent to the leader and the others to
+// standbys, which forward the writes and serve the linearizable reads;
+// its nemesis partitions, crashes, slows disks and aims at the relays
+// (crashed, cut off, their fsync held so they hand on appends they have
+// not written), and swaps a voter for a standby in one joint change. It
+// also fails unless standbys served reads and forwarded
+// writes, and the leader relays again once the faults end.
+//
 // Each run checks: the history is linearizable (porcupine; a violation
 // writes porcupine's HTML visualization, with the fault timeline drawn on
 // it, to the temporary directory); every member holds every acknowledged

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"sync"
+	"sync/atomic"
 
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/kv"
@@ -19,6 +20,9 @@ type memberEndpoint struct {
 	node     *raft.Node
 	sm       *kv.Store
 	sessions *clientSessions
+	// reads and writes count the linearizable reads and the writes this
+	// run of the member completed (the fleet scenario's check).
+	reads, writes atomic.Int64
 }
 
 // clientSessions maps each traffic client to its session (RegisterClient),
@@ -79,6 +83,7 @@ func (e *memberEndpoint) Do(ctx context.Context, id [2]uint64, in Input) (Output
 			return out, NoEffect
 		}
 		out.Value = string(v)
+		e.reads.Add(1)
 		return out, Done
 	}
 	var cmd []byte
@@ -101,8 +106,10 @@ func (e *memberEndpoint) Do(ctx context.Context, id [2]uint64, in Input) (Output
 	switch {
 	case err == nil:
 		out.OK = true
+		e.writes.Add(1)
 		return out, Done
 	case errors.Is(err, kv.ErrCompareFailed):
+		e.writes.Add(1)
 		return out, Done
 	case errors.Is(err, raft.ErrDuplicateRequest) && in.Op != "cas":
 		return out, Done // applied once, by an earlier attempt (its result was too large to keep)

@@ -53,6 +53,10 @@ const (
 	Replace       = "replace"        // a voter swapped for a standby in one joint change (sometimes the leader crashes mid-change)
 	Transfer      = "transfer"       // leadership transferred to a random voter
 	Target        = "target"         // the replicated target voter count changed (the policy scales)
+	// Relays (Scenario.Relay; see fleet.go).
+	CrashRelay   = "crash-relay"   // a member the leader relays through crashed
+	IsolateRelay = "isolate-relay" // a relay cut off, both ways
+	StallRelay   = "stall-relay"   // a relay's fsync held: it hands on appends it has not written
 	// Scripted scenarios only.
 	CrashInJoint = "crash-in-joint" // the leader crashed inside a joint configuration it cannot leave; the next leader completes it
 )
@@ -237,6 +241,8 @@ func (n *nemesis) do(kind string) string {
 			return n.do(Restart)
 		}
 		return n.diskFault(kind)
+	case CrashRelay, IsolateRelay, StallRelay:
+		return n.relayFault(kind)
 	case SnapshotNow:
 		ids := n.running()
 		if len(ids) == 0 {

@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// soak runs random seeds of every scenario until the time is up:
+// soak runs random seeds of every scenario (and of the fleet's, see
+// fleet_test.go) until the time is up:
 //
 //	go test ./internal/robustness -run TestRobustness -soak 30m -timeout 40m
 var soak = flag.Duration("soak", 0, "run random seeds of every scenario for this long and print a summary")
@@ -90,8 +91,9 @@ func runSoak(t *testing.T, d time.Duration) {
 		failed  []string
 	)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	all := append(slices.Clone(scenarios), fleetScenario)
 	for i := 0; time.Now().Before(deadline); i++ {
-		sc := scenarios[i%len(scenarios)]
+		sc := all[i%len(all)]
 		seed := rng.Int63()
 		name := fmt.Sprintf("%s/seed=%d", sc.Name, seed)
 		var st Stats

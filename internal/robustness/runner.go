@@ -1,6 +1,7 @@
 package robustness
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,17 @@ type Scenario struct {
 	OddVoters bool
 	// SlowRestarts: every restart is onto a slow disk.
 	SlowRestarts bool
+	// Relay and RelayFanout as in raft.Config: the leader feeds the
+	// standbys through relays (see fleet.go).
+	Relay       bool
+	RelayFanout int
+	// Fleet: the clients send a third of their operations to the leader
+	// and the rest to the standbys (the members added as learners), which
+	// forward writes and serve linearizable reads; the run fails unless
+	// standbys served reads and forwarded writes, and members relayed.
+	Fleet bool
+	// Clients is the number of concurrent clients (default 6).
+	Clients int
 	// Seeds run by the fixed suite.
 	Seeds []int64
 }
@@ -91,7 +103,7 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 		settings.TargetVoters = sc.Voters - 1
 	}
 	c := cluster.New(t, cluster.Options{Members: sc.Voters, Seed: seed, SnapshotCount: 200, SnapshotCatchUpEntries: 50,
-		WrapStorage: d.wrap, Membership: settings, ManualMembership: !sc.Policy})
+		WrapStorage: d.wrap, Membership: settings, ManualMembership: !sc.Policy, Relay: sc.Relay, RelayFanout: sc.RelayFanout})
 	h := NewHistory()
 	nm := &nemesis{sc: sc, c: c, rng: rand.New(rand.NewSource(c.Seed)), h: h, disks: d,
 		removed: map[uint64]bool{}, nextID: uint64(sc.Voters + sc.Standbys + 1), kinds: map[string]int{}}
@@ -143,8 +155,11 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	}
 
 	es := &endpoints{c: c, runs: map[*raft.Node]*memberEndpoint{}}
-	traffic := Traffic{Clients: 6, Keys: []string{"a", "b", "c", "d", "e"}, CounterKey: "n",
+	traffic := Traffic{Clients: cmp.Or(sc.Clients, 6), Keys: []string{"a", "b", "c", "d", "e"}, CounterKey: "n",
 		Pick: es.pick, RetryUnknown: true, Paused: nm.quiet.Load, AlsoWritten: []string{recovered}}
+	if sc.Fleet {
+		traffic.Pick = es.pickFleet(uint64(sc.Voters))
+	}
 	trafficCtx, stopTraffic := context.WithCancel(context.Background())
 	var (
 		tstats   TrafficStats
@@ -218,6 +233,10 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	recovery := time.Since(faultsEnd)
 	stopTraffic()
 	<-done
+	var standbyReads, standbyWrites int64 // the clients' (the final reads below are not theirs)
+	if sc.Fleet {
+		standbyReads, standbyWrites = es.standbyOps(uint64(sc.Voters))
+	}
 	var evenSeen []string
 	if odd != nil {
 		evenSeen = odd.stop()
@@ -263,6 +282,10 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	if tstats.OK == 0 {
 		fail("no operation succeeded")
 	}
+	var fleet string
+	if sc.Fleet {
+		fleet = es.checkFleet(ctx, fail, standbyReads, standbyWrites)
+	}
 	name := fmt.Sprintf("understudy-robustness-%s-seed%d", sc.Name, c.Seed)
 	res, err := h.Check(name, os.TempDir(), 60*time.Second)
 	if err != nil {
@@ -271,8 +294,8 @@ func Run(t testing.TB, sc Scenario, seed int64) Stats {
 	if res == porcupine.Unknown {
 		t.Logf("linearizability check timed out on %d operations", h.Len())
 	}
-	t.Logf("%s seed %d: %d ops checked (%d ok, %d unknown outcome, %d without effect, %d stale reads); %d faults, %d membership changes; recovered in %s\nfault timeline:\n%s",
-		sc.Name, c.Seed, h.Len(), tstats.OK, tstats.Unknown, tstats.NoEffect, tstats.Stale, len(h.Timeline()), nm.changes,
+	t.Logf("%s seed %d: %d ops checked (%d ok, %d unknown outcome, %d without effect, %d stale reads)%s; %d faults, %d membership changes; recovered in %s\nfault timeline:\n%s",
+		sc.Name, c.Seed, h.Len(), tstats.OK, tstats.Unknown, tstats.NoEffect, tstats.Stale, fleet, len(h.Timeline()), nm.changes,
 		recovery.Round(time.Millisecond), FormatTimeline(h.Timeline()))
 	return Stats{Ops: h.Len(), Traffic: tstats, Faults: nm.kinds, Changes: nm.changes, Recovery: recovery}
 }
