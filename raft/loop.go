@@ -207,12 +207,7 @@ func (n *Node) loopOnce() {
 		l.rn.Tick()
 		n.ticked.Add(1)
 		l.ticks++
-		n.retryReads(false)
-		n.dropAbandonedReads()
-		n.expireWaiters()
-		n.maybeMembershipTick()
-		n.relayTick()
-		n.bootCampaign()
+		n.tickWork()
 	}
 	if n.recv.len() > 0 {
 		now := time.Now()
@@ -293,6 +288,18 @@ func (n *Node) loopOnce() {
 		(n.reads.len() > 0 && len(l.readQueue) < maxPendingReads) {
 		n.loopTask.Signal()
 	}
+}
+
+// tickWork is the node's own work on each tick, after raft's: read
+// retries, expiries, the leader's membership bookkeeping and relays, the
+// first campaign.
+func (n *Node) tickWork() {
+	n.retryReads(false)
+	n.dropAbandonedReads()
+	n.expireWaiters()
+	n.maybeMembershipTick()
+	n.relayTick()
+	n.bootCampaign()
 }
 
 // stepPeer steps a peer message and reports whether it was quiet: one
