@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -88,5 +89,30 @@ func BenchmarkLeaderTick(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A node with relays on seeds room for a fleet of standbys; without, the
+// cap stays where each standby's cost to the leader puts it; a value given
+// is kept, and one above the replicated setting's limit is refused.
+func TestMaxLearnersDefaultFollowsRelay(t *testing.T) {
+	for _, tt := range []struct {
+		relay bool
+		given int
+		want  int
+	}{
+		{false, 0, confchange.DefaultMaxLearners},
+		{true, 0, confchange.DefaultMaxLearnersRelayed},
+		{true, 5, 5},
+		{false, 64, 64},
+	} {
+		c := raft.Config{ID: 1, Relay: tt.relay, Membership: confchange.Settings{MaxLearners: tt.given}}.WithDefaults()
+		if got := c.Membership.MaxLearners; got != tt.want {
+			t.Errorf("Relay %t, MaxLearners %d: %d after the defaults, want %d", tt.relay, tt.given, got, tt.want)
+		}
+	}
+	c := raft.Config{ID: 1, Membership: confchange.Settings{MaxLearners: confchange.MaxLearnersLimit + 1}}.WithDefaults()
+	if err := c.Validate(); !errors.Is(err, confchange.ErrInvalidSettings) {
+		t.Fatalf("MaxLearners %d: Validate = %v, want ErrInvalidSettings", confchange.MaxLearnersLimit+1, err)
 	}
 }
