@@ -49,3 +49,10 @@ func LeaderTicks(ctx context.Context, n *Node, k int) error {
 		}
 	})
 }
+
+// ReadPasses returns how many of the node's loop passes took at least one
+// ReadIndex request of another member.
+func ReadPasses(ctx context.Context, n *Node) (passes uint64, err error) {
+	err = n.do(ctx, func() { passes = n.loop.readPasses })
+	return passes, err
+}

@@ -50,6 +50,9 @@ type loopState struct {
 	q quiesceState
 	// relay is the leader's choice of relays for its standbys (relay.go).
 	relay relayState
+	// readPasses counts the loop's passes that took at least one ReadIndex
+	// request of another member (the coalescing's bound, reads.go).
+	readPasses uint64
 }
 
 // loopBufs are the run loop's reused buffers, apart from the Node: a
@@ -212,6 +215,12 @@ func (n *Node) loopOnce() {
 	if n.recv.len() > 0 {
 		now := time.Now()
 		b.recvBuf = n.recv.take(b.recvBuf[:0], loopInputBatch)
+		for _, m := range b.recvBuf {
+			if m.GetType() == raftpb.MsgReadIndex {
+				l.readPasses++ // passes that took a member's ReadIndex request
+				break
+			}
+		}
 		for i, m := range b.recvBuf {
 			if !n.stepPeer(m, now) {
 				n.stir(wakeMessage, m.GetFrom())
