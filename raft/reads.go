@@ -49,12 +49,17 @@ func (n *Node) queueRead(r *readRequest) {
 }
 
 // flushReads starts one ReadIndex round for the queued reads, once a leader
-// is known and (on the leader) it may answer reads; the leader's round also
-// takes the ReadIndex requests of other members it holds.
+// is known and (on the leader) it may answer reads. The leader's round also
+// takes the ReadIndex requests of other members it holds, unless a round
+// with such requests is still unanswered: the requests that arrive
+// meanwhile wait for it and share the next, so that members' reads cost
+// the leader at most one heartbeat to each member per round trip, however
+// many members read. Its own reads keep a round per pass.
 func (n *Node) flushReads() {
 	l := &n.loop
 	mayRead := l.leader == n.cfg.ID && n.leaderMayRead()
-	peers := mayRead && len(l.heldReadIndex) > 0
+	_, inFlight := l.readRounds[l.peerRound]
+	peers := mayRead && len(l.heldReadIndex) > 0 && !inFlight
 	own := len(l.readQueue) > 0 && l.leader != 0 && (l.leader != n.cfg.ID || mayRead)
 	if !peers && !own {
 		return
@@ -67,6 +72,9 @@ func (n *Node) flushReads() {
 		round.peers, l.heldReadIndex = l.heldReadIndex, nil
 	}
 	l.readSeq++
+	if peers {
+		l.peerRound = l.readSeq
+	}
 	l.addReadRound(round)
 	l.rn.ReadIndex(n.readCtx(l.readSeq))
 }
@@ -89,7 +97,7 @@ func (n *Node) leaderMayRead() bool {
 // holdReadIndex reports whether m, a ReadIndex request from another member,
 // is held (it is then kept) instead of stepped: on the leader every such
 // request waits for the next round (flushReads: one round for all those
-// of a pass, and for those a new leader holds until it may answer reads).
+// held, and for those a new leader holds until it may answer reads).
 func (n *Node) holdReadIndex(m *raftpb.Message) bool {
 	l := &n.loop
 	if m.GetType() != raftpb.MsgReadIndex || l.rn.BasicStatus().RaftState != etcdraft.StateLeader {
@@ -152,6 +160,9 @@ func (n *Node) answerReads(states []etcdraft.ReadState) {
 		}
 		if len(round.peers) > 0 {
 			n.answerPeerReads(round, rs.Index)
+			if len(l.heldReadIndex) > 0 {
+				n.loopTask.Signal() // the requests held meanwhile: the next round
+			}
 		}
 	}
 }
