@@ -235,6 +235,7 @@ func (n *Node) becameLeader() {
 	ms.firstSeen = nil
 	n.inheritReadiness()
 	n.loop.catchUp = nil // rates measured in an earlier term are stale
+	ms.bookMembers = nil // the bookkeeping's first pass on the next tick
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
 	// The gate is the leader's last index, as raft's own pendingConfIndex:
