@@ -28,8 +28,8 @@ type loopState struct {
 	heldReadIndex []*raftpb.Message
 	// peerRound is the last read round that took held requests: while it
 	// is in readRounds, the requests held wait for its answer.
-	peerRound uint64
-	lastContact   map[uint64]time.Time
+	peerRound   uint64
+	lastContact map[uint64]time.Time
 	// bootCampaign: this node bootstrapped a new cluster and has not yet
 	// decided whether to campaign at once (bootcampaign.go).
 	bootCampaign bool
