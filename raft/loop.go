@@ -24,7 +24,8 @@ type loopState struct {
 	readSeq    uint64
 	readRounds map[uint64]*readRound // made with the first (addReadRound)
 	// heldReadIndex are ReadIndex requests from other members that this
-	// new leader holds until it may answer them (see leaderMayRead).
+	// leader holds for its next read round (reads.go), and, as a new
+	// leader, until it may answer them (see leaderMayRead).
 	heldReadIndex []*raftpb.Message
 	// peerRound is the last read round that took held requests: while it
 	// is in readRounds, the requests held wait for its answer.

@@ -13,11 +13,12 @@ import (
 // before an entry of its term is committed; read contexts carry this run's
 // random ID so that an answer meant for an earlier run of this member is
 // ignored. On the leader, the ReadIndex requests of other members (a
-// follower's or a standby's round) are held for the loop's pass and join
-// the leader's next round, which answers each of them as raft would have
-// (see "Reads from a fleet of standbys" in docs/architecture.md): raft
-// sends every member a heartbeat for each request it steps, so dozens of
-// standbys reading at once would cost the leader a broadcast each.
+// follower's or a standby's round) are held and join the leader's next
+// round — one such round in flight at a time — which answers each of them
+// as raft would have (see "Reads from a fleet of standbys" in
+// docs/architecture.md): raft sends every member a heartbeat for each
+// request it steps, so dozens of standbys reading at once would cost the
+// leader a broadcast each.
 
 // maxPendingReads bounds the reads the run loop holds while they wait for a
 // leader or a read index; beyond it ReadBarrier waits within its context.
