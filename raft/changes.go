@@ -366,15 +366,19 @@ func (n *Node) maybeMembershipTick() {
 }
 
 // bookkeepingTicks is how often, in ticks, the leader's membership
-// bookkeeping runs at rest: about once a second, and at least four times
-// per Stabilization and ten times per FailoverAfter (and RemoveDeadAfter),
-// so that the delays the policy enforces stay accurate to a small fraction
-// of themselves; at least every tick.
+// bookkeeping runs at rest: about once a second, and, with learners, at
+// least four times per Stabilization and ten times per FailoverAfter (and
+// RemoveDeadAfter), so that the delays the policy enforces stay accurate
+// to a small fraction of themselves; at least every tick. (Voters alone
+// have no standby to promote or fail over to.)
 func (n *Node) bookkeepingTicks() uint64 {
-	s := n.membershipSettings().WithDefaults()
-	d := min(time.Second, s.Stabilization/4, s.FailoverAfter/10)
-	if s.RemoveDeadAfter > 0 {
-		d = min(d, s.RemoveDeadAfter/10)
+	d := time.Second
+	if t := n.members.Load(); t != nil && len(t.confState.GetLearners()) > 0 {
+		s := n.membershipSettings().WithDefaults()
+		d = min(d, s.Stabilization/4, s.FailoverAfter/10)
+		if s.RemoveDeadAfter > 0 {
+			d = min(d, s.RemoveDeadAfter/10)
+		}
 	}
 	return max(uint64(d/n.cfg.TickInterval), 1)
 }
