@@ -16,7 +16,7 @@ import (
 type ClusterSettings struct {
 	// TargetVoters is how many voters the policy keeps: odd, 1–MaxVoters.
 	TargetVoters int
-	// MaxLearners bounds adding learners; at least 1.
+	// MaxLearners bounds adding learners: 1–MaxLearnersLimit.
 	MaxLearners int
 	// AutoPromote lets the policy change the membership on its own
 	// (promote ready standbys, scale to TargetVoters, fail over, remove the
@@ -73,8 +73,8 @@ func (c ClusterSettings) fieldErrors() []error {
 	if c.TargetVoters < 1 || c.TargetVoters > MaxVoters || c.TargetVoters%2 == 0 {
 		bad("target voters (%d) must be odd, from 1 to %d", c.TargetVoters, MaxVoters)
 	}
-	if c.MaxLearners < 1 || c.MaxLearners > maxLearnersLimit {
-		bad("max learners (%d) must be from 1 to %d", c.MaxLearners, maxLearnersLimit)
+	if c.MaxLearners < 1 || c.MaxLearners > MaxLearnersLimit {
+		bad("max learners (%d) must be from 1 to %d", c.MaxLearners, MaxLearnersLimit)
 	}
 	if c.FailoverAfter <= 0 {
 		bad("failover after (%s) must be positive", c.FailoverAfter)
@@ -85,9 +85,18 @@ func (c ClusterSettings) fieldErrors() []error {
 	return errs
 }
 
-// maxLearnersLimit bounds MaxLearners: each learner costs the leader
-// replication bandwidth.
-const maxLearnersLimit = 64
+// MaxLearnersLimit bounds MaxLearners, in Settings and in the replicated
+// cluster settings. With relays the leader's bytes per write no longer
+// grow with its standbys, but some of its work still does: it tracks each
+// member's progress (raft's inflight window among it), sends each a
+// heartbeat every heartbeat interval and takes its answer, answers each
+// one's reads, and its bookkeeping looks at each once a second. 64 keeps
+// that a small share of a leader's work. It is also part of the settings
+// entry's format: a release that decodes a larger value must not be mixed
+// with one that does not (an older member would skip the entry, and the
+// members would hold different settings), so raising it needs a protocol
+// version.
+const MaxLearnersLimit = 64
 
 // String prints the settings.
 func (c ClusterSettings) String() string {
@@ -156,7 +165,7 @@ func DecodeClusterSettings(b []byte) (ClusterSettings, error) {
 	if len(b) != 0 {
 		return fail("trailing bytes")
 	}
-	if vals[0] > MaxVoters || vals[1] > maxLearnersLimit || vals[2] > 1<<62 || vals[3] > 1<<62 {
+	if vals[0] > MaxVoters || vals[1] > MaxLearnersLimit || vals[2] > 1<<62 || vals[3] > 1<<62 {
 		return fail("value out of range")
 	}
 	c := ClusterSettings{

@@ -63,7 +63,8 @@
 //   - Leadership to a learner (or to a voter that is leaving): ErrLearnerCannotLead.
 //   - Promoting (or swapping in) a member that is not ready: ErrLearnerNotReady,
 //     with its Reason.
-//   - Adding a learner when there are already MaxLearners learners (default 2):
+//   - Adding a learner when there are already MaxLearners learners (default 2,
+//     48 on a node with relays; at most MaxLearnersLimit, 64):
 //     ErrTooManyLearners. Demoted voters become learners even above the
 //     maximum; adds are refused until the count is below it again.
 //   - A change that grows the voters past 9 (MaxVoters): ErrTooManyVoters.

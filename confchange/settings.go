@@ -8,12 +8,23 @@ import (
 )
 
 // Defaults of Settings, applied by WithDefaults to zero fields.
+//
+// DefaultMaxLearners is for a leader that sends every standby its own copy
+// of each entry: each one adds the bytes of a follower to the leader's
+// sends per write. DefaultMaxLearnersRelayed is the default a node with
+// relays on (raft.Config.Relay) seeds instead: the leader then sends each
+// entry once per relay, 48 standbys cost it about what a few followers do
+// (see "Running a fleet of standbys" in docs/operations.md). Either only
+// seeds a new cluster: the replicated cluster settings hold the number
+// itself, so a cluster keeps what it was created with until an operator
+// changes it (raft.Node.UpdateSettings).
 const (
-	DefaultTargetVoters  = 3
-	DefaultMaxLearners   = 2
-	DefaultFailoverAfter = 30 * time.Second
-	DefaultStabilization = 10 * time.Second
-	DefaultSnapshotCount = 10000
+	DefaultTargetVoters       = 3
+	DefaultMaxLearners        = 2
+	DefaultMaxLearnersRelayed = 48
+	DefaultFailoverAfter      = 30 * time.Second
+	DefaultStabilization      = 10 * time.Second
+	DefaultSnapshotCount      = 10000
 )
 
 // Settings are the membership rules' knobs. The zero value of every field
@@ -25,9 +36,10 @@ type Settings struct {
 	// standbys.
 	TargetVoters int
 	// MaxLearners bounds adding learners (ErrTooManyLearners); default 2
-	// (etcd allows 1; standbys need room). Voters that are demoted become
-	// learners even above it; adds are then refused until the count is below
-	// it again.
+	// (etcd allows 1; standbys need room), 48 on a node with relays on
+	// (DefaultMaxLearnersRelayed); at most MaxLearnersLimit. Voters that are
+	// demoted become learners even above it; adds are then refused until
+	// the count is below it again.
 	MaxLearners int
 	// FailoverAfter is how long a voter must be unreachable (no contact)
 	// before the default policy swaps it for a ready standby; default 30s.
@@ -85,8 +97,8 @@ func (s Settings) Validate() error {
 	if s.TargetVoters < 0 || s.TargetVoters > MaxVoters || (s.TargetVoters != 0 && s.TargetVoters%2 == 0) {
 		bad("TargetVoters (%d) must be odd, from 1 to %d", s.TargetVoters, MaxVoters)
 	}
-	if s.MaxLearners < 0 {
-		bad("MaxLearners (%d) must not be negative", s.MaxLearners)
+	if s.MaxLearners < 0 || s.MaxLearners > MaxLearnersLimit {
+		bad("MaxLearners (%d) must be from 0 (the default) to %d", s.MaxLearners, MaxLearnersLimit)
 	}
 	if s.FailoverAfter < 0 {
 		bad("FailoverAfter (%s) must not be negative", s.FailoverAfter)

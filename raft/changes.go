@@ -11,6 +11,7 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/understudy-raft/understudy/confchange"
 )
@@ -184,6 +185,15 @@ type membershipLoop struct {
 	recordedAt map[uint64]uint64
 	// waiting is what the default policy last said it waits for.
 	waiting string
+	// bookMembers and bookSettings are the member table and the settings
+	// of the last bookkeeping pass: a change of either runs the next.
+	bookMembers  *memberTable
+	bookSettings *confchange.ClusterSettings
+	// viewProgress and viewConfig (built from viewConfigOf) are reused by
+	// view while the default policy reads them.
+	viewProgress map[uint64]confchange.Progress
+	viewConfig   confchange.Config
+	viewConfigOf *memberTable
 }
 
 // noteAppend tracks the entries of a MsgStorageAppend: the last index, the
@@ -225,6 +235,7 @@ func (n *Node) becameLeader() {
 	ms.firstSeen = nil
 	n.inheritReadiness()
 	n.loop.catchUp = nil // rates measured in an earlier term are stale
+	ms.bookMembers = nil // the bookkeeping's first pass on the next tick
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
 	// The gate is the leader's last index, as raft's own pendingConfIndex:
@@ -236,25 +247,49 @@ func (n *Node) becameLeader() {
 }
 
 // view builds the membership view the rules look at. Only on the leader.
-func (n *Node) view() confchange.View {
+// It reads raft's progress in place (no copy of its tracker).
+func (n *Node) view() confchange.View { return n.buildView(false) }
+
+// buildView is view; with reuse, the progress map and the configuration
+// are the last reusing pass's (the configuration rebuilt only when the
+// member table changed): for the bookkeeping's own passes with the default
+// policy, which keeps nothing of a view. A view that leaves the loop (to a
+// caller, or to a host's own policy) is built afresh.
+func (n *Node) buildView(reuse bool) confchange.View {
 	l := &n.loop
 	ms := &l.ms
 	t := n.members.Load()
-	st := l.rn.Status()
+	var cfg confchange.Config
+	var progress map[uint64]confchange.Progress
+	if reuse {
+		if ms.viewConfigOf != t {
+			ms.viewConfig, ms.viewConfigOf = confchange.ConfigFromConfState(t.confState), t
+		}
+		if ms.viewProgress == nil {
+			ms.viewProgress = make(map[uint64]confchange.Progress, len(t.records))
+		}
+		cfg, progress = ms.viewConfig, ms.viewProgress
+		clear(progress)
+	} else {
+		cfg, progress = confchange.ConfigFromConfState(t.confState), make(map[uint64]confchange.Progress, len(t.records))
+	}
 	v := confchange.View{
-		Config:        confchange.ConfigFromConfState(t.confState),
+		Config:        cfg,
 		Members:       t.records,
 		Removed:       t.removed,
 		Leader:        n.cfg.ID,
 		LastIndex:     ms.lastIndex,
 		Now:           time.Now(),
-		Progress:      make(map[uint64]confchange.Progress, len(st.Progress)),
+		Progress:      progress,
 		ReadySince:    withInherited(ms.readySince, ms.inherited),
-		PendingChange: st.Applied < ms.confGate || ms.checking != 0,
+		PendingChange: l.rn.BasicStatus().Applied < ms.confGate || ms.checking != 0,
 	}
-	for id, pr := range st.Progress {
+	if ms.firstSeen == nil {
+		ms.firstSeen = make(map[uint64]time.Time)
+	}
+	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
 		if id == n.cfg.ID {
-			continue
+			return
 		}
 		// Before this member led, it heard only from the old leader: it
 		// counts from when it took over, never from stale times.
@@ -266,9 +301,6 @@ func (n *Node) view() confchange.View {
 		lc := heard
 		if lc.Before(ms.leaderSince) {
 			lc = ms.leaderSince
-		}
-		if ms.firstSeen == nil {
-			ms.firstSeen = make(map[uint64]time.Time)
 		}
 		first, ok := ms.firstSeen[id]
 		if !ok {
@@ -295,8 +327,8 @@ func (n *Node) view() confchange.View {
 				p.Refused = r.Refusal(id)
 			}
 		}
-		v.Progress[id] = p
-	}
+		progress[id] = p
+	})
 	return v
 }
 
@@ -310,32 +342,54 @@ func (n *Node) electionTimeout() time.Duration {
 	return time.Duration(n.cfg.ElectionTicks) * n.cfg.TickInterval
 }
 
-// membershipTick runs on every tick of the leader: it refreshes the
-// readiness memory, leaves a joint configuration whose entering change is
-// applied, and asks the policy for a change.
-// maybeMembershipTick runs the leader's bookkeeping (catch-up tracking,
-// readiness, the policy) on every tick while the membership is in motion —
-// a learner, a joint configuration, a change pending, no settings yet —
-// and about once a second at rest (voters only), so that a host's many
-// settled groups cost little between ticks.
+// maybeMembershipTick runs the leader's membership bookkeeping (catch-up
+// tracking, readiness, the policy: membershipTick) on every tick while the
+// membership is in motion — a joint configuration, a change pending, no
+// settings yet, readiness inherited from the last term not yet credited —
+// and on the first tick after the configuration or the settings changed.
+// Otherwise, standbys or not, it runs every bookkeepingTicks: each pass
+// looks at every member, and a leader with dozens of standbys (or a host
+// with thousands of settled groups) must not pay that on every tick.
 func (n *Node) maybeMembershipTick() {
 	l := &n.loop
 	if l.role != RoleLeader {
 		return
 	}
-	every := uint64(time.Second / n.cfg.TickInterval)
-	if l.ticks-l.lastBookkeeping < max(every, 1) && n.membershipAtRest() {
+	ms := &l.ms
+	t, cs := n.members.Load(), n.settings.Load()
+	if l.ticks-l.lastBookkeeping < n.bookkeepingTicks() && t == ms.bookMembers && cs == ms.bookSettings && n.membershipAtRest() {
 		return
 	}
 	l.lastBookkeeping = l.ticks
+	ms.bookMembers, ms.bookSettings = t, cs
 	n.membershipTick()
 }
 
-// membershipAtRest reports whether the configuration is voters only, with
-// no change in flight and the settings replicated.
+// bookkeepingTicks is how often, in ticks, the leader's membership
+// bookkeeping runs at rest: about once a second, and, with learners, at
+// least four times per Stabilization and ten times per FailoverAfter (and
+// RemoveDeadAfter), so that the delays the policy enforces stay accurate
+// to a small fraction of themselves; at least every tick. (Voters alone
+// have no standby to promote or fail over to.)
+func (n *Node) bookkeepingTicks() uint64 {
+	d := time.Second
+	if t := n.members.Load(); t != nil && len(t.confState.GetLearners()) > 0 {
+		s := n.membershipSettings().WithDefaults()
+		d = min(d, s.Stabilization/4, s.FailoverAfter/10)
+		if s.RemoveDeadAfter > 0 {
+			d = min(d, s.RemoveDeadAfter/10)
+		}
+	}
+	return max(uint64(d/n.cfg.TickInterval), 1)
+}
+
+// membershipAtRest reports whether no membership change is in motion: the
+// settings replicated, no change in flight, not joint, and no readiness
+// inherited from the last term waiting to be credited (it must be, within
+// an election timeout of taking over). Learners may be there.
 func (n *Node) membershipAtRest() bool {
 	ms := &n.loop.ms
-	if n.settings.Load() == nil || ms.checking != 0 || ms.confGate > n.applied.get() {
+	if n.settings.Load() == nil || ms.checking != 0 || ms.confGate > n.applied.get() || len(ms.inherited) > 0 {
 		return false
 	}
 	t := n.members.Load()
@@ -343,15 +397,18 @@ func (n *Node) membershipAtRest() bool {
 		return false
 	}
 	cs := t.confState
-	return len(cs.GetLearners()) == 0 && len(cs.GetVotersOutgoing()) == 0 && len(cs.GetLearnersNext()) == 0
+	return len(cs.GetVotersOutgoing()) == 0 && len(cs.GetLearnersNext()) == 0
 }
 
+// membershipTick refreshes the readiness memory and the catch-up rates,
+// leaves a joint configuration whose entering change is applied, and asks
+// the policy for a change (on the leader; see maybeMembershipTick).
 func (n *Node) membershipTick() {
 	l := &n.loop
 	if l.role != RoleLeader {
 		return
 	}
-	v := n.view()
+	v := n.buildView(!n.ownPolicy)
 	for id, p := range v.Progress {
 		tr := n.trackCatchUp(id, p.Match, v.Now)
 		n.emitCatchUp(id, n.catchUp(id, p.Lag(v.LastIndex), tr), tr, v.Now)

@@ -181,7 +181,10 @@ type Config struct {
 	// maximum learners, readiness thresholds, failover and removal delays):
 	// every membership change is checked against them and the policy uses
 	// them. Zero fields are confchange's defaults; MaxLag defaults to a tenth
-	// of this node's SnapshotCount.
+	// of this node's SnapshotCount, and MaxLearners, with Relay on, to
+	// confchange.DefaultMaxLearnersRelayed (48; 2 without). They seed a new
+	// cluster's replicated settings, which hold the values themselves:
+	// changing this Config later changes nothing (use UpdateSettings).
 	Membership confchange.Settings
 	// Policy decides membership changes on its own on the leader (promote
 	// ready learners, fail over to a standby, leave a joint configuration).
@@ -259,6 +262,10 @@ func (c Config) WithDefaults() Config {
 	if c.Membership.SnapshotCount == 0 {
 		c.Membership.SnapshotCount = c.SnapshotCount
 	}
+	if c.Membership.MaxLearners == 0 && c.Relay {
+		// Relayed standbys cost the leader little: room for a fleet.
+		c.Membership.MaxLearners = confchange.DefaultMaxLearnersRelayed
+	}
 	c.Membership = c.Membership.WithDefaults()
 	if c.Policy == nil {
 		c.Policy = confchange.DefaultPolicy{Settings: c.Membership}
@@ -325,7 +332,7 @@ func (c Config) Validate() error {
 		bad("Quiesce needs CheckQuorum and PreVote (DisableCheckQuorum %t, DisablePreVote %t)", c.DisableCheckQuorum, c.DisablePreVote)
 	}
 	if err := c.Membership.Validate(); err != nil {
-		bad("Membership: %v", err)
+		bad("Membership: %w", err)
 	}
 	seen := make(map[uint64]bool)
 	addrs := make(map[string]uint64)

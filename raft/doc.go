@@ -55,8 +55,8 @@
 // bytes, far less for clients that acknowledge.
 //
 // Read is linearizable: concurrent reads share one ReadIndex round (asked of
-// the leader by followers and learners), then wait until this member has
-// applied that index. A new leader answers no ReadIndex — its own or a
+// the leader by followers and learners, whose requests share the leader's
+// rounds in turn), then wait until this member has applied that index. A new leader answers no ReadIndex — its own or a
 // forwarded one — before its commit index reaches the first entry of its
 // term (etcd raft answers a single voter at once, from a commit index that
 // can trail acknowledged writes after a restart), and read rounds carry a

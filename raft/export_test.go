@@ -1,6 +1,9 @@
 package raft
 
-import "io"
+import (
+	"context"
+	"io"
+)
 
 // ErrSnapshotSuperseded is errSnapshotSuperseded, for the external tests.
 var ErrSnapshotSuperseded = errSnapshotSuperseded
@@ -25,3 +28,31 @@ func SchedStats(n *Node) SchedulerStats { return n.sched.Stats() }
 // VoterOrder is voterOrder: the order in which members campaign first
 // (a new cluster's first election, a dead leader's replacement).
 func VoterOrder(clusterID uint64, ids []uint64) []uint64 { return voterOrder(clusterID, ids) }
+
+// StopClock stops the node's tick clock (on its loop): it ticks only
+// when LeaderTicks says so.
+func StopClock(ctx context.Context, n *Node) error {
+	return n.do(ctx, func() {
+		n.cancelTick()
+		n.cancelTick = func() {}
+	})
+}
+
+// LeaderTicks runs, on the node's loop, k ticks of the node's own
+// bookkeeping (tickWork) without raft's (no heartbeats): what a tick costs
+// the node beyond raft.
+func LeaderTicks(ctx context.Context, n *Node, k int) error {
+	return n.do(ctx, func() {
+		for range k {
+			n.loop.ticks++
+			n.tickWork()
+		}
+	})
+}
+
+// ReadPasses returns how many of the node's loop passes took at least one
+// ReadIndex request of another member.
+func ReadPasses(ctx context.Context, n *Node) (passes uint64, err error) {
+	err = n.do(ctx, func() { passes = n.loop.readPasses })
+	return passes, err
+}

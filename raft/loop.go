@@ -24,9 +24,13 @@ type loopState struct {
 	readSeq    uint64
 	readRounds map[uint64]*readRound // made with the first (addReadRound)
 	// heldReadIndex are ReadIndex requests from other members that this
-	// new leader holds until it may answer them (see leaderMayRead).
+	// leader holds for its next read round (reads.go), and, as a new
+	// leader, until it may answer them (see leaderMayRead).
 	heldReadIndex []*raftpb.Message
-	lastContact   map[uint64]time.Time
+	// peerRound is the last read round that took held requests: while it
+	// is in readRounds, the requests held wait for its answer.
+	peerRound   uint64
+	lastContact map[uint64]time.Time
 	// bootCampaign: this node bootstrapped a new cluster and has not yet
 	// decided whether to campaign at once (bootcampaign.go).
 	bootCampaign bool
@@ -50,6 +54,9 @@ type loopState struct {
 	q quiesceState
 	// relay is the leader's choice of relays for its standbys (relay.go).
 	relay relayState
+	// readPasses counts the loop's passes that took at least one ReadIndex
+	// request of another member (the coalescing's bound, reads.go).
+	readPasses uint64
 }
 
 // loopBufs are the run loop's reused buffers, apart from the Node: a
@@ -207,16 +214,17 @@ func (n *Node) loopOnce() {
 		l.rn.Tick()
 		n.ticked.Add(1)
 		l.ticks++
-		n.retryReads(false)
-		n.dropAbandonedReads()
-		n.expireWaiters()
-		n.maybeMembershipTick()
-		n.relayTick()
-		n.bootCampaign()
+		n.tickWork()
 	}
 	if n.recv.len() > 0 {
 		now := time.Now()
 		b.recvBuf = n.recv.take(b.recvBuf[:0], loopInputBatch)
+		for _, m := range b.recvBuf {
+			if m.GetType() == raftpb.MsgReadIndex {
+				l.readPasses++ // passes that took a member's ReadIndex request
+				break
+			}
+		}
 		for i, m := range b.recvBuf {
 			if !n.stepPeer(m, now) {
 				n.stir(wakeMessage, m.GetFrom())
@@ -293,6 +301,18 @@ func (n *Node) loopOnce() {
 		(n.reads.len() > 0 && len(l.readQueue) < maxPendingReads) {
 		n.loopTask.Signal()
 	}
+}
+
+// tickWork is the node's own work on each tick, after raft's: read
+// retries, expiries, the leader's membership bookkeeping and relays, the
+// first campaign.
+func (n *Node) tickWork() {
+	n.retryReads(false)
+	n.dropAbandonedReads()
+	n.expireWaiters()
+	n.maybeMembershipTick()
+	n.relayTick()
+	n.bootCampaign()
 }
 
 // stepPeer steps a peer message and reports whether it was quiet: one

@@ -12,7 +12,13 @@ import (
 // a leader answers no round (its own, or one forwarded by another member)
 // before an entry of its term is committed; read contexts carry this run's
 // random ID so that an answer meant for an earlier run of this member is
-// ignored.
+// ignored. On the leader, the ReadIndex requests of other members (a
+// follower's or a standby's round) are held and join the leader's next
+// round — one such round in flight at a time — which answers each of them
+// as raft would have (see "Reads from a fleet of standbys" in
+// docs/architecture.md): raft sends every member a heartbeat for each
+// request it steps, so dozens of standbys reading at once would cost the
+// leader a broadcast each.
 
 // maxPendingReads bounds the reads the run loop holds while they wait for a
 // leader or a read index; beyond it ReadBarrier waits within its context.
@@ -26,10 +32,14 @@ const maxHeldReadIndex = 4096
 // the round number, both big endian.
 const readCtxSize = 16
 
-// readRound is one ReadIndex request shared by many reads.
+// readRound is one ReadIndex request shared by many reads: this member's
+// (reqs) and, on the leader, other members' ReadIndex requests (peers),
+// taken in term.
 type readRound struct {
-	reqs []*readRequest
-	tick uint64
+	reqs  []*readRequest
+	peers []*raftpb.Message
+	tick  uint64
+	term  uint64
 }
 
 // queueRead queues r for the next round unless its caller gave up.
@@ -40,27 +50,33 @@ func (n *Node) queueRead(r *readRequest) {
 }
 
 // flushReads starts one ReadIndex round for the queued reads, once a leader
-// is known and (on the leader) it may answer reads.
+// is known and (on the leader) it may answer reads. The leader's round also
+// takes the ReadIndex requests of other members it holds, unless a round
+// with such requests is still unanswered: the requests that arrive
+// meanwhile wait for it and share the next, so that members' reads cost
+// the leader at most one heartbeat to each member per round trip, however
+// many members read. Its own reads keep a round per pass.
 func (n *Node) flushReads() {
 	l := &n.loop
-	if len(l.heldReadIndex) > 0 && n.leaderMayRead() {
-		held := l.heldReadIndex
-		l.heldReadIndex = nil
-		for _, m := range held {
-			if err := l.rn.Step(m); err != nil {
-				n.log.Debug("stepping a held read index", "err", err)
-			}
-		}
-	}
-	if len(l.readQueue) == 0 || l.leader == 0 {
+	mayRead := l.leader == n.cfg.ID && n.leaderMayRead()
+	_, inFlight := l.readRounds[l.peerRound]
+	peers := mayRead && len(l.heldReadIndex) > 0 && !inFlight
+	own := len(l.readQueue) > 0 && l.leader != 0 && (l.leader != n.cfg.ID || mayRead)
+	if !peers && !own {
 		return
 	}
-	if l.leader == n.cfg.ID && !n.leaderMayRead() {
-		return
+	round := &readRound{tick: l.ticks, term: l.term}
+	if own {
+		round.reqs, l.readQueue = l.readQueue, nil
+	}
+	if peers {
+		round.peers, l.heldReadIndex = l.heldReadIndex, nil
 	}
 	l.readSeq++
-	l.addReadRound(&readRound{reqs: l.readQueue, tick: l.ticks})
-	l.readQueue = nil
+	if peers {
+		l.peerRound = l.readSeq
+	}
+	l.addReadRound(round)
 	l.rn.ReadIndex(n.readCtx(l.readSeq))
 }
 
@@ -80,13 +96,12 @@ func (n *Node) leaderMayRead() bool {
 }
 
 // holdReadIndex reports whether m, a ReadIndex request from another member,
-// must wait (it is then kept) until this new leader may answer reads.
+// is held (it is then kept) instead of stepped: on the leader every such
+// request waits for the next round (flushReads: one round for all those
+// held, and for those a new leader holds until it may answer reads).
 func (n *Node) holdReadIndex(m *raftpb.Message) bool {
 	l := &n.loop
-	if m.GetType() != raftpb.MsgReadIndex || n.leaderMayRead() {
-		return false
-	}
-	if l.rn.BasicStatus().RaftState != etcdraft.StateLeader {
+	if m.GetType() != raftpb.MsgReadIndex || l.rn.BasicStatus().RaftState != etcdraft.StateLeader {
 		return false // raft forwards it to the leader, or drops it
 	}
 	if len(l.heldReadIndex) >= maxHeldReadIndex {
@@ -113,6 +128,13 @@ func (n *Node) retryReads(all bool) {
 		for _, r := range round.reqs {
 			n.queueRead(r)
 		}
+		if !all && round.term == l.term {
+			for _, m := range round.peers { // into the next round
+				if len(l.heldReadIndex) < maxHeldReadIndex {
+					l.heldReadIndex = append(l.heldReadIndex, m)
+				}
+			}
+		}
 	}
 }
 
@@ -137,7 +159,26 @@ func (n *Node) answerReads(states []etcdraft.ReadState) {
 		for _, r := range round.reqs {
 			r.done <- readResult{index: rs.Index}
 		}
+		if len(round.peers) > 0 {
+			n.answerPeerReads(round, rs.Index)
+			if len(l.heldReadIndex) > 0 {
+				n.loopTask.Signal() // the requests held meanwhile: the next round
+			}
+		}
 	}
+}
+
+// answerPeerReads answers the other members' ReadIndex requests of a
+// confirmed round with what raft sends for one it confirmed: a
+// MsgReadIndexResp of this leader's term, with the read index and the
+// request's entries (its context).
+func (n *Node) answerPeerReads(round *readRound, index uint64) {
+	from, term := n.cfg.ID, round.term
+	resps := make([]*raftpb.Message, len(round.peers))
+	for i, m := range round.peers {
+		resps[i] = &raftpb.Message{Type: raftpb.MsgReadIndexResp.Enum(), From: &from, To: m.From, Term: &term, Index: &index, Entries: m.GetEntries()}
+	}
+	n.sendOut(resps)
 }
 
 // readCtx is the context of read round seq of this run.
