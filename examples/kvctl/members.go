@@ -145,8 +145,8 @@ func (c *client) member(ctx context.Context, args []string) error {
 	case "watch":
 		fs := flag.NewFlagSet("member watch", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		interval := fs.Duration("interval", time.Second, "redraw interval")
-		count := fs.Int("count", 0, "stop after this many redraws (0: until interrupted)")
+		interval := fs.Duration("interval", time.Second, "how often to ask")
+		count := fs.Int("count", 0, "stop after this many rounds (0: until interrupted)")
 		if err := parseInterspersed(fs, args[1:]); err != nil {
 			return usageError{err.Error()}
 		}
