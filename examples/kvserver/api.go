@@ -694,17 +694,23 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, _ url.Values) {
 		s.fail(w, err)
 		return
 	}
-	relayed := 0
-	for _, p := range st.Progress {
-		if p.RelayedBy != 0 {
-			relayed++
-		}
-	}
 	writeJSON(w, http.StatusOK, statusJSON{
 		ID: st.ID, Role: roleName(st.Role), Term: st.Term, Leader: st.Leader,
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, ClusterID: fmt.Sprintf("%x", s.h.ClusterID()),
-		Relay: s.o.relay, RelayedOn: st.RelayedOn, RelayedStandbys: relayed,
+		Relay: s.o.relay, RelayedOn: st.RelayedOn, RelayedStandbys: relayedStandbys(st),
 	})
+}
+
+// relayedStandbys is how many standbys the leader feeds through relays
+// (0 on a member that does not lead: its Progress is empty).
+func relayedStandbys(st raft.Status) int {
+	n := 0
+	for _, p := range st.Progress {
+		if p.RelayedBy != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // roleName is a member's role as GET /status says it.

@@ -151,6 +151,19 @@ func TestFleet(t *testing.T) {
 	if !getJSON(byID(relayed.Leader), "/status", &st) || st.RelayedStandbys != standbys {
 		t.Fatalf("the leader's GET /status: %+v, want relayed_standbys %d", st, standbys)
 	}
+	if code, out := byID(relayed.Leader).req("GET", "/metrics", ""); code != 200 || !strings.Contains(out, fmt.Sprintf("\nunderstudy_relayed_standbys %d\n", standbys)) {
+		t.Fatalf("the leader's /metrics: %d, no understudy_relayed_standbys %d", code, standbys)
+	}
+	// Another member does not know the relays, and says so.
+	var other fleetMembers
+	if !getJSON(sbs[0], "/members", &other) || other.RelaysKnown || other.Leader != relayed.Leader {
+		t.Fatalf("standby %d's GET /members: relays_known %v, leader %d", sbs[0].id, other.RelaysKnown, other.Leader)
+	}
+	for _, x := range other.Members {
+		if x.RelayedBy != 0 || x.Relaying != 0 {
+			t.Fatalf("standby %d's GET /members shows relays it cannot know: %+v", sbs[0].id, x)
+		}
+	}
 
 	// A write through a standby lands; linearizable reads from every
 	// standby see it.
@@ -177,6 +190,10 @@ func TestFleet(t *testing.T) {
 	var relayedOn fleetStatus
 	if !getJSON(byID(relay), "/status", &relayedOn) || relayedOn.RelayedOn == 0 {
 		t.Fatalf("relay %d's GET /status: %+v (relayed_on 0: it handed nothing on?)", relay, relayedOn)
+	}
+	if code, out := byID(relay).req("GET", "/metrics", ""); code != 200 || !strings.Contains(out, "\nunderstudy_relay_handed_on_total ") ||
+		strings.Contains(out, "\nunderstudy_relay_handed_on_total 0\n") {
+		t.Fatalf("relay %d's /metrics: %d, understudy_relay_handed_on_total missing or 0", relay, code)
 	}
 	byID(relay).kill()
 	alive := slices.DeleteFunc(slices.Clone(all), func(p *proc) bool { return p.id == relay })
