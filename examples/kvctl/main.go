@@ -5,7 +5,7 @@
 //	kvctl get a
 //	kvctl member list
 //	kvctl member add 4 127.0.0.1:7004 --client-addr 127.0.0.1:8004
-//	kvctl member watch          # redraws the members every second while a learner catches up
+//	kvctl member watch          # prints the members, then each second those that changed
 //
 // --endpoints lists client addresses (host:port, tried in order until one
 // answers); -w json prints the server's JSON. Global flags go before the
@@ -48,7 +48,7 @@ Commands:
   member promote ID | demote ID | remove ID  [--dry-run]
   member update ID [--peer-addr A] [--client-addr A] [--dry-run]
                                       move a member: change its recorded addresses
-  member watch [--interval 1s]        redraw the members while learners catch up
+  member watch [--interval 1s]        the members, then each interval those that changed
   leader transfer ID
   cluster get                         the replicated cluster settings
   cluster set NAME VALUE [NAME VALUE…] [--dry-run]

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -178,7 +177,10 @@ func TestWatchSnapshotRate(t *testing.T) {
 			Match: 100, State: "replicate", EntriesPerSec: 40, Ready: true}},
 	}}
 	var b strings.Builder
-	drawWatch(&b, ms)
+	_, lines := watchLines(ms)
+	for _, l := range lines {
+		fmt.Fprintln(&b, l.text)
+	}
 	out := b.String()
 	if !strings.Contains(out, "snapshot 3.0/8.0 MB at 2.5 snapshot MB/s") {
 		t.Fatalf("no snapshot rate:\n%s", out)
@@ -188,7 +190,9 @@ func TestWatchSnapshotRate(t *testing.T) {
 	if !strings.Contains(out, "]  37.5% of the snapshot  lag 90") {
 		t.Fatalf("the bar does not follow the snapshot's bytes:\n%s", out)
 	}
-	if strings.Count(out, "MB/s") != 1 || !strings.Contains(out, "40 entries/s") {
+	// A ready member's rate is left out: at steady state it would change
+	// the line (and so print it) every round.
+	if strings.Count(out, "MB/s") != 1 || strings.Contains(out, "40 entries/s") {
 		t.Fatalf("watch:\n%s", out)
 	}
 }
@@ -207,7 +211,7 @@ func TestMemberListContact(t *testing.T) {
 	printMembers(&b, ms)
 	out := b.String()
 	lines := strings.Split(out, "\n")
-	if len(lines) < 4 || !strings.HasSuffix(lines[2], "yes    (quiesced: contact via its host)") ||
+	if len(lines) < 4 || !strings.HasSuffix(lines[2], "yes    (via host)") ||
 		!strings.HasSuffix(lines[3], "yes") {
 		t.Fatalf("member list:\n%s", out)
 	}
@@ -303,8 +307,8 @@ func TestMemberUpdate(t *testing.T) {
 	}
 }
 
-// TestWatchWritesNoEscapesIntoAFile: member watch clears the screen only
-// on a terminal, never into a pipe or a file.
+// TestWatchWritesNoEscapesIntoAFile: member watch never clears the screen
+// (it prints changes only), so nothing but text reaches a pipe or a file.
 func TestWatchWritesNoEscapesIntoAFile(t *testing.T) {
 	f := newFakeServer(t)
 	var out bytes.Buffer
@@ -316,14 +320,6 @@ func TestWatchWritesNoEscapesIntoAFile(t *testing.T) {
 	}
 	if out.Len() == 0 || strings.Contains(out.String(), "\x1b[") {
 		t.Fatalf("watch into a buffer: %q", out.String())
-	}
-	file, err := os.CreateTemp(t.TempDir(), "watch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	if isTerminal(file) || isTerminal(&out) {
-		t.Fatal("a file or a buffer taken for a terminal")
 	}
 }
 

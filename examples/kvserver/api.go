@@ -183,6 +183,14 @@ type memberJSON struct {
 	Outgoing   bool          `json:"outgoing,omitempty"`
 	Refused    string        `json:"refused,omitempty"`
 	Progress   *progressJSON `json:"progress,omitempty"`
+	// RelayedBy is the member that hands the leader's appends and
+	// heartbeats on to this standby (--relay on the leader); absent when
+	// the leader feeds it directly, or when relays are not known (the
+	// answer did not come from the leader: RelaysKnown).
+	RelayedBy uint64 `json:"relayed_by,omitempty"`
+	// Relaying is how many standbys this member hands the leader's
+	// messages on to now (absent: none).
+	Relaying int `json:"relaying,omitempty"`
 }
 
 type progressJSON struct {
@@ -209,12 +217,16 @@ type progressJSON struct {
 }
 
 type membersJSON struct {
-	Leader    uint64       `json:"leader"`
-	Joint     bool         `json:"joint"`
-	Index     uint64       `json:"index"`
-	LastIndex uint64       `json:"last_index"`
-	Waiting   string       `json:"waiting,omitempty"`
-	Members   []memberJSON `json:"members"`
+	Leader    uint64 `json:"leader"`
+	Joint     bool   `json:"joint"`
+	Index     uint64 `json:"index"`
+	LastIndex uint64 `json:"last_index"`
+	Waiting   string `json:"waiting,omitempty"`
+	// RelaysKnown reports that relayed_by and relaying are set: only the
+	// leader knows its relays, so a member that is not the leader answers
+	// false (ask the leader's client_addr for them).
+	RelaysKnown bool         `json:"relays_known"`
+	Members     []memberJSON `json:"members"`
 }
 
 func toMembersJSON(m raft.Membership) membersJSON {
@@ -261,7 +273,33 @@ func (s *server) listMembers(w http.ResponseWriter, r *http.Request, _ url.Value
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toMembersJSON(m))
+	out := toMembersJSON(m)
+	if m.Leader == s.o.id {
+		// The relays are the leader's choice, in its Status only (the
+		// Membership forwarded from the leader does not carry them). If
+		// leadership moved in between, they are left unknown.
+		if st, err := s.h.Status(ctx); err == nil && st.Role == raft.RoleLeader {
+			addRelays(&out, st)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// addRelays sets each member's relay and each relay's count of standbys
+// from the leader's status.
+func addRelays(out *membersJSON, st raft.Status) {
+	fed := map[uint64]int{}
+	for _, p := range st.Progress {
+		if p.RelayedBy != 0 {
+			fed[p.RelayedBy]++
+		}
+	}
+	for i := range out.Members {
+		m := &out.Members[i]
+		m.RelayedBy = st.Progress[m.ID].RelayedBy
+		m.Relaying = fed[m.ID]
+	}
+	out.RelaysKnown = true
 }
 
 // changeJSON answers an accepted membership change.
@@ -637,6 +675,15 @@ type statusJSON struct {
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	ClusterID    string `json:"cluster_id"`
+	// Relay is this member's --relay (whether, as the leader, it feeds
+	// standbys through relays).
+	Relay bool `json:"relay"`
+	// RelayedOn counts the leader's messages this member handed on to
+	// standbys as a relay.
+	RelayedOn uint64 `json:"relayed_on"`
+	// RelayedStandbys is, on the leader, how many standbys it feeds
+	// through relays now (0 elsewhere).
+	RelayedStandbys int `json:"relayed_standbys"`
 }
 
 func (s *server) status(w http.ResponseWriter, r *http.Request, _ url.Values) {
@@ -650,7 +697,20 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, _ url.Values) {
 	writeJSON(w, http.StatusOK, statusJSON{
 		ID: st.ID, Role: roleName(st.Role), Term: st.Term, Leader: st.Leader,
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, ClusterID: fmt.Sprintf("%x", s.h.ClusterID()),
+		Relay: s.o.relay, RelayedOn: st.RelayedOn, RelayedStandbys: relayedStandbys(st),
 	})
+}
+
+// relayedStandbys is how many standbys the leader feeds through relays
+// (0 on a member that does not lead: its Progress is empty).
+func relayedStandbys(st raft.Status) int {
+	n := 0
+	for _, p := range st.Progress {
+		if p.RelayedBy != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // roleName is a member's role as GET /status says it.

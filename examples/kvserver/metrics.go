@@ -121,6 +121,8 @@ var (
 	descSnapSent  = prometheus.NewDesc("understudy_network_snapshot_send_duration_seconds", "Duration of snapshot sends to a peer (successes).", []string{"to"}, nil)
 	descQuiesced  = prometheus.NewDesc("understudy_group_quiesced", "1 while the group is quiesced on this member (--quiesce, the default): it neither ticks nor sends until something wakes it.", nil, nil)
 	descWakes     = prometheus.NewDesc("understudy_group_wakes_total", "Quiesced groups of this member's host woken, by cause (proposal, read, call, message, refused, nudge, leaderDead, hostDown, leaderGone, policy, hostUp).", []string{"cause"}, nil)
+	descHandedOn  = prometheus.NewDesc("understudy_relay_handed_on_total", "The leader's messages (appends, heartbeats) this member handed on to standbys as a relay.", nil, nil)
+	descRelayed   = prometheus.NewDesc("understudy_relayed_standbys", "On the leader, the standbys it feeds through relays now (--relay); 0 on the other members.", nil, nil)
 	descHostLive  = prometheus.NewDesc("understudy_peer_host_live", "1 if the host a peer runs on is live: its host link answers pings (0 also while that is not known).", []string{"peer"}, nil)
 )
 
@@ -179,7 +181,7 @@ func (c *nodeCollector) membership() (raft.Membership, bool) {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHasLeader, descIsLeader, descIsLearner, descCommitted, descApplied, descTerm,
 		descLag, descReady, descStabil, descCommits, descFsync, descSnapDur, descSnapBytes, descSnaps, descRTT, descDropped, descSent, descRecv, descSnapSent,
-		descQuiesced, descWakes, descHostLive} {
+		descQuiesced, descWakes, descHostLive, descHandedOn, descRelayed} {
 		ch <- d
 	}
 }
@@ -203,6 +205,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(st.Applied))
 		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.Term))
 		ch <- prometheus.MustNewConstMetric(descQuiesced, prometheus.GaugeValue, b2f(st.Quiesced))
+		ch <- prometheus.MustNewConstMetric(descHandedOn, prometheus.CounterValue, float64(st.RelayedOn))
+		ch <- prometheus.MustNewConstMetric(descRelayed, prometheus.GaugeValue, float64(relayedStandbys(st)))
 	}
 	if host := h.Host(); host != nil && host.Scheduler() != nil {
 		wakes := host.Scheduler().Stats().Wakes

@@ -15,6 +15,7 @@ import (
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
 )
 
@@ -71,12 +72,14 @@ func run(ctx context.Context, o *options) error {
 		ClusterToken:    o.clusterToken,
 		ForceNewCluster: o.forceNew,
 		TLS:             o.peerTLS,
+		Storage:         storage.Options{NoSync: o.noFsync},
 		Logger:          log,
 		Raft: raft.Config{
 			SnapshotCount:    o.snapshotCount,
 			Membership:       settings,
 			ManualMembership: !o.autoPromote,
 			TickInterval:     o.tick,
+			Relay:            o.relay,
 		},
 		// On by default: the group runs on a Host (Start), whose host
 		// link's liveness vouches for quiet members.
