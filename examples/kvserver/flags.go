@@ -95,7 +95,7 @@ func parseFlags(args []string) (*options, error) {
 		maxBody        = fs.Int64("max-body", 1<<20, "largest request body in bytes (larger: 413)")
 		snapshotRate   = fs.Int64("snapshot-bytes-per-sec", 0, "bound on the rate of the snapshots this member streams to others (0: none)")
 		quiesce        = fs.Bool("quiesce", true, "let the group stop ticking and sending while idle (raft.Config.Quiesce; host liveness then vouches for quiet members); --quiesce=false keeps it ticking")
-		relay          = fs.Bool("relay", false, "as the leader, feed standbys through relays: each entry leaves the leader once per relay, not once per standby (raft.Config.Relay; the library's default, off); a member hands on what a leader sends it either way")
+		relay          = fs.Bool("relay", true, "as the leader, feed standbys through relays: each entry leaves the leader once per relay, not once per standby (the library's default for a host's groups; --relay=false sets Config.DisableRelay); a member hands on what a leader sends it either way")
 		noFsync        = fs.Bool("unsafe-no-fsync", false, "UNSAFE, tests and demos only: skip every fsync (a crash can lose what this member acknowledged; never on a member that may vote)")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")

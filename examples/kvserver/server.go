@@ -79,12 +79,13 @@ func run(ctx context.Context, o *options) error {
 			Membership:       settings,
 			ManualMembership: !o.autoPromote,
 			TickInterval:     o.tick,
-			Relay:            o.relay,
 		},
 		// On by default: the group runs on a Host (Start), whose host
 		// link's liveness vouches for quiet members.
 		DisableQuiescence: !o.quiesce,
-		Transport:         transport.Config{SnapshotBytesPerSec: o.snapshotRate},
+		// On by default too: each entry leaves the leader once per relay.
+		DisableRelay: !o.relay,
+		Transport:    transport.Config{SnapshotBytesPerSec: o.snapshotRate},
 	}
 	if o.join {
 		cfg.Join = o.peers
