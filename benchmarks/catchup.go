@@ -105,6 +105,10 @@ type CatchUpResult struct {
 	// BaselineSecond is the median one-second slice of Baseline by p99:
 	// a steady second, to hold Busiest against.
 	BaselineSecond Result
+	// BaselineBusiest is the baseline's one-second slice with the highest
+	// p99: how bad a second gets without a join (the members' own periodic
+	// snapshots land in some).
+	BaselineBusiest Result
 	// Check is CheckLearner's outcome (nil: the learner's state equals the
 	// leader's); only run if it caught up.
 	Check error
@@ -259,7 +263,7 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	res.Baseline = w.window(from, to)
 	if s := w.seconds(from, to); len(s) > 0 {
 		slices.SortStableFunc(s, func(a, b Result) int { return cmp.Compare(a.Percentile(99), b.Percentile(99)) })
-		res.BaselineSecond = s[len(s)/2]
+		res.BaselineSecond, res.BaselineBusiest = s[len(s)/2], s[len(s)-1]
 	}
 	return res, nil
 }

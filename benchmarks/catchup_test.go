@@ -116,6 +116,9 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.ReportMetric(float64(res.Snapshots.Failed), "snaps-failed")
 			b.ReportMetric(float64(res.Snapshots.Bytes)/1e6, "snap-MB-sent")
 			b.ReportMetric(float64(res.Snapshots.Restored), "snaps-restored")
+			if res.Snapshots.SendTime > 0 {
+				b.ReportMetric(float64(res.Snapshots.Bytes)/1e6/res.Snapshots.SendTime.Seconds(), "snap-MB/s")
+			}
 			b.ReportMetric(float64(res.LeaderSnapshots), "leader-snaps")
 			reportWindow(b, "during", res.During)
 			b.ReportMetric(float64(res.Busiest.Percentile(99).Microseconds()), "busiest-p99-µs")
@@ -125,6 +128,7 @@ func BenchmarkCatchUp(b *testing.B) {
 				reportWindow(b, "base", res.Baseline)
 				b.ReportMetric(float64(res.BaselineSecond.Percentile(99).Microseconds()), "base-second-p99-µs")
 				b.ReportMetric(res.BaselineSecond.WritesPerSec(), "base-second-writes/s")
+				b.ReportMetric(float64(res.BaselineBusiest.Percentile(99).Microseconds()), "base-busiest-p99-µs")
 				b.ReportMetric(res.P99Ratio(), "p99-ratio")
 				b.ReportMetric(res.BusiestP99Ratio(), "busiest-p99-ratio")
 			}

@@ -153,8 +153,9 @@ func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raf
 	tr, err := transport.New(transport.Config{
 		ID: id, ClusterID: understudyClusterID, Listener: ln,
 		Handler: node.PeerHandler(), Snapshots: store, Logger: logger,
-		SnapshotBytesPerSec: *snapshotRate,
-		LearnerBatchDelay:   *learnerDelay,
+		SnapshotBytesPerSec:        *snapshotRate,
+		LearnerSnapshotBytesPerSec: *learnerSnapshotRate,
+		LearnerBatchDelay:          *learnerDelay,
 	})
 	if err != nil {
 		ln.Close()
@@ -313,6 +314,7 @@ func (c *understudyCluster) SnapshotsToLearner() SnapshotStats {
 				s.Sent += p.SnapshotsSent
 				s.Failed += p.SnapshotsFailed
 				s.Bytes += p.SnapshotBytesSent
+				s.SendTime += p.SnapshotSendDuration.Sum
 			}
 		}
 	}
@@ -350,6 +352,10 @@ func (c *understudyCluster) RemoveLearner(ctx context.Context) error {
 // snapshotRate is transport.Config.SnapshotBytesPerSec for understudy's
 // members (0, the default: no limit).
 var snapshotRate = flag.Int64("understudy.snaprate", 0, "understudy members' transport.Config.SnapshotBytesPerSec (0: no limit)")
+
+// learnerSnapshotRate is transport.Config.LearnerSnapshotBytesPerSec for
+// understudy's members (0: the default; negative: no pacing).
+var learnerSnapshotRate = flag.Int64("understudy.learnersnaprate", 0, "understudy members' transport.Config.LearnerSnapshotBytesPerSec (0: the default, negative: no pacing)")
 
 // learnerDelay is transport.Config.LearnerBatchDelay for understudy's
 // members (0: the default; negative: no gathering).
