@@ -89,6 +89,12 @@ func windowProfiles(tb testing.TB, name string) func() func() {
 // a window as long, after the learner was removed), load-writes/s and
 // state-MB. During against with is what the catch-up itself costs; with
 // against base what one more member costs on the same CPUs and disk.
+// busiest-* are the catch-up window's one-second slice with the highest
+// p99, base-second-* the baseline's median second (base-busiest-p99-µs its
+// worst), p99-ratio is during-p99 / base-p99 and busiest-p99-ratio
+// busiest-p99 / base-second-p99; snap-MB/s is the stream's rate (understudy).
+// -understudy.learnerproc runs understudy's learner in a process of its
+// own; -catchup.trace and -catchup.cpuprofile cover the catch-up window.
 func BenchmarkCatchUp(b *testing.B) {
 	for _, sys := range Systems {
 		b.Run("system="+sys.Name, func(b *testing.B) {
