@@ -295,6 +295,10 @@ func (c *Config) versions() (lo, hi uint16) {
 	return wire.MinVersion, wire.MaxVersion
 }
 
+// DefaultLearnerSnapshotBytesPerSec is LearnerSnapshotBytesPerSec's
+// default: 64 MiB/s, about half of a 1 Gbit/s link.
+const DefaultLearnerSnapshotBytesPerSec = 64 << 20
+
 // Defaults of the tuning fields.
 const (
 	DefaultGroupID                = 1
@@ -305,14 +309,11 @@ const (
 	DefaultMaxFrameSize           = 64 << 20
 	DefaultSnapshotChunkSize      = 256 << 10
 	DefaultMaxConcurrentSnapshots = 2
-	// DefaultLearnerSnapshotBytesPerSec is LearnerSnapshotBytesPerSec's
-	// default: 64 MiB/s.
-	DefaultLearnerSnapshotBytesPerSec = 64 << 20
-	DefaultDialTimeout                = 5 * time.Second
-	DefaultHandshakeTimeout           = 5 * time.Second
-	DefaultReadTimeout                = 15 * time.Second
-	DefaultWriteTimeout               = 10 * time.Second
-	DefaultPingInterval               = time.Second
+	DefaultDialTimeout            = 5 * time.Second
+	DefaultHandshakeTimeout       = 5 * time.Second
+	DefaultReadTimeout            = 15 * time.Second
+	DefaultWriteTimeout           = 10 * time.Second
+	DefaultPingInterval           = time.Second
 	// DefaultLivenessPings is LivenessTimeout's default, in PingIntervals.
 	DefaultLivenessPings      = 3
 	DefaultSnapshotAckTimeout = time.Minute
