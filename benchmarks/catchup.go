@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,10 @@ type CatchUpConfig struct {
 	LearnerDir string
 	// Logf, if set, reports progress.
 	Logf func(format string, args ...any)
+	// Window, if set, is called when the catch-up window starts (right
+	// before the learner is added) and returns what to call when it ends:
+	// for a trace or profile of the window alone.
+	Window func() (end func())
 }
 
 // CatchUpResult is what RunCatchUp measured.
@@ -91,6 +96,19 @@ type CatchUpResult struct {
 	// Baseline is the writes that started during a window of the same
 	// length after the learner was removed (measured only if it caught up).
 	Baseline Result
+	// Busiest is the one-second slice of During (slices from the learner's
+	// addition, whole seconds only) with the highest p99: what the writers
+	// feel at the worst moment of the join, which a whole-window p99 dilutes.
+	// BusiestAt is when it starts, from the addition.
+	Busiest   Result
+	BusiestAt time.Duration
+	// BaselineSecond is the median one-second slice of Baseline by p99:
+	// a steady second, to hold Busiest against.
+	BaselineSecond Result
+	// BaselineBusiest is the baseline's one-second slice with the highest
+	// p99: how bad a second gets without a join (the members' own periodic
+	// snapshots land in some).
+	BaselineBusiest Result
 	// Check is CheckLearner's outcome (nil: the learner's state equals the
 	// leader's); only run if it caught up.
 	Check error
@@ -160,9 +178,14 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	epoch = time.Now()
 	w := startWriters(ctx, c, cfg.Writers, epoch, steady)
 	sleep(ctx, cfg.LeadIn)
+	endWindow := func() {}
+	if cfg.Window != nil {
+		endWindow = cfg.Window()
+	}
 	addAt := time.Since(epoch)
 	target, err := c.AddLearner(ctx, cfg.LearnerDir)
 	if err != nil {
+		endWindow()
 		w.halt()
 		return res, err
 	}
@@ -187,7 +210,11 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	endAt := max(caughtAt, addAt+cfg.MinWindow)
 	steadyAt := endAt + (endAt - addAt)
 	if res.CaughtUp {
-		sleep(ctx, steadyAt-caughtAt)
+		sleep(ctx, endAt-caughtAt)
+		endWindow()
+		sleep(ctx, steadyAt-endAt)
+	} else {
+		endWindow()
 	}
 	w.halt()
 	res.During = w.window(addAt, endAt)
@@ -196,6 +223,11 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	}
 	for from := addAt; from < endAt; from += TimelineStep {
 		res.Timeline = append(res.Timeline, w.window(from, min(from+TimelineStep, endAt)))
+	}
+	for i, r := range w.seconds(addAt, endAt) {
+		if i == 0 || r.Percentile(99) > res.Busiest.Percentile(99) {
+			res.Busiest, res.BusiestAt = r, time.Duration(i)*time.Second
+		}
 	}
 	if !res.CaughtUp {
 		logf("the learner did not catch up within %s: applied %d of %d", cfg.Timeout, res.LearnerApplied, target)
@@ -229,7 +261,44 @@ func RunCatchUp(ctx context.Context, c Cluster, cfg CatchUpConfig) (CatchUpResul
 	to := time.Since(epoch)
 	w.halt()
 	res.Baseline = w.window(from, to)
+	if s := w.seconds(from, to); len(s) > 0 {
+		slices.SortStableFunc(s, func(a, b Result) int { return cmp.Compare(a.Percentile(99), b.Percentile(99)) })
+		res.BaselineSecond, res.BaselineBusiest = s[len(s)/2], s[len(s)-1]
+	}
 	return res, nil
+}
+
+// P99Ratio is the p99 of the writes during the catch-up against the
+// baseline's (0 without a baseline).
+func (r CatchUpResult) P99Ratio() float64 {
+	return ratio(r.During.Percentile(99), r.Baseline.Percentile(99))
+}
+
+// BusiestP99Ratio is the p99 of the busiest second of the catch-up against
+// that of the baseline's median second (0 without a baseline).
+func (r CatchUpResult) BusiestP99Ratio() float64 {
+	return ratio(r.Busiest.Percentile(99), r.BaselineSecond.Percentile(99))
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// seconds returns the writes that started in [from, to) in slices of one
+// second from from; a last slice shorter than a second is left out, unless
+// it is the only one.
+func (w *writers) seconds(from, to time.Duration) []Result {
+	var s []Result
+	for at := from; at+time.Second <= to; at += time.Second {
+		s = append(s, w.window(at, at+time.Second))
+	}
+	if len(s) == 0 && to > from {
+		s = append(s, w.window(from, to))
+	}
+	return s
 }
 
 // TimelineStep is the length of a CatchUpResult.Timeline slice.

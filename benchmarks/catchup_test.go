@@ -5,7 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +22,51 @@ var (
 	catchUpLeadIn  = flag.Duration("catchup.leadin", time.Second, "BenchmarkCatchUp: writers run this long before each measured window")
 	catchUpTimeout = flag.Duration("catchup.timeout", 5*time.Minute, "BenchmarkCatchUp: give up on the catch-up after this long")
 	catchUpWindow  = flag.Duration("catchup.window", 5*time.Second, "BenchmarkCatchUp: the shortest measured window (during and baseline)")
+	catchUpTrace   = flag.String("catchup.trace", "", "BenchmarkCatchUp: write a runtime/trace of each catch-up window to this file, suffixed with the system's name")
+	catchUpProfile = flag.String("catchup.cpuprofile", "", "BenchmarkCatchUp: write a CPU profile of each catch-up window to this file, suffixed with the system's name")
 )
+
+// windowProfiles returns a CatchUpConfig.Window that traces and profiles
+// the catch-up window as -catchup.trace and -catchup.cpuprofile ask (nil if
+// neither), writing to those files suffixed with "." + name. A CPU profile
+// asked with -cpuprofile too cannot start (one at a time): it is reported.
+func windowProfiles(tb testing.TB, name string) func() func() {
+	if *catchUpTrace == "" && *catchUpProfile == "" {
+		return nil
+	}
+	create := func(path string) *os.File {
+		f, err := os.Create(path + "." + name)
+		if err != nil {
+			tb.Error(err)
+			return nil
+		}
+		return f
+	}
+	return func() func() {
+		var ends []func()
+		if *catchUpTrace != "" {
+			if f := create(*catchUpTrace); f != nil {
+				if err := trace.Start(f); err != nil {
+					tb.Error(err)
+				}
+				ends = append(ends, func() { trace.Stop(); _ = f.Close() })
+			}
+		}
+		if *catchUpProfile != "" {
+			if f := create(*catchUpProfile); f != nil {
+				if err := pprof.StartCPUProfile(f); err != nil {
+					tb.Error(err)
+				}
+				ends = append(ends, func() { pprof.StopCPUProfile(); _ = f.Close() })
+			}
+		}
+		return func() {
+			for _, end := range ends {
+				end()
+			}
+		}
+	}
+}
 
 // BenchmarkCatchUp runs the learner catch-up scenario (RunCatchUp) once per
 // system, understudy then hashicorp, each on a fresh three-member cluster
@@ -42,12 +89,19 @@ var (
 // a window as long, after the learner was removed), load-writes/s and
 // state-MB. During against with is what the catch-up itself costs; with
 // against base what one more member costs on the same CPUs and disk.
+// busiest-* are the catch-up window's one-second slice with the highest
+// p99, base-second-* the baseline's median second (base-busiest-p99-µs its
+// worst), p99-ratio is during-p99 / base-p99 and busiest-p99-ratio
+// busiest-p99 / base-second-p99; snap-MB/s is the stream's rate (understudy).
+// -understudy.learnerproc runs understudy's learner in a process of its
+// own; -catchup.trace and -catchup.cpuprofile cover the catch-up window.
 func BenchmarkCatchUp(b *testing.B) {
 	for _, sys := range Systems {
 		b.Run("system="+sys.Name, func(b *testing.B) {
 			cfg := CatchUpConfig{
 				Keys: *catchUpKeys, ValueSize: *catchUpValue, Writers: *catchUpWriters,
 				LeadIn: *catchUpLeadIn, Timeout: *catchUpTimeout, MinWindow: *catchUpWindow,
+				Window: windowProfiles(b, sys.Name),
 			}
 			res := runCatchUp(b, sys, cfg)
 			if res.CaughtUp && res.Check != nil {
@@ -68,11 +122,21 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.ReportMetric(float64(res.Snapshots.Failed), "snaps-failed")
 			b.ReportMetric(float64(res.Snapshots.Bytes)/1e6, "snap-MB-sent")
 			b.ReportMetric(float64(res.Snapshots.Restored), "snaps-restored")
+			if res.Snapshots.SendTime > 0 {
+				b.ReportMetric(float64(res.Snapshots.Bytes)/1e6/res.Snapshots.SendTime.Seconds(), "snap-MB/s")
+			}
 			b.ReportMetric(float64(res.LeaderSnapshots), "leader-snaps")
 			reportWindow(b, "during", res.During)
+			b.ReportMetric(float64(res.Busiest.Percentile(99).Microseconds()), "busiest-p99-µs")
+			b.ReportMetric(res.Busiest.WritesPerSec(), "busiest-writes/s")
 			if res.CaughtUp {
 				reportWindow(b, "with", res.WithLearner)
 				reportWindow(b, "base", res.Baseline)
+				b.ReportMetric(float64(res.BaselineSecond.Percentile(99).Microseconds()), "base-second-p99-µs")
+				b.ReportMetric(res.BaselineSecond.WritesPerSec(), "base-second-writes/s")
+				b.ReportMetric(float64(res.BaselineBusiest.Percentile(99).Microseconds()), "base-busiest-p99-µs")
+				b.ReportMetric(res.P99Ratio(), "p99-ratio")
+				b.ReportMetric(res.BusiestP99Ratio(), "busiest-p99-ratio")
 			}
 		})
 	}
@@ -132,6 +196,8 @@ func logCatchUp(tb testing.TB, name string, cfg CatchUpConfig, res CatchUpResult
 	if res.CaughtUp {
 		tb.Logf("%s: with learner     (%s): %s", name, res.WithLearner.Elapsed.Round(time.Millisecond), win(res.WithLearner))
 		tb.Logf("%s: without learner  (%s): %s", name, res.Baseline.Elapsed.Round(time.Millisecond), win(res.Baseline))
+		tb.Logf("%s: busiest second of the catch-up (from %s after the addition): %s; the baseline's median second: %s; p99 during/without %.2fx, busiest/median second %.2fx",
+			name, res.BusiestAt, win(res.Busiest), win(res.BaselineSecond), res.P99Ratio(), res.BusiestP99Ratio())
 		if res.Check == nil {
 			tb.Logf("%s: the learner's state equals the leader's", name)
 		}

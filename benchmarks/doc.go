@@ -103,6 +103,10 @@ type SnapshotStats struct {
 	// from: fewer than Sent when the receiver stored a snapshot that raft
 	// then ignored.
 	Restored uint64
+	// SendTime is the time the accepted snapshots took to send, from the
+	// sender's dial to the receiver's ack (0: not measured): Bytes /
+	// SendTime is the stream's rate on the link.
+	SendTime time.Duration
 	// How says where the figures come from.
 	How string
 }

@@ -58,6 +58,9 @@ type understudyCluster struct {
 	members []*usMember
 	leader  *usMember
 	learner *usMember
+	// proc is the learner when it runs in a process of its own
+	// (-understudy.learnerproc).
+	proc *learnerProc
 }
 
 // understudyLearnerID is the ID of the member AddLearner adds.
@@ -153,8 +156,9 @@ func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raf
 	tr, err := transport.New(transport.Config{
 		ID: id, ClusterID: understudyClusterID, Listener: ln,
 		Handler: node.PeerHandler(), Snapshots: store, Logger: logger,
-		SnapshotBytesPerSec: *snapshotRate,
-		LearnerBatchDelay:   *learnerDelay,
+		SnapshotBytesPerSec:        *snapshotRate,
+		LearnerSnapshotBytesPerSec: *learnerSnapshotRate,
+		LearnerBatchDelay:          *learnerDelay,
 	})
 	if err != nil {
 		ln.Close()
@@ -221,6 +225,9 @@ func (c *understudyCluster) Close() error {
 	var errs []error
 	// The learner, then the followers, so that the leader's hand-off on Stop
 	// is not attempted towards members that are about to stop too.
+	if c.proc != nil {
+		errs = append(errs, c.proc.stop(ctx))
+	}
 	var ms []*usMember
 	if c.learner != nil {
 		ms = append(ms, c.learner)
@@ -264,8 +271,11 @@ func (m *usMember) stop(ctx context.Context) error {
 // in join mode (empty storage, no InitialMembers; its transport is given
 // the members' addresses, as examples/demo does).
 func (c *understudyCluster) AddLearner(ctx context.Context, dir string) (uint64, error) {
-	if c.learner != nil {
+	if c.learner != nil || c.proc != nil {
 		return 0, errors.New("understudy: a learner was already added")
+	}
+	if *learnerProcess {
+		return c.addLearnerProc(ctx, dir)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -281,11 +291,7 @@ func (c *understudyCluster) AddLearner(ctx context.Context, dir string) (uint64,
 		ln.Close()
 		return 0, err
 	}
-	var seeds []raft.Member
-	for _, m := range c.members {
-		seeds = append(seeds, raft.Member{ID: m.id, PeerAddr: m.tr.Addr().String()})
-	}
-	mem, err := startUnderstudyMember(understudyLearnerID, dir, ln, nil, c.profile, c.logger, seeds...)
+	mem, err := startUnderstudyMember(understudyLearnerID, dir, ln, nil, c.profile, c.logger, c.seeds()...)
 	if err != nil {
 		return 0, fmt.Errorf("understudy: starting the learner: %w", err)
 	}
@@ -293,9 +299,46 @@ func (c *understudyCluster) AddLearner(ctx context.Context, dir string) (uint64,
 	return st.Commit, nil
 }
 
+// seeds are the members' addresses, for a joiner's transport.
+func (c *understudyCluster) seeds() []raft.Member {
+	var seeds []raft.Member
+	for _, m := range c.members {
+		seeds = append(seeds, raft.Member{ID: m.id, PeerAddr: m.tr.Addr().String()})
+	}
+	return seeds
+}
+
+// addLearnerProc is AddLearner with the learner in a child process: the
+// child listens, the leader adds it, then the child starts its member.
+func (c *understudyCluster) addLearnerProc(ctx context.Context, dir string) (uint64, error) {
+	p, err := startLearnerProc(dir)
+	if err != nil {
+		return 0, err
+	}
+	c.proc = p
+	if err := c.leader.node.AddLearner(ctx, raft.Member{ID: understudyLearnerID, PeerAddr: p.addr}); err != nil {
+		return 0, fmt.Errorf("understudy: AddLearner: %w", err)
+	}
+	st, err := c.leader.node.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	line := "start"
+	for _, s := range c.seeds() {
+		line += fmt.Sprintf(" %d=%s", s.ID, s.PeerAddr)
+	}
+	if err := p.send(line); err != nil {
+		return 0, fmt.Errorf("understudy: starting the learner process: %w", err)
+	}
+	return st.Commit, nil
+}
+
 func (c *understudyCluster) SnapshotsTaken() uint64 { return c.leader.sm.snapshots.Load() }
 
 func (c *understudyCluster) LearnerApplied() uint64 {
+	if c.proc != nil {
+		return c.proc.applied.Load()
+	}
 	if c.learner == nil {
 		return 0
 	}
@@ -313,16 +356,33 @@ func (c *understudyCluster) SnapshotsToLearner() SnapshotStats {
 				s.Sent += p.SnapshotsSent
 				s.Failed += p.SnapshotsFailed
 				s.Bytes += p.SnapshotBytesSent
+				s.SendTime += p.SnapshotSendDuration.Sum
 			}
 		}
 	}
 	if c.learner != nil {
 		s.Restored = c.learner.sm.restores.Load()
 	}
+	if c.proc != nil {
+		s.Restored = c.proc.restores.Load()
+	}
 	return s
 }
 
 func (c *understudyCluster) CheckLearner(ctx context.Context) error {
+	if c.proc != nil {
+		if err := c.leader.node.ReadBarrier(ctx); err != nil {
+			return fmt.Errorf("understudy: leader read barrier: %w", err)
+		}
+		want := stateHash(c.leader.sm.Clone())
+		return waitSameState(ctx, c.leader.node.AppliedIndex(), c.proc.applied.Load, func() error {
+			_, h, err := c.proc.state(ctx)
+			if err == nil && h != want {
+				err = fmt.Errorf("the learner's state hash %x, the leader's %x", h, want)
+			}
+			return err
+		})
+	}
 	if c.learner == nil {
 		return errors.New("understudy: no learner")
 	}
@@ -336,11 +396,16 @@ func (c *understudyCluster) CheckLearner(ctx context.Context) error {
 }
 
 func (c *understudyCluster) RemoveLearner(ctx context.Context) error {
-	if c.learner == nil {
+	if c.learner == nil && c.proc == nil {
 		return nil
 	}
 	if err := c.leader.node.RemoveMember(ctx, understudyLearnerID); err != nil {
 		return fmt.Errorf("understudy: RemoveMember: %w", err)
+	}
+	if c.proc != nil {
+		err := c.proc.stop(ctx)
+		c.proc = nil
+		return err
 	}
 	err := c.learner.stop(ctx)
 	c.learner = nil
@@ -350,6 +415,10 @@ func (c *understudyCluster) RemoveLearner(ctx context.Context) error {
 // snapshotRate is transport.Config.SnapshotBytesPerSec for understudy's
 // members (0, the default: no limit).
 var snapshotRate = flag.Int64("understudy.snaprate", 0, "understudy members' transport.Config.SnapshotBytesPerSec (0: no limit)")
+
+// learnerSnapshotRate is transport.Config.LearnerSnapshotBytesPerSec for
+// understudy's members (0: the default; negative: no pacing).
+var learnerSnapshotRate = flag.Int64("understudy.learnersnaprate", 0, "understudy members' transport.Config.LearnerSnapshotBytesPerSec (0: the default, negative: no pacing)")
 
 // learnerDelay is transport.Config.LearnerBatchDelay for understudy's
 // members (0: the default; negative: no gathering).

@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/time/rate"
 
 	"github.com/understudy-raft/understudy/internal/wire"
 )
@@ -122,6 +123,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return 0, fmt.Errorf("transport: sending snapshot header: %w", err)
 	}
 	buf := make([]byte, wire.HeaderSize+int(min(int64(t.cfg.SnapshotChunkSize), max(size, 1))))
+	paced := learnerPacer(t.cfg, p.learner.Load(), len(buf)-wire.HeaderSize)
 	var crc uint32
 	index := m.GetSnapshot().GetMetadata().GetIndex()
 	for sent := int64(0); sent < size; {
@@ -130,6 +132,11 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		if t.snapRate != nil {
 			if err := t.snapRate.WaitN(ctx, n); err != nil {
 				return sent, fmt.Errorf("transport: snapshot rate limit: %w", err)
+			}
+		}
+		if paced != nil {
+			if err := paced.WaitN(ctx, n); err != nil {
+				return sent, fmt.Errorf("transport: pacing a learner's snapshot: %w", err)
 			}
 		}
 		frame := buf[:wire.HeaderSize+n]
@@ -162,6 +169,19 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return size, &RemoteError{Peer: p.id, Message: string(text)}
 	}
 	return size, nil
+}
+
+// learnerPacer returns the limiter that paces one snapshot stream to a
+// learner (Config.LearnerSnapshotBytesPerSec), nil for a voter or when
+// pacing is off. Its burst is one chunk, so the stream is spread evenly
+// from its first byte, never sent in a burst of a second's worth.
+func learnerPacer(cfg Config, learner bool, chunk int) *rate.Limiter {
+	if !learner || cfg.LearnerSnapshotBytesPerSec <= 0 {
+		return nil
+	}
+	l := rate.NewLimiter(rate.Limit(cfg.LearnerSnapshotBytesPerSec), max(chunk, 1))
+	l.AllowN(time.Now(), max(chunk, 1)) // the bucket starts empty
+	return l
 }
 
 type eofReader struct{}
