@@ -461,9 +461,11 @@ func (k *killer) loop(ctx context.Context) {
 	for _, p := range c.all() {
 		byID[p.flags.id] = p
 	}
-	var restarts sync.WaitGroup
-	defer restarts.Wait()
-	for i := 0; sleep(ctx, c.cfg.killEvery) == nil; i++ {
+	// One member down at a time: the next kill comes killEvery after the
+	// last, and not before the last one's restart is ready (two voters
+	// down at once would be a lost quorum, not a relay's loss).
+	next := time.Now().Add(c.cfg.killEvery)
+	for i := 0; sleep(ctx, time.Until(next)) == nil; i++ {
 		var victims []uint64
 		if c.system == "understudy" {
 			if st, err := c.leader.status(ctx); err == nil {
@@ -484,18 +486,18 @@ func (k *killer) loop(ctx context.Context) {
 		slices.SortFunc(victims, cmp.Compare)
 		v := byID[victims[i%len(victims)]]
 		c.logf("kill -9 %s %d", what, v.flags.id)
+		next = time.Now().Add(c.cfg.killEvery)
 		v.kill()
 		k.mu.Lock()
 		k.killed[v.flags.id] = true
 		k.kills++
 		k.mu.Unlock()
-		restarts.Go(func() {
-			_ = sleep(context.Background(), c.cfg.killDown)
-			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := v.start(sctx); err != nil {
-				c.logf("restart %d: %v", v.flags.id, err)
-			}
-		})
+		_ = sleep(ctx, c.cfg.killDown)
+		// Started again even when the load is over: the lag waits for it.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := v.start(sctx); err != nil {
+			c.logf("restart %d: %v", v.flags.id, err)
+		}
+		cancel()
 	}
 }

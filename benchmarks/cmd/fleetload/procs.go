@@ -47,6 +47,7 @@ func (p *proc) start(ctx context.Context) error {
 	cmd := exec.Command(selfExe(), p.flags.args()...)
 	cmd.Env = append(os.Environ(), memberEnv+"=1")
 	cmd.Stderr = logf
+	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()
