@@ -1,0 +1,503 @@
+// Command fleetload measures what a fleet of standbys costs the leader
+// (issue 36, "Performance"): 3 voters with fsync on, N standbys in
+// processes of their own (without fsync: they stand in for members on
+// machines of their own), W closed-loop writers of 512-byte commands on the
+// leader; for understudy (a Host with one group, TCP on 127.0.0.1, Relay on
+// or off) and hashicorp/raft (its non-voters, configured as benchmarks'
+// Tuned profile: raft-boltdb behind LogCache(512), TCP transport).
+//
+// Per configuration it prints the leader's writes/s, p50 and p99 per write,
+// its bytes and messages sent and CPU per committed write (the leader
+// process's own counters over the measured window), their ratios to the
+// same system with no standby, and each standby's lag behind the commit:
+// for every sampled index, the time the standby applied it minus the time
+// the leader applied it (right after committing it), p50 and p99 over
+// every standby and sample.
+//
+// The same binary is every member: the driver starts itself again with
+// -role member (one process per member) and drives the members through a
+// small HTTP control endpoint each. With -kill-relays D it kills (SIGKILL)
+// a relay every D during the load and starts it again after -kill-down:
+// understudy's relays are read from the leader's Status (PeerProgress.
+// RelayedBy); hashicorp has none, so a non-voter is killed instead.
+//
+//	go run ./cmd/fleetload -standbys 0,6,12,24,48 -system understudy,hashicorp -duration 10s -rounds 2
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// memberEnv marks a member process (for the test binary, whose TestMain
+// runs the member role when it is set).
+const memberEnv = "FLEETLOAD_MEMBER"
+
+func main() {
+	args := os.Args[1:]
+	if len(args) >= 2 && args[0] == "-role" && args[1] == "member" {
+		if err := runMember(args); err != nil {
+			fmt.Fprintln(os.Stderr, "fleetload member:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cfg, err := parseFlags(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleetload:", err)
+		os.Exit(2)
+	}
+	if err := run(context.Background(), cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "fleetload:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	systems       []string
+	standbys      []int
+	writers       int
+	size          int
+	duration      time.Duration
+	warmup        time.Duration
+	rounds        int
+	relay         bool
+	killEvery     time.Duration
+	killDown      time.Duration
+	tick          time.Duration
+	electionTicks int
+	standbyFsync  bool
+	sampleEvery   uint64
+	timeout       time.Duration
+	dir           string
+	keep          bool
+	verbose       bool
+	out           io.Writer
+}
+
+func parseFlags(args []string) (*config, error) {
+	fs := flag.NewFlagSet("fleetload", flag.ContinueOnError)
+	c := &config{out: os.Stdout}
+	var systems, standbys, role string
+	fs.StringVar(&role, "role", "driver", "driver, or member (how the driver starts the member processes)")
+	fs.StringVar(&systems, "system", "understudy,hashicorp", "systems, comma-separated: understudy, hashicorp")
+	fs.StringVar(&standbys, "standbys", "0,6,12,24,48", "standby counts, comma-separated (ratios are against 0, so list it first)")
+	fs.IntVar(&c.writers, "writers", 32, "closed-loop writers on the leader")
+	fs.IntVar(&c.size, "size", 512, "bytes per write (a kv put)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured load per configuration")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
+	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every standby count for every system in turn (A B A B)")
+	fs.BoolVar(&c.relay, "relay", true, "understudy: raft.Config.Relay (standbys fed through relays)")
+	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
+	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
+	fs.DurationVar(&c.tick, "tick", 10*time.Millisecond, "understudy's raft tick (heartbeat every tick; benchmarks.UnderstudyTick)")
+	fs.IntVar(&c.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
+	fs.BoolVar(&c.standbyFsync, "standby-fsync", false, "fsync on the standbys too")
+	fs.Uint64Var(&c.sampleEvery, "sample-every", 8, "lag: sample every index divisible by this")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "bound on one configuration, start to end")
+	fs.StringVar(&c.dir, "dir", "", "where the members' data dirs go (default: the system's temp dir)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the data dirs and member logs")
+	fs.BoolVar(&c.verbose, "v", false, "print each configuration's steps")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	for s := range strings.SplitSeq(systems, ",") {
+		if s != "understudy" && s != "hashicorp" {
+			return nil, fmt.Errorf("-system: unknown %q", s)
+		}
+		c.systems = append(c.systems, s)
+	}
+	for s := range strings.SplitSeq(standbys, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-standbys: bad count %q", s)
+		}
+		c.standbys = append(c.standbys, n)
+	}
+	if c.writers < 1 || c.size < 64 || c.duration <= 0 || c.rounds < 1 || c.sampleEvery == 0 {
+		return nil, errors.New("-writers and -rounds must be positive, -size at least 64, -duration positive")
+	}
+	return c, nil
+}
+
+// result is one configuration's figures.
+type result struct {
+	system      string
+	standbys    int
+	load        loadResult
+	relayed     int // standbys fed through a relay at the load's start
+	kills       int
+	lagP50      time.Duration
+	lagP99      time.Duration
+	lagSamples  int
+	lagMissing  int // sampled indexes a standby had not applied by the end
+	lagStandbys int // standbys whose lag is counted: those never killed
+}
+
+func (r result) perSec() float64 { return float64(r.load.Writes) / r.load.Elapsed.Seconds() }
+func (r result) bytesPer() float64 {
+	return float64(r.load.Bytes) / float64(max(r.load.Writes, 1))
+}
+func (r result) msgsPer() float64 { return float64(r.load.Msgs) / float64(max(r.load.Writes, 1)) }
+func (r result) cpuPer() float64 {
+	return float64(r.load.CPU) / float64(time.Millisecond) / float64(max(r.load.Writes, 1))
+}
+
+func run(ctx context.Context, cfg *config) error {
+	tw := tabwriter.NewWriter(cfg.out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tstandbys\trelayed\tkills\twrites/s\tp50 ms\tp99 ms\tB/write\tmsgs/write\tCPU ms/write\tB x0\tCPU x0\twrites/s x0\tlag p50 ms\tlag p99 ms\t")
+	tw.Flush()
+	for round := range cfg.rounds {
+		base := map[string]result{}
+		for _, n := range cfg.standbys {
+			for _, sys := range cfg.systems {
+				r, err := runOne(ctx, cfg, sys, n)
+				if err != nil {
+					return fmt.Errorf("round %d, %s with %d standbys: %w", round+1, sys, n, err)
+				}
+				if n == 0 {
+					base[sys] = r
+				}
+				printRow(tw, r, base[sys])
+				tw.Flush()
+			}
+		}
+	}
+	return nil
+}
+
+func printRow(w io.Writer, r, base result) {
+	ratio := func(a, b float64) string {
+		if base.load.Writes == 0 || b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+	relayed := "-"
+	if r.system == "understudy" {
+		relayed = fmt.Sprint(r.relayed)
+	}
+	lag50, lag99 := "-", "-"
+	if r.lagSamples > 0 {
+		lag50, lag99 = ms(r.lagP50), ms(r.lagP99)
+		if r.lagMissing > 0 {
+			lag99 += fmt.Sprintf(" (%d missing)", r.lagMissing)
+		}
+	}
+	fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%.0f\t%s\t%s\t%.0f\t%.2f\t%.3f\t%s\t%s\t%s\t%s\t%s\t\n",
+		r.system, r.standbys, relayed, r.kills, r.perSec(), ms(r.load.P50), ms(r.load.P99),
+		r.bytesPer(), r.msgsPer(), r.cpuPer(),
+		ratio(r.bytesPer(), base.bytesPer()), ratio(r.cpuPer(), base.cpuPer()), ratio(r.perSec(), base.perSec()),
+		lag50, lag99)
+}
+
+// cluster is one configuration's member processes.
+type cluster struct {
+	cfg      *config
+	system   string
+	voters   []*proc
+	standbys []*proc
+	leader   *proc
+}
+
+func (c *cluster) all() []*proc { return append(slices.Clone(c.voters), c.standbys...) }
+
+func (c *cluster) logf(format string, args ...any) {
+	if c.cfg.verbose {
+		fmt.Fprintf(os.Stderr, "%s %s: %s\n", time.Now().Format("15:04:05.000"), c.system, fmt.Sprintf(format, args...))
+	}
+}
+
+// runOne starts 3 voters and n standbys of system, runs the load on the
+// leader and collects the standbys' apply times.
+func runOne(ctx context.Context, cfg *config, system string, n int) (res result, err error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout+cfg.warmup+cfg.duration)
+	defer cancel()
+	dir, err := os.MkdirTemp(cfg.dir, fmt.Sprintf("fleetload-%s-%d-", system, n))
+	if err != nil {
+		return res, err
+	}
+	if !cfg.keep {
+		defer os.RemoveAll(dir)
+	}
+	addrs, err := freeAddrs(2 * (3 + n))
+	if err != nil {
+		return res, err
+	}
+	c := &cluster{cfg: cfg, system: system}
+	defer func() {
+		var wg sync.WaitGroup
+		for _, p := range c.all() {
+			wg.Go(func() { p.stop(5 * time.Second) })
+		}
+		wg.Wait()
+	}()
+	voters := []string{addrs[0], addrs[2], addrs[4]} // member i: peer addrs[2(i-1)], control addrs[2(i-1)+1]
+	for i := range 3 + n {
+		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
+			listen: addrs[2*i], ctl: addrs[2*i+1], voters: voters, standby: i >= 3, fsync: i < 3 || cfg.standbyFsync,
+			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
+		if i < 3 {
+			c.voters = append(c.voters, p)
+		} else {
+			c.standbys = append(c.standbys, p)
+		}
+	}
+	c.logf("%d standbys, data under %s", n, dir)
+	if err := startAll(ctx, c.voters); err != nil {
+		return res, err
+	}
+	if err := c.findLeader(ctx); err != nil {
+		return res, err
+	}
+	c.logf("leader %d", c.leader.flags.id)
+	if err := c.addStandbys(ctx); err != nil {
+		return res, err
+	}
+	if err := c.waitCaughtUp(ctx, 0); err != nil {
+		return res, err
+	}
+	res.relayed = c.waitRelayed(ctx)
+	c.logf("%d standbys caught up, %d relayed", n, res.relayed)
+
+	kctx, kcancel := context.WithCancel(ctx)
+	killer := &killer{c: c, killed: map[uint64]bool{}}
+	var kwg sync.WaitGroup
+	if cfg.killEvery > 0 && n > 0 {
+		kwg.Go(func() { killer.loop(kctx) })
+	}
+	var load loadResult
+	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
+	kcancel()
+	kwg.Wait()
+	if err != nil {
+		return res, err
+	}
+	if load.Writes == 0 {
+		return res, fmt.Errorf("no write committed in the window (%d errors, first: %s)", load.Errors, load.FirstErr)
+	}
+	res.system, res.standbys, res.load, res.kills = system, n, load, killer.kills
+	c.logf("load: %d writes, %d errors %s, indexes %d..%d, leader sent %d messages, %d bytes", load.Writes, load.Errors, load.FirstErr, load.FirstIndex, load.LastIndex, load.Msgs, load.Bytes)
+	if cfg.verbose {
+		for _, p := range c.voters {
+			st, err := p.status(ctx)
+			c.logf("voter %d: applied %d commit %d %v", p.flags.id, st.Applied, st.Commit, err)
+		}
+	}
+	if n > 0 {
+		if err := c.lag(ctx, &res, killer.killed); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// startAll starts ps at once and waits until each is ready.
+func startAll(ctx context.Context, ps []*proc) error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = p.start(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *cluster) findLeader(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return waitFor(wctx, "no leader", func() (bool, error) {
+		for _, p := range c.voters {
+			if st, err := p.status(wctx); err == nil && st.Leader {
+				c.leader = p
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// addStandbys adds the standbys as an operator would. understudy: add each
+// on the leader (AddLearner), then start its process, which joins through
+// the voters; hashicorp: start the processes, then add each on the leader
+// (AddNonvoter).
+func (c *cluster) addStandbys(ctx context.Context) error {
+	if len(c.standbys) == 0 {
+		return nil
+	}
+	if c.system == "hashicorp" {
+		if err := startAll(ctx, c.standbys); err != nil {
+			return err
+		}
+		for _, p := range c.standbys {
+			if err := c.leader.add(ctx, p.flags.id, p.flags.listen); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(c.standbys))
+	var wg sync.WaitGroup
+	for i, p := range c.standbys {
+		if err := c.leader.add(ctx, p.flags.id, p.flags.listen); err != nil {
+			wg.Wait()
+			return err
+		}
+		wg.Go(func() { errs[i] = p.start(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitCaughtUp waits until every standby applied the leader's commit index
+// (at least index).
+func (c *cluster) waitCaughtUp(ctx context.Context, index uint64) error {
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := c.leader.status(wctx)
+	if err != nil {
+		return err
+	}
+	want := max(st.Commit, index)
+	for _, p := range c.standbys {
+		err := waitFor(wctx, fmt.Sprintf("standby %d did not apply %d", p.flags.id, want), func() (bool, error) {
+			st, err := p.status(wctx)
+			return err == nil && st.Applied >= want, err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitRelayed waits up to 10 s for understudy's leader to feed every
+// standby through a relay (with -relay), and returns how many it does.
+func (c *cluster) waitRelayed(ctx context.Context) int {
+	if c.system != "understudy" || !c.cfg.relay || len(c.standbys) == 0 {
+		return 0
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	relayed := 0
+	_ = waitFor(wctx, "relayed", func() (bool, error) {
+		st, err := c.leader.status(wctx)
+		relayed = len(st.Relayed)
+		return err == nil && relayed == len(c.standbys), err
+	})
+	return relayed
+}
+
+// lag waits for the standbys to apply the window's last index, then
+// compares each one's apply time of every sampled index of the window with
+// the leader's. Standbys killed during the run are left out (a restarted
+// process knows nothing of what it applied before).
+func (c *cluster) lag(ctx context.Context, res *result, killed map[uint64]bool) error {
+	from, to := res.load.FirstIndex, res.load.LastIndex
+	leader, err := c.leader.samples(ctx, from, to)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var lags []int64
+	for _, p := range c.standbys {
+		if killed[p.flags.id] {
+			continue
+		}
+		_ = waitFor(wctx, "", func() (bool, error) {
+			st, err := p.status(wctx)
+			return err == nil && st.Applied >= to, err
+		})
+		s, err := p.samples(ctx, from, to)
+		if err != nil {
+			return err
+		}
+		at := make(map[int64]int64, len(s))
+		for _, x := range s {
+			at[x[0]] = x[1]
+		}
+		res.lagStandbys++
+		for _, x := range leader {
+			t, ok := at[x[0]]
+			if !ok {
+				res.lagMissing++
+				continue
+			}
+			lags = append(lags, max(t-x[1], 0))
+		}
+	}
+	slices.Sort(lags)
+	res.lagSamples = len(lags)
+	res.lagP50, res.lagP99 = time.Duration(percentile(lags, 0.50)), time.Duration(percentile(lags, 0.99))
+	return nil
+}
+
+// killer kills a relay (understudy: a member some standby's
+// PeerProgress.RelayedBy names; hashicorp, or no relay: a standby) every
+// cfg.killEvery and starts it again after cfg.killDown.
+type killer struct {
+	c      *cluster
+	mu     sync.Mutex
+	killed map[uint64]bool
+	kills  int
+}
+
+func (k *killer) loop(ctx context.Context) {
+	c := k.c
+	byID := map[uint64]*proc{}
+	for _, p := range c.all() {
+		byID[p.flags.id] = p
+	}
+	// One member down at a time: the next kill comes killEvery after the
+	// last, and not before the last one's restart is ready (two voters
+	// down at once would be a lost quorum, not a relay's loss).
+	next := time.Now().Add(c.cfg.killEvery)
+	for i := 0; sleep(ctx, time.Until(next)) == nil; i++ {
+		var victims []uint64
+		if c.system == "understudy" {
+			if st, err := c.leader.status(ctx); err == nil {
+				for _, r := range st.Relayed {
+					if r != c.leader.flags.id && !slices.Contains(victims, r) {
+						victims = append(victims, r)
+					}
+				}
+			}
+		}
+		what := "relay"
+		if len(victims) == 0 {
+			what = "standby (no relay)"
+			for _, p := range c.standbys {
+				victims = append(victims, p.flags.id)
+			}
+		}
+		slices.SortFunc(victims, cmp.Compare)
+		v := byID[victims[i%len(victims)]]
+		c.logf("kill -9 %s %d", what, v.flags.id)
+		next = time.Now().Add(c.cfg.killEvery)
+		v.kill()
+		k.mu.Lock()
+		k.killed[v.flags.id] = true
+		k.kills++
+		k.mu.Unlock()
+		_ = sleep(ctx, c.cfg.killDown)
+		// Started again even when the load is over: the lag waits for it.
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := v.start(sctx); err != nil {
+			c.logf("restart %d: %v", v.flags.id, err)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one member process.
+type proc struct {
+	flags memberFlags
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+}
+
+// selfExe is the binary member processes run: this one (under go test,
+// the test binary, whose TestMain runs the member role).
+var selfExe = func() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return exe
+}
+
+// start runs the member process and waits for its "ready" line.
+func (p *proc) start(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(filepath.Dir(p.flags.dir), fmt.Sprintf("member-%d.log", p.flags.id)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(selfExe(), p.flags.args()...)
+	cmd.Env = append(os.Environ(), memberEnv+"=1")
+	cmd.Stderr = logf
+	cmd.SysProcAttr = sysProcAttr()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "ready" && !ok {
+				ok = true
+				ready <- true
+			}
+		}
+		if !ok {
+			ready <- false
+		}
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			return fmt.Errorf("member %d exited before ready (see %s)", p.flags.id, logf.Name())
+		}
+		return nil
+	case <-ctx.Done():
+		p.kill()
+		return fmt.Errorf("member %d: not ready: %w (see %s)", p.flags.id, ctx.Err(), logf.Name())
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// stop sends SIGTERM, and SIGKILL if the process is not gone within d.
+func (p *proc) stop(d time.Duration) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(d):
+		p.kill()
+	}
+}
+
+var httpClient = &http.Client{} // bounded by the contexts
+
+// call does method on the member's control endpoint path and decodes the
+// JSON answer into out (nil: discard).
+func (p *proc) call(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+p.flags.ctl+path, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("member %d: %s %s: %s", p.flags.id, method, path, strings.TrimSpace(string(b)))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
+func (p *proc) status(ctx context.Context) (memberStatus, error) {
+	var st memberStatus
+	err := p.call(ctx, http.MethodGet, "/status", nil, &st)
+	return st, err
+}
+
+func (p *proc) add(ctx context.Context, id uint64, addr string) error {
+	return p.call(ctx, http.MethodPost, "/add?"+url.Values{"id": {fmt.Sprint(id)}, "addr": {addr}}.Encode(), nil, nil)
+}
+
+func (p *proc) samples(ctx context.Context, from, to uint64) ([][2]int64, error) {
+	var s [][2]int64
+	err := p.call(ctx, http.MethodGet, fmt.Sprintf("/samples?from=%d&to=%d", from, to), nil, &s)
+	return s, err
+}
+
+// freeAddrs reserves n loopback ports (listen, note, close).
+func freeAddrs(n int) ([]string, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitFor polls cond every 20ms until it holds or ctx ends.
+func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if sleep(ctx, 20*time.Millisecond) != nil {
+			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), last))
+		}
+	}
+}
