@@ -130,17 +130,24 @@ func TestLearnerMessagesGathered(t *testing.T) {
 		ms := hb.received()
 		return ms[len(ms)-1].GetType() == raftpb.MsgReadIndexResp
 	})
+	// sendUntil may have queued the first append more than once: a copy
+	// still queued when the others came is held and merged with them (it is
+	// contiguous: entries 1 to 4), one written alone is a plain resend.
 	var got []*raftpb.Message
 	for _, m := range hb.received()[first:] {
-		if m.GetIndex() != 0 { // not a resend of the first append
+		if !slices.Equal(entryIndexes(m), []uint64{1}) {
 			got = append(got, m)
 		}
 	}
 	if len(got) != 2 || got[0].GetType() != raftpb.MsgApp || got[1].GetType() != raftpb.MsgReadIndexResp {
 		t.Fatalf("the learner got %v, want one merged append then the read answer", got)
 	}
-	if idx := entryIndexes(got[0]); !slices.Equal(idx, []uint64{2, 3, 4}) || got[0].GetCommit() != 3 {
-		t.Fatalf("merged append: entries %v commit %d", idx, got[0].GetCommit())
+	idx := entryIndexes(got[0])
+	if len(idx) == 4 && idx[0] == 1 {
+		idx = idx[1:] // with a copy of the first append merged in front
+	}
+	if !slices.Equal(idx, []uint64{2, 3, 4}) || got[0].GetCommit() != 3 {
+		t.Fatalf("merged append: entries %v commit %d", entryIndexes(got[0]), got[0].GetCommit())
 	}
 
 	// A queue past learnerFlushBytes is written at once.
