@@ -41,7 +41,10 @@ func countHandoffs(hc *hostsCluster) handoffCounts {
 // hand-offs (task runs queued for a pool's worker: a run made inline on
 // the signaling worker is none). These counts are the metric of issue 37's
 // "fewer hand-offs per round" (not timings; docs/architecture.md
-// "Hand-offs per round"). It checks that every write is answered.
+// "Hand-offs per round"). It checks that every write is answered and that
+// the appends of a round run inline on the loop's worker (at least once
+// per 4 writes): a Ready's append costs no hand-off to an I/O worker when
+// the append task is free.
 func TestHandoffsPerWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("300 replicas")
@@ -89,4 +92,5 @@ func TestHandoffsPerWrite(t *testing.T) {
 	t.Logf("per committed write (3 hosts, %d groups, %d writers, %.0f writes, %.0f writes/s, not a benchmark):", groups, writers, n, n/elapsed.Seconds())
 	t.Logf("  loop runs %.2f, append runs %.2f (inline %.2f), apply runs %.2f, storage commits %.2f, hand-offs %.2f",
 		loops, appends, appendsInline, applies, per(after.commits, before.commits), handoffs)
+	require.GreaterOrEqual(t, appendsInline, 0.25, "appends run inline on the loop's worker")
 }

@@ -19,7 +19,37 @@ const maxAppendBatch = 256
 // on the scheduler's I/O workers. On an AsyncStorage the write is queued
 // for the storage's next commit, and the task's next run waits for its
 // completion (saveAsync); otherwise the worker waits in Save.
-func (n *Node) runAppend() {
+func (n *Node) runAppend() { n.appendPass(false) }
+
+// runAppendInline is the append task's turn taken by the loop's worker
+// right after a Ready queued an append (queueAppend), instead of a
+// hand-off to an I/O worker: on a QueuedStorage the write is queued for the
+// engine's commit goroutine (the appends of the worker's other groups join
+// the same commit) and the worker moves on. What may block — the first
+// run's read of the stored hard state, the stop's drain, a snapshot's save
+// — is left to an I/O worker: the task is signaled, and runs there once
+// this turn ends.
+func (n *Node) runAppendInline() {
+	if !n.saved.init || n.stopped() {
+		n.appendTask.Signal()
+		return
+	}
+	n.appendPass(true)
+}
+
+// queueAppend has the append task persist what a Ready queued: inline on
+// the loop's worker when the storage queues writes without waiting and the
+// task is idle, else on an I/O worker.
+func (n *Node) queueAppend(snap bool) {
+	if _, ok := n.store.(QueuedStorage); ok && !snap && n.appendTask.RunHere(n.runAppendInline) {
+		return
+	}
+	n.appendTask.Signal()
+}
+
+// appendPass is a run of the append task; inline when the loop's worker
+// makes it (runAppendInline).
+func (n *Node) appendPass(inline bool) {
 	if !n.running.Load() || n.appendExited || n.saving.Load() {
 		return // (a SaveAsync in flight signals the task when it is done)
 	}
@@ -47,7 +77,11 @@ func (n *Node) runAppend() {
 	}
 	s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
 	if as, ok := n.store.(AsyncStorage); ok && !hasSnapshot(s.queued) {
-		n.saveAsync(as, s.queued)
+		save := as.SaveAsync
+		if qs, ok := as.(QueuedStorage); ok && inline {
+			save = qs.SaveQueued
+		}
+		n.saveAsync(save, s.queued)
 		return
 	}
 	if !n.saveSplit(s.queued) {
@@ -71,6 +105,20 @@ type AsyncStorage interface {
 	SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error))
 }
 
+// QueuedStorage is an AsyncStorage that can also queue a write without its
+// caller ever making the commit (storage.Store implements it): SaveQueued
+// is SaveAsync, except that when no commit is running the write waits for
+// one made by another goroutine (the storage's own), and the writes queued
+// meanwhile share it. The node's loop worker then queues its appends
+// itself, without a hand-off to an I/O worker and without waiting for a
+// commit (a write that removes entries — a conflicting append — may still
+// be made before SaveQueued returns, as SaveAsync's).
+type QueuedStorage interface {
+	AsyncStorage
+	// SaveQueued is SaveAsync that leaves the commit to another goroutine.
+	SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error))
+}
+
 func hasSnapshot(msgs []*raftpb.Message) bool {
 	for _, m := range msgs {
 		if m.GetSnapshot() != nil {
@@ -83,7 +131,7 @@ func hasSnapshot(msgs []*raftpb.Message) bool {
 // saveAsync is saveBatch for a batch without a snapshot on an AsyncStorage:
 // the responses are delivered, and the task signaled for its next batch,
 // when the write is durable.
-func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
+func (n *Node) saveAsync(save func(*raftpb.HardState, []*raftpb.Entry, *raftpb.Snapshot, func(error)), batch []*raftpb.Message) {
 	s := &n.saved
 	hs, ents, _, write := n.mergeBatch(batch, s.ents[:0])
 	s.ents = ents
@@ -93,7 +141,7 @@ func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
 		return
 	}
 	n.saving.Store(true)
-	as.SaveAsync(hs, ents, nil, func(err error) {
+	save(hs, ents, nil, func(err error) {
 		if err != nil {
 			n.saved.failed = true // (read by the task's next run, after saving)
 			n.fail("persisting the log", err)

@@ -85,6 +85,21 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 // write waits for a commit: the commit's leader completes every write it
 // carries itself, instead of waking one goroutine per group.
 func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) {
+	s.saveAsync(hs, ents, snap, done, false)
+}
+
+// SaveQueued is SaveAsync for a caller that must not make the commit
+// itself (a scheduler's loop worker, which has other groups to step): when
+// no commit is running, the write is handed to the engine's commit
+// goroutine instead, and the writes queued until it starts (the other
+// groups' appends of the worker's pass) share its commit. A write that
+// removes entries (a snapshot, a conflicting append) still runs as Save
+// does, before SaveQueued returns.
+func (s *Store) SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) {
+	s.saveAsync(hs, ents, snap, done, true)
+}
+
+func (s *Store) saveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error), queueOnly bool) {
 	if s.tail.shared.over() {
 		s.e.trimTails() // outside wmu and mu: it takes every group's mu
 	}
@@ -109,7 +124,7 @@ func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 		err = s.saved(w, err)
 		s.wmu.Unlock()
 		done(err)
-	})
+	}, queueOnly)
 }
 
 // preparedSave is a Save validated and encoded, ready for a commit.
