@@ -75,13 +75,23 @@ func (n *Node) appendPass(inline bool) {
 		n.release()
 		return
 	}
-	s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+	if s.handOver {
+		s.handOver = false // the batch a loop worker could not queue: saved.queued
+	} else {
+		s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+	}
 	if as, ok := n.store.(AsyncStorage); ok && !hasSnapshot(s.queued) {
-		save := as.SaveAsync
-		if qs, ok := as.(QueuedStorage); ok && inline {
-			save = qs.SaveQueued
+		var qs QueuedStorage
+		if inline {
+			qs, _ = as.(QueuedStorage)
 		}
-		n.saveAsync(save, s.queued)
+		n.saveAsync(as, qs, s.queued)
+		return
+	}
+	if inline {
+		// A snapshot: saved on an I/O worker.
+		s.handOver = true
+		n.appendTask.Signal()
 		return
 	}
 	if !n.saveSplit(s.queued) {
@@ -111,12 +121,14 @@ type AsyncStorage interface {
 // one made by another goroutine (the storage's own), and the writes queued
 // meanwhile share it. The node's loop worker then queues its appends
 // itself, without a hand-off to an I/O worker and without waiting for a
-// commit (a write that removes entries — a conflicting append — may still
-// be made before SaveQueued returns, as SaveAsync's).
+// commit; a write SaveQueued refuses is left to an I/O worker.
 type QueuedStorage interface {
 	AsyncStorage
 	// SaveQueued is SaveAsync that leaves the commit to another goroutine.
-	SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error))
+	// It never waits for a commit: a write it cannot queue so (one that
+	// removes entries, such as a conflicting append) it refuses, reporting
+	// false, having written nothing and not called done.
+	SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) bool
 }
 
 func hasSnapshot(msgs []*raftpb.Message) bool {
@@ -131,7 +143,11 @@ func hasSnapshot(msgs []*raftpb.Message) bool {
 // saveAsync is saveBatch for a batch without a snapshot on an AsyncStorage:
 // the responses are delivered, and the task signaled for its next batch,
 // when the write is durable.
-func (n *Node) saveAsync(save func(*raftpb.HardState, []*raftpb.Entry, *raftpb.Snapshot, func(error)), batch []*raftpb.Message) {
+//
+// On a loop worker qs is the storage, and the write is queued with
+// SaveQueued: a batch it refuses is kept (saved.handOver) for the task's
+// next run, on an I/O worker.
+func (n *Node) saveAsync(as AsyncStorage, qs QueuedStorage, batch []*raftpb.Message) {
 	s := &n.saved
 	hs, ents, _, write := n.mergeBatch(batch, s.ents[:0])
 	s.ents = ents
@@ -141,7 +157,7 @@ func (n *Node) saveAsync(save func(*raftpb.HardState, []*raftpb.Entry, *raftpb.S
 		return
 	}
 	n.saving.Store(true)
-	save(hs, ents, nil, func(err error) {
+	done := func(err error) {
 		if err != nil {
 			n.saved.failed = true // (read by the task's next run, after saving)
 			n.fail("persisting the log", err)
@@ -161,7 +177,16 @@ func (n *Node) saveAsync(save func(*raftpb.HardState, []*raftpb.Entry, *raftpb.S
 		if n.appends.len() > 0 || n.stopped() {
 			n.appendTask.Signal()
 		}
-	})
+	}
+	if qs == nil {
+		as.SaveAsync(hs, ents, nil, done)
+	} else if !qs.SaveQueued(hs, ents, nil, done) {
+		n.saving.Store(false)
+		clear(s.ents)
+		s.ents = s.ents[:0]
+		s.handOver = true
+		n.appendTask.Signal()
+	}
 }
 
 // batchDone clears the append task's buffers after a batch and signals the
@@ -321,7 +346,11 @@ func (n *Node) queueRestore(t applyTask) bool {
 func (n *Node) drainAppends() {
 	s := &n.saved
 	for !s.failed {
-		s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+		if s.handOver {
+			s.handOver = false // a loop worker's batch left to this task
+		} else {
+			s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
+		}
 		if len(s.queued) == 0 {
 			return
 		}
@@ -359,6 +388,10 @@ type appendState struct {
 	queued     []*raftpb.Message
 	ents       []*raftpb.Entry
 	out        []*raftpb.Message
+	// handOver: saved.queued is a batch a loop worker took and could not
+	// queue without waiting (a snapshot, a conflicting append); the task's
+	// next run, on an I/O worker, saves it instead of taking another.
+	handOver bool
 	// failed: a batch could not be persisted (or its snapshot opened) and
 	// the node stops on it; nothing later is written or acknowledged.
 	failed bool

@@ -86,3 +86,28 @@ func TestSaveQueuedMixedWithOtherWrites(t *testing.T) {
 	}
 	_ = e
 }
+
+// SaveQueued refuses, having written nothing and not called done, a write
+// that would remove entries (a conflicting append, a snapshot): Save makes
+// those with the group's readers held, which its caller must not wait for.
+func TestSaveQueuedRefusesWritesThatRemoveEntries(t *testing.T) {
+	e, stores := openGroups(t, t.TempDir(), 1)
+	s := stores[0]
+	require.NoError(t, s.Save(hardState(1, 1, 0), ents(1, 4, 1), nil))
+	before := e.Metrics()
+	called := false
+	require.False(t, s.SaveQueued(hardState(2, 1, 0), ents(2, 3, 2), nil, func(error) { called = true }), "a conflicting append")
+	require.False(t, called)
+	require.EqualValues(t, before.Commits, e.Metrics().Commits)
+	li, err := s.LastIndex()
+	require.NoError(t, err)
+	require.EqualValues(t, 3, li)
+	term, err := s.Term(2)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, term, "the entry the refused append would replace is still there")
+	// The store takes writes after a refusal: the same append through Save.
+	require.NoError(t, s.Save(hardState(2, 1, 0), ents(2, 3, 2), nil))
+	term, err = s.Term(2)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, term)
+}
