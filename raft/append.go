@@ -16,7 +16,8 @@ const maxAppendBatch = 256
 // the previous run are merged into one Save (up to maxAppendBatch; a
 // snapshot is saved on its own, after what came before) — one storage
 // commit for many Readys, which is where group commit comes from. It runs
-// on the scheduler's I/O workers. On an AsyncStorage the write is queued
+// on the scheduler's I/O workers, or on the loop's worker right after a
+// Ready (runAppendInline). On an AsyncStorage the write is queued
 // for the storage's next commit, and the task's next run waits for its
 // completion (saveAsync); otherwise the worker waits in Save.
 func (n *Node) runAppend() { n.appendPass(false) }

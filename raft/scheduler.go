@@ -18,8 +18,12 @@ import (
 //     by one worker at a time (one goroutine still owns each RawNode),
 //     woken by its inbox (proposals, reads, peer messages, the append and
 //     apply responses), its tick, or its own unfinished work; handling a
-//     Ready never blocks a worker: it hands the appends and the committed
-//     entries to the two pools below.
+//     Ready never blocks a worker: it hands the committed entries to the
+//     apply pool, and the appends to the I/O pool — or, on a QueuedStorage
+//     (storage.Store) when the node's append task is idle, queues them for
+//     the storage's commit goroutine itself, in the append task's turn
+//     (no hand-off; the appends of the worker's other groups share that
+//     commit).
 //   - IOWorkers goroutines persist the nodes' appends (a node's appends in
 //     order, one write at a time). On an AsyncStorage (storage.Store) a
 //     worker queues the write for the storage's next commit and moves on;

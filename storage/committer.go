@@ -27,7 +27,11 @@ import (
 // only those is handed to the engine's one commit goroutine, which commits
 // batches until none is queued or a synchronous writer takes the next one.
 // Whoever makes a commit calls the done callbacks of its asynchronous
-// writes after it, instead of waking one goroutine per group.
+// writes after it, instead of waking one goroutine per group. A
+// queue-only write (Store.SaveQueued, from a scheduler's loop worker) that
+// finds no commit running is not committed by its caller either: it opens
+// the pending batch and wakes the commit goroutine, and the writes queued
+// until that goroutine takes the batch share its commit.
 //
 // A group has at most one write queued at a time (its writers hold its wmu
 // while they wait), so a commit carries one write per group it touches.
