@@ -127,8 +127,9 @@ type QueuedStorage interface {
 	AsyncStorage
 	// SaveQueued is SaveAsync that leaves the commit to another goroutine.
 	// It never waits for a commit: a write it cannot queue so (one that
-	// removes entries, such as a conflicting append) it refuses, reporting
-	// false, having written nothing and not called done.
+	// removes entries, such as a conflicting append, or one that would
+	// wait for another write of the group) it refuses, reporting false,
+	// having written nothing and not called done.
 	SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) bool
 }
 

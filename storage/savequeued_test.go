@@ -111,3 +111,26 @@ func TestSaveQueuedRefusesWritesThatRemoveEntries(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, term)
 }
+
+// SaveQueued refuses a write that would wait for another write of its
+// group (here a write holding the group's write lock, as a Compact does
+// through its commit), having written nothing.
+func TestSaveQueuedRefusesToWaitForTheGroupsOtherWrite(t *testing.T) {
+	_, stores := openGroups(t, t.TempDir(), 1)
+	s := stores[0]
+	s.wmu.Lock()
+	called := false
+	queued := s.SaveQueued(hardState(1, 1, 0), ents(1, 2, 1), nil, func(error) { called = true })
+	s.wmu.Unlock()
+	require.False(t, queued)
+	require.False(t, called)
+	li, err := s.LastIndex()
+	require.NoError(t, err)
+	require.Zero(t, li)
+	c := make(chan error, 1)
+	require.True(t, s.SaveQueued(hardState(1, 1, 0), ents(1, 2, 1), nil, func(err error) { c <- err }))
+	require.NoError(t, <-c)
+	li, err = s.LastIndex()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, li)
+}

@@ -94,9 +94,11 @@ func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 // goroutine instead, and the writes queued until it starts (the other
 // groups' appends of the worker's pass) share its commit. It never waits
 // for a commit: a write that removes entries (a snapshot, a conflicting
-// append), which Save makes with the group's readers held, is not made:
-// SaveQueued reports false, having written nothing and not called done,
-// and the caller makes it with SaveAsync or Save instead. It reports true
+// append), which Save makes with the group's readers held, is not made,
+// nor one that finds another write of the group under way (a Compact) or
+// the engine's tails over their budget (their trim takes every group's
+// lock): SaveQueued reports false, having written nothing and not called
+// done, and the caller makes it with SaveAsync or Save instead. It reports true
 // otherwise (done is called, with the error of an invalid write before
 // SaveQueued returns).
 func (s *Store) SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) bool {
@@ -104,10 +106,20 @@ func (s *Store) SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raf
 }
 
 func (s *Store) saveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error), queueOnly bool) bool {
-	if s.tail.shared.over() {
-		s.e.trimTails() // outside wmu and mu: it takes every group's mu
+	if queueOnly {
+		// What could wait for another write's commit is refused: trimming
+		// the tails (it takes every group's mu, which a truncating Save
+		// holds through its commit), and the group's write lock held by
+		// another of its writes (a Compact, say).
+		if s.tail.shared.over() || !s.wmu.TryLock() {
+			return false
+		}
+	} else {
+		if s.tail.shared.over() {
+			s.e.trimTails() // outside wmu and mu: it takes every group's mu
+		}
+		s.wmu.Lock()
 	}
-	s.wmu.Lock()
 	w, err := s.prepareSave(hs, ents, snap)
 	if queueOnly && err == nil && w != nil && (w.hasSnap || w.truncate) {
 		s.encBuf, s.keyBuf = w.buf[:0], w.keys[:0]
