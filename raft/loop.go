@@ -450,12 +450,13 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	}
 	b := l.buffers()
 	out := b.out[:0]
+	appended, snap := false, false
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
 			n.noteAppend(m)
 			n.appends.push(m)
-			n.appendTask.Signal()
+			appended, snap = true, snap || m.GetSnapshot() != nil
 		case etcdraft.LocalApplyThread:
 			task := applyTask{msg: m}
 			for _, e := range m.GetEntries() {
@@ -474,6 +475,11 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	}
 	clear(out)
 	b.out = out[:0]
+	if appended {
+		// After the messages: the leader's appends to its followers leave
+		// before its own write is queued.
+		n.queueAppend(snap)
+	}
 	if l.nowLeader {
 		l.nowLeader = false
 		n.becameLeader()
