@@ -16,41 +16,10 @@ const maxAppendBatch = 256
 // the previous run are merged into one Save (up to maxAppendBatch; a
 // snapshot is saved on its own, after what came before) — one storage
 // commit for many Readys, which is where group commit comes from. It runs
-// on the scheduler's I/O workers, or on the loop's worker right after a
-// Ready (runAppendInline). On an AsyncStorage the write is queued
+// on the scheduler's I/O workers. On an AsyncStorage the write is queued
 // for the storage's next commit, and the task's next run waits for its
 // completion (saveAsync); otherwise the worker waits in Save.
-func (n *Node) runAppend() { n.appendPass(false) }
-
-// runAppendInline is the append task's turn taken by the loop's worker
-// right after a Ready queued an append (queueAppend), instead of a
-// hand-off to an I/O worker: on a QueuedStorage the write is queued for the
-// engine's commit goroutine (the appends of the worker's other groups join
-// the same commit) and the worker moves on. What may block — the first
-// run's read of the stored hard state, the stop's drain, a snapshot's save
-// — is left to an I/O worker: the task is signaled, and runs there once
-// this turn ends.
-func (n *Node) runAppendInline() {
-	if !n.saved.init || n.stopped() {
-		n.appendTask.Signal()
-		return
-	}
-	n.appendPass(true)
-}
-
-// queueAppend has the append task persist what a Ready queued: inline on
-// the loop's worker when the storage queues writes without waiting and the
-// task is idle, else on an I/O worker.
-func (n *Node) queueAppend(snap bool) {
-	if _, ok := n.store.(QueuedStorage); ok && !snap && n.appendTask.RunHere(n.runAppendInline) {
-		return
-	}
-	n.appendTask.Signal()
-}
-
-// appendPass is a run of the append task; inline when the loop's worker
-// makes it (runAppendInline).
-func (n *Node) appendPass(inline bool) {
+func (n *Node) runAppend() {
 	if !n.running.Load() || n.appendExited || n.saving.Load() {
 		return // (a SaveAsync in flight signals the task when it is done)
 	}
@@ -76,23 +45,9 @@ func (n *Node) appendPass(inline bool) {
 		n.release()
 		return
 	}
-	if s.handOver {
-		s.handOver = false // the batch a loop worker could not queue: saved.queued
-	} else {
-		s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
-	}
+	s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
 	if as, ok := n.store.(AsyncStorage); ok && !hasSnapshot(s.queued) {
-		var qs QueuedStorage
-		if inline {
-			qs, _ = as.(QueuedStorage)
-		}
-		n.saveAsync(as, qs, s.queued)
-		return
-	}
-	if inline {
-		// A snapshot: saved on an I/O worker.
-		s.handOver = true
-		n.appendTask.Signal()
+		n.saveAsync(as, s.queued)
 		return
 	}
 	if !n.saveSplit(s.queued) {
@@ -116,23 +71,6 @@ type AsyncStorage interface {
 	SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error))
 }
 
-// QueuedStorage is an AsyncStorage that can also queue a write without its
-// caller ever making the commit (storage.Store implements it): SaveQueued
-// is SaveAsync, except that when no commit is running the write waits for
-// one made by another goroutine (the storage's own), and the writes queued
-// meanwhile share it. The node's loop worker then queues its appends
-// itself, without a hand-off to an I/O worker and without waiting for a
-// commit; a write SaveQueued refuses is left to an I/O worker.
-type QueuedStorage interface {
-	AsyncStorage
-	// SaveQueued is SaveAsync that leaves the commit to another goroutine.
-	// It never waits for a commit: a write it cannot queue so (one that
-	// removes entries, such as a conflicting append, or one that would
-	// wait for another write of the group) it refuses, reporting false,
-	// having written nothing and not called done.
-	SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) bool
-}
-
 func hasSnapshot(msgs []*raftpb.Message) bool {
 	for _, m := range msgs {
 		if m.GetSnapshot() != nil {
@@ -145,11 +83,7 @@ func hasSnapshot(msgs []*raftpb.Message) bool {
 // saveAsync is saveBatch for a batch without a snapshot on an AsyncStorage:
 // the responses are delivered, and the task signaled for its next batch,
 // when the write is durable.
-//
-// On a loop worker qs is the storage, and the write is queued with
-// SaveQueued: a batch it refuses is kept (saved.handOver) for the task's
-// next run, on an I/O worker.
-func (n *Node) saveAsync(as AsyncStorage, qs QueuedStorage, batch []*raftpb.Message) {
+func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
 	s := &n.saved
 	hs, ents, _, write := n.mergeBatch(batch, s.ents[:0])
 	s.ents = ents
@@ -159,7 +93,7 @@ func (n *Node) saveAsync(as AsyncStorage, qs QueuedStorage, batch []*raftpb.Mess
 		return
 	}
 	n.saving.Store(true)
-	done := func(err error) {
+	as.SaveAsync(hs, ents, nil, func(err error) {
 		if err != nil {
 			n.saved.failed = true // (read by the task's next run, after saving)
 			n.fail("persisting the log", err)
@@ -170,43 +104,23 @@ func (n *Node) saveAsync(as AsyncStorage, qs QueuedStorage, batch []*raftpb.Mess
 			}
 			n.deliver(batch)
 		}
-		n.clearBatch()
+		n.batchDone()
 		n.saving.Store(false)
-		// The task's next run only if it has work: appends queued meanwhile
-		// (a run that found this write in flight returned at once: saving
-		// is cleared before the queue is looked at, so one of the two sees
-		// the other), or the node's stop. Not a run per commit per group.
-		if n.appends.len() > 0 || n.stopped() {
-			n.appendTask.Signal()
-		}
-	}
-	if qs == nil {
-		as.SaveAsync(hs, ents, nil, done)
-	} else if !qs.SaveQueued(hs, ents, nil, done) {
-		n.saving.Store(false)
-		clear(s.ents)
-		s.ents = s.ents[:0]
-		s.handOver = true
 		n.appendTask.Signal()
-	}
+	})
 }
 
 // batchDone clears the append task's buffers after a batch and signals the
 // task if more is queued.
 func (n *Node) batchDone() {
-	n.clearBatch()
-	if n.appends.len() > 0 {
-		n.appendTask.Signal()
-	}
-}
-
-// clearBatch clears the append task's buffers after a batch.
-func (n *Node) clearBatch() {
 	s := &n.saved
 	clear(s.ents)
 	s.ents = s.ents[:0]
 	clear(s.queued)
 	s.queued = s.queued[:0]
+	if n.appends.len() > 0 {
+		n.appendTask.Signal()
+	}
 }
 
 // mergeBatch merges a batch's writes into one: the last hard state, the
@@ -348,11 +262,7 @@ func (n *Node) queueRestore(t applyTask) bool {
 func (n *Node) drainAppends() {
 	s := &n.saved
 	for !s.failed {
-		if s.handOver {
-			s.handOver = false // a loop worker's batch left to this task
-		} else {
-			s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
-		}
+		s.queued = n.appends.takeInto(s.queued[:0], maxAppendBatch)
 		if len(s.queued) == 0 {
 			return
 		}
@@ -390,10 +300,6 @@ type appendState struct {
 	queued     []*raftpb.Message
 	ents       []*raftpb.Entry
 	out        []*raftpb.Message
-	// handOver: saved.queued is a batch a loop worker took and could not
-	// queue without waiting (a snapshot, a conflicting append); the task's
-	// next run, on an I/O worker, saves it instead of taking another.
-	handOver bool
 	// failed: a batch could not be persisted (or its snapshot opened) and
 	// the node stops on it; nothing later is written or acknowledged.
 	failed bool

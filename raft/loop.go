@@ -450,13 +450,12 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	}
 	b := l.buffers()
 	out := b.out[:0]
-	appended, snap := false, false
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
 			n.noteAppend(m)
 			n.appends.push(m)
-			appended, snap = true, snap || m.GetSnapshot() != nil
+			n.appendTask.Signal()
 		case etcdraft.LocalApplyThread:
 			task := applyTask{msg: m}
 			for _, e := range m.GetEntries() {
@@ -475,11 +474,6 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	}
 	clear(out)
 	b.out = out[:0]
-	if appended {
-		// After the messages: the leader's appends to its followers leave
-		// before its own write is queued.
-		n.queueAppend(snap)
-	}
 	if l.nowLeader {
 		l.nowLeader = false
 		n.becameLeader()

@@ -18,12 +18,8 @@ import (
 //     by one worker at a time (one goroutine still owns each RawNode),
 //     woken by its inbox (proposals, reads, peer messages, the append and
 //     apply responses), its tick, or its own unfinished work; handling a
-//     Ready never blocks a worker: it hands the committed entries to the
-//     apply pool, and the appends to the I/O pool — or, on a QueuedStorage
-//     (storage.Store) when the node's append task is idle, queues them for
-//     the storage's commit goroutine itself, in the append task's turn
-//     (no hand-off; the appends of the worker's other groups share that
-//     commit).
+//     Ready never blocks a worker: it hands the appends and the committed
+//     entries to the two pools below.
 //   - IOWorkers goroutines persist the nodes' appends (a node's appends in
 //     order, one write at a time). On an AsyncStorage (storage.Store) a
 //     worker queues the write for the storage's next commit and moves on;
@@ -199,12 +195,6 @@ type SchedulerStats struct {
 	// LoopRuns, AppendRuns and ApplyRuns count the tasks run: a loop run
 	// handles everything a node had queued when it started.
 	LoopRuns, AppendRuns, ApplyRuns uint64
-	// AppendInline counts the append runs made on a loop worker, right
-	// after the Ready that queued the append (no hand-off to an I/O
-	// worker); they are counted in AppendRuns too. AppendRuns minus
-	// AppendInline, plus LoopRuns and ApplyRuns, is the number of tasks
-	// handed from one goroutine to another.
-	AppendInline uint64
 	// Quiesced is the number of its nodes quiesced now (Config.Quiesce).
 	Quiesced int
 	// Wakes counts the quiesced nodes woken, by cause: "proposal", "read",
@@ -229,8 +219,7 @@ func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
-		AppendInline: s.appends.InlineRuns(),
-		Quiesced:     int(s.quiesced.Load()), Wakes: s.wakeCounts(),
+		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
 		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
 	}
 }

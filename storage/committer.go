@@ -27,11 +27,7 @@ import (
 // only those is handed to the engine's one commit goroutine, which commits
 // batches until none is queued or a synchronous writer takes the next one.
 // Whoever makes a commit calls the done callbacks of its asynchronous
-// writes after it, instead of waking one goroutine per group. A
-// queue-only write (Store.SaveQueued, from a scheduler's loop worker) that
-// finds no commit running is not committed by its caller either: it opens
-// the pending batch and wakes the commit goroutine, and the writes queued
-// until that goroutine takes the batch share its commit.
+// writes after it, instead of waking one goroutine per group.
 //
 // A group has at most one write queued at a time (its writers hold its wmu
 // while they wait), so a commit carries one write per group it touches.
@@ -66,8 +62,6 @@ type committer struct {
 	// kick hands a pending batch of asynchronous writes only to the
 	// engine's commit goroutine (startCommitter): a writer that queued its
 	// write with commitAsync does not wait, so none of them can lead it.
-	// nil tells it to take the pending batch: a queue-only write found no
-	// commit running.
 	kick chan *commitBatch
 	wg   sync.WaitGroup
 }
@@ -80,20 +74,6 @@ func (e *Engine) startCommitter() {
 	go func() {
 		defer e.c.wg.Done()
 		for b := range e.c.kick {
-			if b == nil {
-				// A queue-only write found no commit running (commitAsync):
-				// commit the pending batch, unless a synchronous writer
-				// joined it and waits to lead it.
-				e.c.mu.Lock()
-				b = e.c.pending
-				if b.lead != nil {
-					close(b.lead) // busy stays set: the commit is its
-					e.c.mu.Unlock()
-					continue
-				}
-				e.c.pending = nil
-				e.c.mu.Unlock()
-			}
 			e.lead(b, true)
 		}
 	}()
@@ -157,28 +137,12 @@ func (e *Engine) commit(group uint64, save bool, fn func(kvTx) error) (dur, writ
 // (with whatever else queues meanwhile handed to the commit goroutine). done
 // is called once the write's commit ended, on the goroutine that made it;
 // it must not block, nor queue another write and wait for it.
-//
-// With queueOnly, the caller never makes the commit: when none is running,
-// the write is handed to the commit goroutine, which commits it with the
-// writes queued until it takes it (a loop worker queues its groups'
-// appends so, and they share one commit).
-func (e *Engine) commitAsync(group uint64, fn func(kvTx) error, done func(dur, writeTime time.Duration, err error), queueOnly bool) {
+func (e *Engine) commitAsync(group uint64, fn func(kvTx) error, done func(dur, writeTime time.Duration, err error)) {
 	req := commitReq{group: group, save: true, fn: fn, done: done}
 	e.c.mu.Lock()
 	if e.c.stopped {
 		e.c.mu.Unlock()
 		done(0, 0, ErrClosed)
-		return
-	}
-	if !e.c.busy && queueOnly {
-		// No commit is running, so none is handed over and kick is empty:
-		// the send does not block. The batch stays pending (writes queued
-		// until the commit goroutine takes it join it).
-		e.c.busy = true
-		b := &commitBatch{reqs: []commitReq{req}, done: make(chan struct{})}
-		e.c.pending = b
-		e.c.mu.Unlock()
-		e.c.kick <- nil
 		return
 	}
 	if !e.c.busy {

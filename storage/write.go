@@ -85,47 +85,11 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 // write waits for a commit: the commit's leader completes every write it
 // carries itself, instead of waking one goroutine per group.
 func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) {
-	_ = s.saveAsync(hs, ents, snap, done, false)
-}
-
-// SaveQueued is SaveAsync for a caller that must not make the commit
-// itself (a scheduler's loop worker, which has other groups to step): when
-// no commit is running, the write is handed to the engine's commit
-// goroutine instead, and the writes queued until it starts (the other
-// groups' appends of the worker's pass) share its commit. It never waits
-// for a commit: a write that removes entries (a snapshot, a conflicting
-// append), which Save makes with the group's readers held, is not made,
-// nor one that finds another write of the group under way (a Compact) or
-// the engine's tails over their budget (their trim takes every group's
-// lock): SaveQueued reports false, having written nothing and not called
-// done, and the caller makes it with SaveAsync or Save instead. It reports true
-// otherwise (done is called, with the error of an invalid write before
-// SaveQueued returns).
-func (s *Store) SaveQueued(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error)) bool {
-	return s.saveAsync(hs, ents, snap, done, true)
-}
-
-func (s *Store) saveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, done func(error), queueOnly bool) bool {
-	if queueOnly {
-		// What could wait for another write's commit is refused: trimming
-		// the tails (it takes every group's mu, which a truncating Save
-		// holds through its commit), and the group's write lock held by
-		// another of its writes (a Compact, say).
-		if s.tail.shared.over() || !s.wmu.TryLock() {
-			return false
-		}
-	} else {
-		if s.tail.shared.over() {
-			s.e.trimTails() // outside wmu and mu: it takes every group's mu
-		}
-		s.wmu.Lock()
+	if s.tail.shared.over() {
+		s.e.trimTails() // outside wmu and mu: it takes every group's mu
 	}
+	s.wmu.Lock()
 	w, err := s.prepareSave(hs, ents, snap)
-	if queueOnly && err == nil && w != nil && (w.hasSnap || w.truncate) {
-		s.encBuf, s.keyBuf = w.buf[:0], w.keys[:0]
-		s.wmu.Unlock()
-		return false
-	}
 	if err != nil || w == nil || w.hasSnap || w.truncate {
 		s.encBuf, s.keyBuf = s.encBuf[:0], s.keyBuf[:0]
 		s.wmu.Unlock()
@@ -133,7 +97,7 @@ func (s *Store) saveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 			err = s.Save(hs, ents, snap)
 		}
 		done(err)
-		return true
+		return
 	}
 	s.e.commitAsync(s.opts.GroupID, w.commit, func(dur, writeTime time.Duration, err error) {
 		if err == nil {
@@ -145,8 +109,7 @@ func (s *Store) saveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 		err = s.saved(w, err)
 		s.wmu.Unlock()
 		done(err)
-	}, queueOnly)
-	return true
+	})
 }
 
 // preparedSave is a Save validated and encoded, ready for a commit.
