@@ -104,23 +104,34 @@ func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
 			}
 			n.deliver(batch)
 		}
-		n.batchDone()
+		n.clearBatch()
 		n.saving.Store(false)
-		n.appendTask.Signal()
+		// The task's next run only if it has work: appends queued meanwhile
+		// (a run that found this write in flight returned at once: saving
+		// is cleared before the queue is looked at, so one of the two sees
+		// the other), or the node's stop. Not a run per commit per group.
+		if n.appends.len() > 0 || n.stopped() {
+			n.appendTask.Signal()
+		}
 	})
 }
 
 // batchDone clears the append task's buffers after a batch and signals the
 // task if more is queued.
 func (n *Node) batchDone() {
+	n.clearBatch()
+	if n.appends.len() > 0 {
+		n.appendTask.Signal()
+	}
+}
+
+// clearBatch clears the append task's buffers after a batch.
+func (n *Node) clearBatch() {
 	s := &n.saved
 	clear(s.ents)
 	s.ents = s.ents[:0]
 	clear(s.queued)
 	s.queued = s.queued[:0]
-	if n.appends.len() > 0 {
-		n.appendTask.Signal()
-	}
 }
 
 // mergeBatch merges a batch's writes into one: the last hard state, the
