@@ -195,12 +195,6 @@ type SchedulerStats struct {
 	// LoopRuns, AppendRuns and ApplyRuns count the tasks run: a loop run
 	// handles everything a node had queued when it started.
 	LoopRuns, AppendRuns, ApplyRuns uint64
-	// AppendInline counts the append runs made on a loop worker, right
-	// after the Ready that queued the append (no hand-off to an I/O
-	// worker); they are counted in AppendRuns too. AppendRuns minus
-	// AppendInline, plus LoopRuns and ApplyRuns, is the number of tasks
-	// handed from one goroutine to another.
-	AppendInline uint64
 	// Quiesced is the number of its nodes quiesced now (Config.Quiesce).
 	Quiesced int
 	// Wakes counts the quiesced nodes woken, by cause: "proposal", "read",
@@ -225,8 +219,7 @@ func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
-		AppendInline: s.appends.InlineRuns(),
-		Quiesced:     int(s.quiesced.Load()), Wakes: s.wakeCounts(),
+		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
 		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
 	}
 }
