@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/understudy-raft/understudy"
 	"github.com/understudy-raft/understudy/confchange"
@@ -86,8 +88,21 @@ func (m *usMember) status(ctx context.Context) (memberStatus, error) {
 	return out, nil
 }
 
+// add retries while another membership change is in progress (the
+// previous add's entry not applied yet, or one of the policy's), as an
+// operator's script would.
 func (m *usMember) add(ctx context.Context, id uint64, addr string) error {
-	return m.group.AddLearner(ctx, raft.Member{ID: id, PeerAddr: addr})
+	for {
+		err := m.group.AddLearner(ctx, raft.Member{ID: id, PeerAddr: addr})
+		if !errors.Is(err, confchange.ErrChangeInProgress) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (m *usMember) write(ctx context.Context, cmd []byte) error {
