@@ -84,6 +84,11 @@ type MemberStatus struct {
 	// cluster; "unknown_sender": it does not know the leader yet), while
 	// it cannot be reached; "" otherwise.
 	Refused string `json:",omitempty"`
+	// RelayedBy is the member that hands the leader's appends and
+	// heartbeats on to this standby (Config.Relay; Status.Progress has
+	// the same), 0 when the leader feeds it directly. It is the leader's
+	// choice, so a follower's Membership (asked of the leader) has it too.
+	RelayedBy uint64 `json:",omitempty"`
 }
 
 // Membership returns the membership as the leader sees it, with every
@@ -149,6 +154,7 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 			Role:      v.Config.Role(id),
 			Outgoing:  slices.Contains(v.Config.VotersOutgoing, id),
 			Readiness: confchange.Readiness(v, n.membershipSettings(), id),
+			RelayedBy: n.relayedBy(id),
 		}
 		if pr, ok := v.Progress[id]; ok {
 			ms.Progress = &pr
