@@ -185,8 +185,7 @@ type memberJSON struct {
 	Progress   *progressJSON `json:"progress,omitempty"`
 	// RelayedBy is the member that hands the leader's appends and
 	// heartbeats on to this standby (--relay on the leader); absent when
-	// the leader feeds it directly, or when relays are not known (the
-	// answer did not come from the leader: RelaysKnown).
+	// the leader feeds it directly.
 	RelayedBy uint64 `json:"relayed_by,omitempty"`
 	// Relaying is how many standbys this member hands the leader's
 	// messages on to now (absent: none).
@@ -222,9 +221,10 @@ type membersJSON struct {
 	Index     uint64 `json:"index"`
 	LastIndex uint64 `json:"last_index"`
 	Waiting   string `json:"waiting,omitempty"`
-	// RelaysKnown reports that relayed_by and relaying are set: only the
-	// leader knows its relays, so a member that is not the leader answers
-	// false (ask the leader's client_addr for them).
+	// RelaysKnown reports that relayed_by and relaying are set: every
+	// member's answer carries the leader's relays (its membership is asked
+	// of the leader); false from a release whose followers did not know
+	// them (ask the leader's client_addr then).
 	RelaysKnown bool         `json:"relays_known"`
 	Members     []memberJSON `json:"members"`
 }
@@ -274,30 +274,26 @@ func (s *server) listMembers(w http.ResponseWriter, r *http.Request, _ url.Value
 		return
 	}
 	out := toMembersJSON(m)
-	if m.Leader == s.o.id {
-		// The relays are the leader's choice, in its Status only (the
-		// Membership forwarded from the leader does not carry them). If
-		// leadership moved in between, they are left unknown.
-		if st, err := s.h.Status(ctx); err == nil && st.Role == raft.RoleLeader {
-			addRelays(&out, st)
-		}
-	}
+	addRelays(&out, m)
 	writeJSON(w, http.StatusOK, out)
 }
 
 // addRelays sets each member's relay and each relay's count of standbys
-// from the leader's status.
-func addRelays(out *membersJSON, st raft.Status) {
+// from the membership (the leader's choice: a follower's Membership is
+// asked of the leader, so it carries them too).
+func addRelays(out *membersJSON, m raft.Membership) {
 	fed := map[uint64]int{}
-	for _, p := range st.Progress {
-		if p.RelayedBy != 0 {
-			fed[p.RelayedBy]++
+	by := map[uint64]uint64{}
+	for _, ms := range m.Members {
+		if ms.RelayedBy != 0 {
+			fed[ms.RelayedBy]++
+			by[ms.ID] = ms.RelayedBy
 		}
 	}
 	for i := range out.Members {
-		m := &out.Members[i]
-		m.RelayedBy = st.Progress[m.ID].RelayedBy
-		m.Relaying = fed[m.ID]
+		mj := &out.Members[i]
+		mj.RelayedBy = by[mj.ID]
+		mj.Relaying = fed[mj.ID]
 	}
 	out.RelaysKnown = true
 }

@@ -101,7 +101,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.relay, "relay", true, "understudy: raft.Config.Relay (standbys fed through relays)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
-	fs.DurationVar(&c.tick, "tick", 10*time.Millisecond, "understudy's raft tick (heartbeat every tick; benchmarks.UnderstudyTick)")
+	fs.DurationVar(&c.tick, "tick", 20*time.Millisecond, "understudy's raft tick (heartbeat every tick, election after -election-ticks): 20ms makes its election timeout hashicorp's 200ms")
 	fs.IntVar(&c.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
 	fs.BoolVar(&c.standbyFsync, "standby-fsync", false, "fsync on the standbys too")
 	fs.Uint64Var(&c.sampleEvery, "sample-every", 8, "lag: sample every index divisible by this")
