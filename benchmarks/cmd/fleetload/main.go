@@ -31,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -65,6 +66,9 @@ func main() {
 }
 
 type config struct {
+	// leaderProfile: a CPU profile of the leader process over the measured
+	// window is written to leaderProfile-SYSTEM-N.pprof ("" none).
+	leaderProfile string
 	systems       []string
 	standbys      []int
 	writers       int
@@ -101,6 +105,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.relay, "relay", true, "understudy: raft.Config.Relay (standbys fed through relays)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
+	fs.StringVar(&c.leaderProfile, "leader-profile", "", "write a CPU profile of the leader process over each measured window to PREFIX-SYSTEM-STANDBYS.pprof")
 	fs.DurationVar(&c.tick, "tick", 20*time.Millisecond, "understudy's raft tick (heartbeat every tick, election after -election-ticks): 20ms makes its election timeout hashicorp's 200ms")
 	fs.IntVar(&c.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
 	fs.BoolVar(&c.standbyFsync, "standby-fsync", false, "fsync on the standbys too")
@@ -277,6 +282,9 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	var kwg sync.WaitGroup
 	if cfg.killEvery > 0 && n > 0 {
 		kwg.Go(func() { killer.loop(kctx) })
+	}
+	if cfg.leaderProfile != "" {
+		kwg.Go(func() { c.profileLeader(kctx, cfg, n) })
 	}
 	var load loadResult
 	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
@@ -499,5 +507,37 @@ func (k *killer) loop(ctx context.Context) {
 			c.logf("restart %d: %v", v.flags.id, err)
 		}
 		cancel()
+	}
+}
+
+// profileLeader writes a CPU profile of the leader process over the
+// measured window (after the warm-up) for -leader-profile.
+func (c *cluster) profileLeader(ctx context.Context, cfg *config, n int) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(cfg.warmup):
+	}
+	secs := max(1, int(cfg.duration.Seconds()))
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.leader.flags.ctl, secs)
+	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		c.logf("leader profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	name := fmt.Sprintf("%s-%s-%d.pprof", cfg.leaderProfile, c.system, n)
+	f, err := os.Create(name)
+	if err != nil {
+		c.logf("leader profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		c.logf("leader profile: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"slices"
@@ -162,6 +163,7 @@ func runMember(args []string) error {
 		return err
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile) // the driver's -leader-profile
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := m.status(r.Context())
 		reply(w, st, err)
