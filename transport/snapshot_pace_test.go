@@ -60,18 +60,20 @@ func TestLearnerSnapshotPaced(t *testing.T) {
 	}
 }
 
-// TestLearnerPacer: only a learner's stream is paced, never in bursts of
-// more than a chunk, and a negative rate turns pacing off.
+// TestLearnerPacer: pacing is off by default; when set, only a learner's
+// stream is paced, never in bursts of more than a chunk, and a negative
+// rate turns it off.
 func TestLearnerPacer(t *testing.T) {
 	cfg := Config{}.WithDefaults()
-	if cfg.LearnerSnapshotBytesPerSec != DefaultLearnerSnapshotBytesPerSec {
-		t.Fatalf("default %d, want %d", cfg.LearnerSnapshotBytesPerSec, DefaultLearnerSnapshotBytesPerSec)
+	if l := learnerPacer(cfg, true, 1<<18); l != nil {
+		t.Fatalf("a learner's stream is paced by default: %v", l.Limit())
 	}
+	cfg.LearnerSnapshotBytesPerSec = 64 << 20
 	if l := learnerPacer(cfg, false, 1<<18); l != nil {
 		t.Errorf("a voter's stream is paced: %v", l.Limit())
 	}
 	l := learnerPacer(cfg, true, 1<<18)
-	if l == nil || l.Burst() != 1<<18 || int64(l.Limit()) != DefaultLearnerSnapshotBytesPerSec {
+	if l == nil || l.Burst() != 1<<18 || int64(l.Limit()) != 64<<20 {
 		t.Fatalf("a learner's pacer: %+v", l)
 	}
 	cfg.LearnerSnapshotBytesPerSec = -1
