@@ -52,6 +52,9 @@ type relayState struct {
 	// mark tracks each relayed standby's progress: its Match must reach
 	// index (the commit index at tick) within twice the fallback delay.
 	mark map[uint64]relayMark
+	// keep tracks each standby's keeping up, for relaying: its Match must
+	// reach index (the commit index at tick) within relayKeepUpTicks.
+	keep map[uint64]relayMark
 	// avoid is the relay a standby fell back from while that relay was
 	// fit (a fault between them): it is given another if one has room.
 	avoid map[uint64]uint64
@@ -82,6 +85,7 @@ func relayable(m *raftpb.Message) bool {
 }
 
 func (r *relayState) reset() {
+	clear(r.keep)
 	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
 		return
 	}
@@ -117,7 +121,7 @@ func (n *Node) relayTick() {
 		r.via, r.load = make(map[uint64]uint64), make(map[uint64]int)
 		r.direct, r.down = make(map[uint64]uint64), make(map[uint64]uint64)
 		r.mark, r.peers = make(map[uint64]relayMark), make(map[uint64]relayPeer)
-		r.avoid = make(map[uint64]uint64)
+		r.avoid, r.keep = make(map[uint64]uint64), make(map[uint64]relayMark)
 	}
 	fb := n.fallbackTicks()
 	fresh := time.Duration(fb) * n.cfg.TickInterval
@@ -156,6 +160,11 @@ func (n *Node) relayTick() {
 	for s := range r.avoid {
 		if _, ok := r.peers[s]; !ok {
 			delete(r.avoid, s)
+		}
+	}
+	for s := range r.keep {
+		if p, ok := r.peers[s]; !ok || !p.learner {
+			delete(r.keep, s)
 		}
 	}
 	for s, via := range r.via {
@@ -203,20 +212,57 @@ func (n *Node) relayStalled(s, match, commit, fb uint64) bool {
 	return n.loop.ticks-mk.tick > fb
 }
 
-// relayFit reports whether member id may relay: it is a healthy follower
-// voter not marked down, or a healthy standby fed directly and caught up
-// to the commit index.
+// relayFit reports whether member id may relay: a follower voter that
+// answered within the fallback delay and is not marked down, or a standby
+// fed directly that answered, keeps up with the commit index and
+// replicates (or relays already).
 func (n *Node) relayFit(id, commit uint64) bool {
 	r := &n.loop.relay
 	p, ok := r.peers[id]
-	if !ok || !p.healthy || r.down[id] != 0 {
+	if !ok || !p.heard || r.down[id] != 0 {
 		return false
 	}
 	if !p.learner {
+		// A voter that answers relays, whatever its own log's state: what
+		// it hands on does not come from its log, and a moment in probe (an
+		// append lost or rejected) is no reason to move a dozen standbys.
 		return true
 	}
+	// A standby starts relaying when it replicates; it goes on while it
+	// keeps up (a moment in probe does not move its standbys).
 	_, relayed := r.via[id]
-	return !relayed && p.match >= commit
+	return !relayed && (p.healthy || r.load[id] > 0) && n.keepsUp(id, p.match, commit)
+}
+
+// relayKeepUpTicks is how recent a commit index a standby relay's Match
+// must have reached. Under steady writes a standby's Match is rarely the
+// commit index at the very tick the leader looks — the appends to it take
+// a moment (the transport gathers a learner's messages for up to
+// LearnerBatchDelay, and it syncs them) — so requiring Match == commit
+// dropped standby relays, and probed their standbys, tick after tick.
+const relayKeepUpTicks = 3
+
+// keepsUp reports whether standby id's Match reached the commit index of
+// at most relayKeepUpTicks ago (the first time it is asked, whether it is
+// at the commit index now).
+func (n *Node) keepsUp(id, match, commit uint64) bool {
+	r := &n.loop.relay
+	ticks := n.loop.ticks
+	mk, ok := r.keep[id]
+	if match >= commit {
+		r.keep[id] = relayMark{index: commit, tick: ticks}
+		return true
+	}
+	if !ok {
+		return false
+	}
+	if match >= mk.index {
+		// It reached the commit index it was measured against: measure
+		// against the one of now, from now.
+		r.keep[id] = relayMark{index: commit, tick: ticks}
+		return true
+	}
+	return ticks-mk.tick <= relayKeepUpTicks
 }
 
 // assignRelays gives each standby fed directly that may be relayed a
