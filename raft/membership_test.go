@@ -77,8 +77,17 @@ func ready(id uint64) func(raft.Membership) bool {
 // addLearner adds member id as a learner through node and starts it.
 func addLearner(ctx context.Context, t *testing.T, c *cluster.Cluster, via *raft.Node, id uint64) *cluster.Member {
 	t.Helper()
-	if err := via.AddLearner(ctx, c.Record(id)); err != nil {
-		t.Fatalf("adding learner %d: %v", id, err)
+	for {
+		err := via.AddLearner(ctx, c.Record(id))
+		if err == nil {
+			break
+		}
+		// Another change went first (the policy's, or the previous add's
+		// not applied yet on a loaded machine): nothing was done, try again.
+		if (!errors.Is(err, raft.ErrChangeDropped) && !errors.Is(err, confchange.ErrChangeInProgress)) || ctx.Err() != nil {
+			t.Fatalf("adding learner %d: %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return c.Join(id)
 }
@@ -240,6 +249,20 @@ func requireNoConfChange(t *testing.T, m *cluster.Member, from, to uint64) {
 	t.Helper()
 	if to <= from {
 		return
+	}
+	// to is raft's last index (Status): its storage writes are
+	// asynchronous, so the last entries may not be stored yet.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		last, err := m.Store.LastIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last >= to {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log's last stored index is %d, raft's %d", last, to)
+		}
 	}
 	ents, err := m.Store.Entries(from+1, to+1, 1<<20)
 	if err != nil {
