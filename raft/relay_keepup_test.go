@@ -77,7 +77,10 @@ func TestStandbyRelayKeptUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("relay assignment changed %d times in 60 looks; %d standby-looks fed directly", changes, direct)
-	if changes > 3 {
+	// Before the fix: 30-50 changes; after it 0 on a quiet machine, a few
+	// under -race on a loaded one (a standby relay left a tick behind by a
+	// held-up loop): the bound tells the two apart with room to spare.
+	if changes > 15 {
 		t.Fatalf("the relays changed %d times in 60 looks under a steady load (a standby relay dropped for being a moment behind?)", changes)
 	}
 }
