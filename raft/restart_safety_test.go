@@ -345,12 +345,16 @@ func TestNoTransferToLeavingVoter(t *testing.T) {
 	old := follower(t, c, lead)
 	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool { return from == lead.ID && isLeaveJoint(m) })
 	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old.ID, 4)) }()
+	// Joint in the applied membership, which the checks read. (Raft's own
+	// configuration, in Status, turns joint a moment earlier, on the loop,
+	// before the apply task has applied the entry: a check in between still
+	// sees the old configuration — a known window, see the issue 36 note.)
 	for {
-		st, err := lead.Node.Status(ctx)
+		m, err := lead.Node.Membership(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Joint() {
+		if m.Config.Joint() {
 			break
 		}
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
