@@ -193,7 +193,17 @@ type membershipLoop struct {
 	// view while the default policy reads them.
 	viewProgress map[uint64]confchange.Progress
 	viewConfig   confchange.Config
-	viewConfigOf *memberTable
+	viewConfigOf *raftpb.ConfState
+	// raftConf is the configuration raft itself has taken, on the loop: a
+	// committed conf change turns raft's configuration (joint, say) when
+	// the loop hands the entry to the apply task, a moment before the
+	// apply task records it in the member table; an installed snapshot,
+	// when the loop hands it to the append task. Views check against it,
+	// so that a check never passes on the configuration raft has just
+	// left (a transfer to a voter the joint configuration is removing).
+	// Nil until raft's configuration first changes on this loop: the
+	// member table's, restored at Start, is raft's then.
+	raftConf *raftpb.ConfState
 }
 
 // noteAppend tracks the entries of a MsgStorageAppend: the last index, the
@@ -205,6 +215,7 @@ func (n *Node) noteAppend(m *raftpb.Message) {
 		// role (a joiner learns here that it is a learner) and the
 		// transport's learner flags follow it.
 		ms.lastIndex = md.GetIndex()
+		ms.raftConf = md.GetConfState()
 		n.followConfig(md.GetConfState(), nil)
 		n.updateRole(md.GetConfState())
 	}
@@ -259,11 +270,21 @@ func (n *Node) buildView(reuse bool) confchange.View {
 	l := &n.loop
 	ms := &l.ms
 	t := n.members.Load()
+	// The configuration is raft's, which may be a moment ahead of the
+	// member table (see raftConf); the records are the table's. A member
+	// raft has added but the table not yet recorded appears without a
+	// record only while PendingChange holds (the entry is not applied, and
+	// confGate covers it), which refuses every change and every policy
+	// decision until the table catches up.
+	cs := ms.raftConf
+	if cs == nil {
+		cs = t.confState
+	}
 	var cfg confchange.Config
 	var progress map[uint64]confchange.Progress
 	if reuse {
-		if ms.viewConfigOf != t {
-			ms.viewConfig, ms.viewConfigOf = confchange.ConfigFromConfState(t.confState), t
+		if ms.viewConfigOf != cs {
+			ms.viewConfig, ms.viewConfigOf = confchange.ConfigFromConfState(cs), cs
 		}
 		if ms.viewProgress == nil {
 			ms.viewProgress = make(map[uint64]confchange.Progress, len(t.records))
@@ -271,7 +292,7 @@ func (n *Node) buildView(reuse bool) confchange.View {
 		cfg, progress = ms.viewConfig, ms.viewProgress
 		clear(progress)
 	} else {
-		cfg, progress = confchange.ConfigFromConfState(t.confState), make(map[uint64]confchange.Progress, len(t.records))
+		cfg, progress = confchange.ConfigFromConfState(cs), make(map[uint64]confchange.Progress, len(t.records))
 	}
 	v := confchange.View{
 		Config:        cfg,

@@ -491,6 +491,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 	}
 	before := n.loop.rn.Status().Config
 	cs := n.loop.rn.ApplyConfChange(cc)
+	n.loop.ms.raftConf = cs
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range ids {
 			_, voter := before.Voters.IDs()[id]

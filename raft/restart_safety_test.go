@@ -345,16 +345,14 @@ func TestNoTransferToLeavingVoter(t *testing.T) {
 	old := follower(t, c, lead)
 	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool { return from == lead.ID && isLeaveJoint(m) })
 	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old.ID, 4)) }()
-	// Joint in the applied membership, which the checks read. (Raft's own
-	// configuration, in Status, turns joint a moment earlier, on the loop,
-	// before the apply task has applied the entry: a check in between still
-	// sees the old configuration — a known window, see the issue 36 note.)
+	// Joint in raft's configuration, in Status (the checks read raft's
+	// configuration too: TestNoTransferToLeavingVoterWhileApplyLags).
 	for {
-		m, err := lead.Node.Membership(ctx)
+		st, err := lead.Node.Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Config.Joint() {
+		if st.Joint() {
 			break
 		}
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
@@ -367,6 +365,85 @@ func TestNoTransferToLeavingVoter(t *testing.T) {
 	if err := lead.Node.TransferLeadership(ctx, old.ID); !errors.Is(err, raft.ErrLearnerCannotLead) {
 		t.Fatalf("transfer to leaving member %d: %v, want ErrLearnerCannotLead", old.ID, err)
 	}
+	c.Net.Heal()
+}
+
+// stalledApplies is a kv.Store whose Apply waits while stalled is set: the
+// apply task stops there, and raft goes on handing it committed entries.
+type stalledApplies struct {
+	*kv.Store
+	stalled atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stalledApplies) Apply(cmds []raft.Command, results []raft.Result) {
+	if s.stalled.CompareAndSwap(true, false) {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	s.Store.Apply(cmds, results)
+}
+
+// The checks read the configuration raft has taken, not only the applied
+// member table: with the leader's apply task stalled on an earlier write,
+// raft takes a joint configuration as soon as the loop hands its entry to
+// the apply task, and a dry run of a transfer to the voter it is removing
+// must be refused at once (before, the check read the member table, still
+// the old configuration until the apply task caught up, and passed).
+func TestNoTransferToLeavingVoterWhileApplyLags(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sms := map[uint64]*stalledApplies{}
+	var mu sync.Mutex
+	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership,
+		WrapStateMachine: func(id uint64, sm *kv.Store) raft.StateMachine {
+			s := &stalledApplies{Store: sm, entered: make(chan struct{}, 1), release: make(chan struct{})}
+			mu.Lock()
+			sms[id] = s
+			mu.Unlock()
+			return s
+		}})
+	old := follower(t, c, lead)
+	mu.Lock()
+	gate := sms[lead.ID]
+	mu.Unlock()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gate.release)
+		}
+	}
+	defer release()
+	gate.stalled.Store(true)
+	go func() { _, _ = lead.Node.Propose(ctx, kv.Put("stall", "apply")) }()
+	select {
+	case <-gate.entered:
+	case <-ctx.Done():
+		t.Fatal("the write never reached the leader's state machine")
+	}
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool { return from == lead.ID && isLeaveJoint(m) })
+	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old.ID, 4)) }()
+	for {
+		st, err := lead.Node.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Joint() {
+			break
+		}
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			t.Fatal("raft never took the joint configuration")
+		}
+	}
+	if _, err := lead.Node.CheckMembership(ctx, confchange.TransferLeader(old.ID)); !errors.Is(err, confchange.ErrLearnerCannotLead) {
+		t.Fatalf("dry run of a transfer to leaving member %d while the apply lags: %v", old.ID, err)
+	}
+	if err := lead.Node.TransferLeadership(ctx, old.ID); !errors.Is(err, raft.ErrLearnerCannotLead) {
+		t.Fatalf("transfer to leaving member %d while the apply lags: %v, want ErrLearnerCannotLead", old.ID, err)
+	}
+	release()
 	c.Net.Heal()
 }
 

@@ -43,6 +43,9 @@ type Options struct {
 	Sync bool
 	// WrapStorage, if set, wraps each member's storage (e.g. to inject faults).
 	WrapStorage func(id uint64, s *storage.Store) raft.Storage
+	// WrapStateMachine, if set, wraps each member's state machine (e.g. to
+	// stall its applies). Member.SM stays the kv.Store underneath.
+	WrapStateMachine func(id uint64, sm *kv.Store) raft.StateMachine
 	// Logger for the nodes. Default: discard (set CLUSTER_LOG=1 for stderr).
 	Logger *slog.Logger
 	// RequestTimeout as in raft.Config (default raft's).
@@ -185,7 +188,11 @@ func (c *Cluster) start(id uint64, initial []raft.Member) *Member {
 		s = c.opts.WrapStorage(id, st)
 	}
 	sm := kv.New()
-	n, err := raft.NewNode(c.Config(id, initial), sm, s)
+	var fsm raft.StateMachine = sm
+	if c.opts.WrapStateMachine != nil {
+		fsm = c.opts.WrapStateMachine(id, sm)
+	}
+	n, err := raft.NewNode(c.Config(id, initial), fsm, s)
 	if err != nil {
 		c.t.Fatalf("member %d: %v", id, err)
 	}
