@@ -81,7 +81,11 @@
 // sender, which the transport refuses as spoofed). An unsafe
 // request is refused before anything is proposed with a *confchange.Refusal
 // (errors.Is with confchange.ErrLearnerNotReady, ErrQuorumAtRisk, …);
-// CheckMembership is the dry run. Raft replaces a conf change it cannot take
+// CheckMembership is the dry run. The checks read the configuration raft
+// has taken on the loop (a committed change turns it joint as the loop hands
+// the entry to the apply task) with the member records of the applied
+// table; while the two differ a change is pending and every change is
+// refused as in progress. Raft replaces a conf change it cannot take
 // by an empty entry without an error: the loop checks that the next append
 // carries the change ID and answers ErrChangeDropped otherwise. A change of
 // more than one voter goes through a joint configuration, which the leader
