@@ -348,3 +348,23 @@ func TestStatusShowsTheClusterID(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", code, out)
 	}
 }
+
+// TestQuietColumn: kvctl status's QUIESCED column says since when a member
+// is quiesced, or the cause of its latest wake.
+func TestQuietColumn(t *testing.T) {
+	since := time.Now().Add(-12 * time.Second).UTC().Format(time.RFC3339Nano)
+	for _, c := range []struct {
+		quiesced        bool
+		since, lastWake string
+		want            string
+	}{
+		{true, since, "", "since 12s"},
+		{true, "", "", "yes"},
+		{false, "", "proposal", "no (woken: proposal)"},
+		{false, "", "", "no"},
+	} {
+		if got := quietColumn(c.quiesced, c.since, c.lastWake); got != c.want {
+			t.Errorf("quietColumn(%t, %q, %q) = %q, want %q", c.quiesced, c.since, c.lastWake, got, c.want)
+		}
+	}
+}

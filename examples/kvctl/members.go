@@ -591,13 +591,16 @@ func watchLineOf(ms members, m member) string {
 // status prints every endpoint's GET /status.
 func (c *client) status(ctx context.Context) error {
 	type st struct {
-		ID           uint64 `json:"id"`
-		Role         string `json:"role"`
-		Term         uint64 `json:"term"`
-		Leader       uint64 `json:"leader"`
-		CommitIndex  uint64 `json:"commit_index"`
-		AppliedIndex uint64 `json:"applied_index"`
-		ClusterID    string `json:"cluster_id"`
+		ID            uint64 `json:"id"`
+		Role          string `json:"role"`
+		Term          uint64 `json:"term"`
+		Leader        uint64 `json:"leader"`
+		CommitIndex   uint64 `json:"commit_index"`
+		AppliedIndex  uint64 `json:"applied_index"`
+		ClusterID     string `json:"cluster_id"`
+		Quiesced      bool   `json:"quiesced"`
+		QuiescedSince string `json:"quiesced_since"`
+		LastWake      string `json:"last_wake"`
 	}
 	var rows []map[string]any
 	var table [][]string
@@ -613,7 +616,7 @@ func (c *client) status(ctx context.Context) error {
 		if err != nil {
 			failed++
 			// The reason goes in a last column: the others keep their width.
-			table = append(table, []string{ep, "-", "-", "-", "-", "-", "-", "-", "unreachable: " + err.Error()})
+			table = append(table, []string{ep, "-", "-", "-", "-", "-", "-", "-", "-", "unreachable: " + err.Error()})
 			rows = append(rows, map[string]any{"endpoint": ep, "error": err.Error()})
 			continue
 		}
@@ -622,20 +625,20 @@ func (c *client) status(ctx context.Context) error {
 			cluster = "-"
 		}
 		table = append(table, []string{ep, fmt.Sprint(s.ID), cluster, s.Role, fmt.Sprint(s.Term), fmt.Sprint(s.Leader),
-			fmt.Sprint(s.CommitIndex), fmt.Sprint(s.AppliedIndex)})
+			fmt.Sprint(s.CommitIndex), fmt.Sprint(s.AppliedIndex), quietColumn(s.Quiesced, s.QuiescedSince, s.LastWake)})
 		rows = append(rows, map[string]any{"endpoint": ep, "status": s})
 	}
 	if c.format == "json" {
 		_ = json.NewEncoder(c.out).Encode(rows)
 	} else {
 		tw := newTable(c.out)
-		header := "ENDPOINT\tID\tCLUSTER\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED"
+		header := "ENDPOINT\tID\tCLUSTER\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tQUIESCED"
 		if failed > 0 {
 			header += "\tERROR"
 		}
 		fmt.Fprintln(tw, header)
 		for _, row := range table {
-			if failed > 0 && len(row) == 8 {
+			if failed > 0 && len(row) == 9 {
 				row = append(row, "") // in the ERROR column's block
 			}
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
@@ -646,4 +649,20 @@ func (c *client) status(ctx context.Context) error {
 		return fmt.Errorf("no endpoint answered")
 	}
 	return nil
+}
+
+// quietColumn is kvctl status's QUIESCED column: "since 12s" while the
+// group is quiesced on that member, else "no" (with the cause of its
+// latest wake, when an older server says it).
+func quietColumn(quiesced bool, since, lastWake string) string {
+	if quiesced {
+		if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
+			return "since " + time.Since(t).Round(time.Second).String()
+		}
+		return "yes"
+	}
+	if lastWake != "" {
+		return "no (woken: " + lastWake + ")"
+	}
+	return "no"
 }

@@ -680,6 +680,13 @@ type statusJSON struct {
 	// RelayedStandbys is, on the leader, how many standbys it feeds
 	// through relays now (0 elsewhere).
 	RelayedStandbys int `json:"relayed_standbys"`
+	// Quiesced is whether the group is quiesced on this member (--quiesce:
+	// it neither ticks nor sends); QuiescedSince when it quiesced (RFC
+	// 3339, empty while awake); LastWake the cause of its latest wake
+	// from quiescence (empty if it never woke).
+	Quiesced      bool   `json:"quiesced"`
+	QuiescedSince string `json:"quiesced_since"`
+	LastWake      string `json:"last_wake"`
 }
 
 func (s *server) status(w http.ResponseWriter, r *http.Request, _ url.Values) {
@@ -694,7 +701,17 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, _ url.Values) {
 		ID: st.ID, Role: roleName(st.Role), Term: st.Term, Leader: st.Leader,
 		CommitIndex: st.Commit, AppliedIndex: st.Applied, ClusterID: fmt.Sprintf("%x", s.h.ClusterID()),
 		Relay: s.o.relay, RelayedOn: st.RelayedOn, RelayedStandbys: relayedStandbys(st),
+		Quiesced: st.Quiesced, QuiescedSince: quiescedSince(st), LastWake: st.LastWake,
 	})
+}
+
+// quiescedSince is when the group quiesced on this member, RFC 3339, or ""
+// while it is awake.
+func quiescedSince(st raft.Status) string {
+	if !st.Quiesced || st.QuiescedSince.IsZero() {
+		return ""
+	}
+	return st.QuiescedSince.UTC().Format(time.RFC3339Nano)
 }
 
 // relayedStandbys is how many standbys the leader feeds through relays

@@ -92,6 +92,23 @@ func TestQuiesceVisible(t *testing.T) {
 		}
 		return ""
 	})
+	// GET /status says so too, on the leader and on a follower.
+	for _, p := range ps {
+		eventually(t, 10*time.Second, func() string {
+			code, body := p.req("GET", "/status", "")
+			var st struct {
+				Quiesced      bool   `json:"quiesced"`
+				QuiescedSince string `json:"quiesced_since"`
+			}
+			if code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+				return fmt.Sprintf("GET /status: %d %s", code, body)
+			}
+			if since, err := time.Parse(time.RFC3339Nano, st.QuiescedSince); !st.Quiesced || err != nil || since.After(time.Now()) {
+				return "GET /status: " + body
+			}
+			return ""
+		})
+	}
 	text := scrapeMetrics(t, leader, "understudy_group_quiesced 1", `understudy_group_wakes_total{cause="proposal"}`,
 		`understudy_peer_host_live{peer="`)
 	before := metricValue(t, text, `understudy_group_wakes_total{cause="proposal"}`)
@@ -109,6 +126,12 @@ func TestQuiesceVisible(t *testing.T) {
 		}
 		return ""
 	})
+	// The wake's cause is in GET /status until the group quiesces again
+	// (it may have by now: then the cause stays the last one).
+	code, body := leader.req("GET", "/status", "")
+	if code != 200 || !strings.Contains(body, `"last_wake":"proposal"`) {
+		t.Fatalf("GET /status after a write woke the group: %d %s", code, body)
+	}
 }
 
 // TestQuiesceOff: --quiesce=false keeps a member ticking: it refuses its
