@@ -54,6 +54,9 @@ type loopState struct {
 	q quiesceState
 	// relay is the leader's choice of relays for its standbys (relay.go).
 	relay relayState
+	// applyHere: the Ready being handled queued committed entries for the
+	// apply task, to be applied on the loop's worker (Config.InlineApply).
+	applyHere bool
 	// readPasses counts the loop's passes that took at least one ReadIndex
 	// request of another member (the coalescing's bound, reads.go).
 	readPasses uint64
@@ -68,6 +71,7 @@ type loopBufs struct {
 	acts     []func()          // calls run on the loop
 	readsBuf []*readRequest    // reads taken
 	live     []uint64          // the sequence numbers of a batch being proposed
+	answers  []*raftpb.Message // of applies on the loop's worker (applyinline.go)
 }
 
 // buffers returns the loop's reused buffers, made if the node has none.
@@ -288,6 +292,10 @@ func (n *Node) loopOnce() {
 	n.flushReads()
 	for l.rn.HasReady() {
 		n.handleReady(l.rn.Ready())
+		if l.applyHere {
+			l.applyHere = false
+			n.applyOnLoop() // (its answers make the next Ready)
+		}
 	}
 	if tick && n.cfg.Quiesce {
 		n.noteIdle()
@@ -464,7 +472,11 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 				}
 			}
 			n.applies.push(task)
-			n.applyTask.Signal()
+			if n.cfg.InlineApply && len(task.confStates) == 0 {
+				l.applyHere = true // after this Ready's messages are out (applyOnLoop)
+			} else {
+				n.applyTask.Signal()
+			}
 		default:
 			out = append(out, m)
 		}
