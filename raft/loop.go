@@ -56,7 +56,9 @@ type loopState struct {
 	relay relayState
 	// applyHere: the Ready being handled queued committed entries for the
 	// apply task, to be applied on the loop's worker (Config.InlineApply).
-	applyHere bool
+	// appendHere: it queued an append with no entries for the append task,
+	// which may have nothing to write (onloop.go).
+	applyHere, appendHere bool
 	// readPasses counts the loop's passes that took at least one ReadIndex
 	// request of another member (the coalescing's bound, reads.go).
 	readPasses uint64
@@ -292,9 +294,13 @@ func (n *Node) loopOnce() {
 	n.flushReads()
 	for l.rn.HasReady() {
 		n.handleReady(l.rn.Ready())
+		if l.appendHere {
+			l.appendHere = false
+			n.appendOnLoop() // (its answers make the next Ready)
+		}
 		if l.applyHere {
 			l.applyHere = false
-			n.applyOnLoop() // (its answers make the next Ready)
+			n.applyOnLoop()
 		}
 	}
 	if tick && n.cfg.Quiesce {
@@ -462,8 +468,13 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
 			n.noteAppend(m)
-			n.appends.push(m)
-			n.appendTask.Signal()
+			if len(m.GetEntries()) == 0 && m.GetSnapshot() == nil && n.appends.len() == 0 {
+				l.appendHere = true // perhaps nothing to write (appendOnLoop)
+				n.appends.push(m)
+			} else {
+				n.appends.push(m)
+				n.appendTask.Signal()
+			}
 		case etcdraft.LocalApplyThread:
 			task := applyTask{msg: m}
 			for _, e := range m.GetEntries() {

@@ -198,9 +198,10 @@ type SchedulerStats struct {
 	// workers (each a hand-off to another goroutine): a loop run handles
 	// everything a node had queued when it started.
 	LoopRuns, AppendRuns, ApplyRuns uint64
-	// ApplyInline counts the apply task's turns taken by a loop worker
-	// (Config.InlineApply), not in ApplyRuns.
-	ApplyInline uint64
+	// AppendInline and ApplyInline count the append and apply tasks'
+	// turns taken by a loop worker instead (an append with nothing to
+	// write; Config.InlineApply), not in AppendRuns and ApplyRuns.
+	AppendInline, ApplyInline uint64
 	// Quiesced is the number of its nodes quiesced now (Config.Quiesce).
 	Quiesced int
 	// Wakes counts the quiesced nodes woken, by cause: "proposal", "read",
@@ -225,8 +226,8 @@ func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
-		ApplyInline: s.applies.InlineRuns(),
-		Quiesced:    int(s.quiesced.Load()), Wakes: s.wakeCounts(),
+		AppendInline: s.appends.InlineRuns(), ApplyInline: s.applies.InlineRuns(),
+		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
 		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
 	}
 }

@@ -2,18 +2,23 @@ package raft
 
 import "log/slog"
 
-// Applies on the loop's worker (Config.InlineApply). At many groups a
-// round carries a write or two per group, and handing each group's
-// committed entries to an apply worker, then its answer back to the loop,
-// costs two goroutine hand-offs for a few microseconds of Apply. So when
-// the apply task is idle and what it has queued is small, the loop's
-// worker takes the apply task's turn (sched.Task.RunHere: no apply worker
-// runs it meanwhile, and a signal during it queues a worker run after it)
-// and applies right after the Ready that committed the entries — after
-// that Ready's messages left and its append was handed over — then steps
-// the apply's answers itself. The entries are applied in order by one
-// goroutine at a time as before; only which goroutine changes.
-
+// Work of the append and apply tasks done on the loop's worker, where it
+// saves a goroutine hand-off each way (and the loop's next run for the
+// task's answer) without holding the loop for long: the task's turn is
+// taken on the loop's goroutine (sched.Task.RunHere: no worker runs the
+// task meanwhile, and a signal during it queues a worker run after it), so
+// each task's work is still done in order by one goroutine at a time;
+// only which goroutine changes. It runs right after the Ready that made
+// the work, once that Ready's messages left and its other work was handed
+// over, and the loop steps the task's answers itself.
+//
+//   - An append with nothing to write — only the commit index moved, which
+//     rides with the next write (mergeBatch), and the answers it carries —
+//     when no write of the node is in flight or queued: its answers
+//     (a follower's ack of an empty append, the leader's own) may leave
+//     now, every write before them being durable. Always.
+//   - Small batches of committed entries when the apply task is idle
+//     (Config.InlineApply: the state machine's Apply must be quick).
 const (
 	// inlineApplyEntries and inlineApplyBytes bound what one turn on the
 	// loop applies: larger batches (one busy group's) go to the apply
@@ -31,13 +36,62 @@ func (n *Node) applyOnLoop() {
 		n.applyTask.Signal()
 		return
 	}
+	n.stepAnswers()
+}
+
+// appendOnLoop delivers, on the loop's worker, the answers of an append
+// that has nothing to write, when the append task is idle and no write
+// of the node is in flight or queued before it; otherwise it signals the
+// append task. It runs on the loop.
+func (n *Node) appendOnLoop() {
+	if n.stopped() || n.saving.Load() || !n.appendTask.RunHere(n.appendTurnOnLoop) {
+		n.appendTask.Signal()
+		return
+	}
+	n.stepAnswers()
+}
+
+// appendTurnOnLoop is the append task's turn taken by the loop's worker:
+// it handles the one append queued if it writes nothing (mergeBatch keeps
+// a commit-only hard state for the next write), and else leaves it to an
+// I/O worker.
+func (n *Node) appendTurnOnLoop() {
+	s := &n.saved
+	if !n.running.Load() || n.appendExited || n.saving.Load() || n.stopped() || !s.init {
+		n.appendTask.Signal() // runAppend knows what to do
+		return
+	}
+	m, ok := n.appends.peek()
+	if !ok {
+		return
+	}
+	if n.appends.len() != 1 || len(m.GetEntries()) > 0 || m.GetSnapshot() != nil ||
+		(m.Term != nil && (m.GetTerm() != s.term || m.GetVote() != s.vote)) {
+		n.appendTask.Signal()
+		return
+	}
+	// runAppend's work for this append, which writes nothing: mergeBatch
+	// keeps its hard state, if any, for the next write, and its answers
+	// are delivered at once.
+	s.onLoop = true
+	s.queued = n.appends.takeInto(s.queued[:0], 1)
+	if as, ok := n.store.(AsyncStorage); ok {
+		n.saveAsync(as, s.queued)
+	} else if n.saveSplit(s.queued) {
+		n.batchDone()
+	}
+	s.onLoop = false
+}
+
+// stepAnswers steps the answers the append and apply tasks' turns on the
+// loop's worker left, after those the tasks' runs on workers queued
+// before: raft hears of persisted and applied entries in order.
+func (n *Node) stepAnswers() {
 	l := &n.loop
 	b := l.buffers()
 	if len(b.answers) == 0 {
 		return
 	}
-	// Answers of earlier turns (on an apply worker) first: raft hears of
-	// the applied entries in order.
 	b.localBuf = n.local.take(b.localBuf[:0])
 	b.localBuf = append(b.localBuf, b.answers...)
 	clear(b.answers)
