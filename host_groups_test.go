@@ -26,6 +26,8 @@ type hostsCluster struct {
 	dir   string
 	hosts []*understudy.Host
 	addrs []string
+	// tune, if set, changes the groups' raft.Config (after fastRaft).
+	tune func(*raft.Config)
 }
 
 func newHosts(t *testing.T, n int) *hostsCluster {
@@ -70,8 +72,12 @@ func (hc *hostsCluster) groupConfig(g uint64, i int) understudy.GroupConfig {
 	for j, a := range hc.addrs {
 		initial = append(initial, raft.Member{ID: replicaID(g, j), PeerAddr: a})
 	}
+	rc := fastRaft()
+	if hc.tune != nil {
+		hc.tune(&rc)
+	}
 	return understudy.GroupConfig{
-		GroupID: g, ID: replicaID(g, i), InitialMembers: initial, Raft: fastRaft(),
+		GroupID: g, ID: replicaID(g, i), InitialMembers: initial, Raft: rc,
 		Storage: storage.GroupOptions{TailCacheBytes: 256 << 10},
 	}
 }

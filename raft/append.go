@@ -176,7 +176,12 @@ func (n *Node) deliver(batch []*raftpb.Message) {
 	for _, m := range batch {
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == n.cfg.ID {
-				n.local.put(r)
+				if s.onLoop {
+					b := n.loop.buffers() // the loop steps it after this turn (onloop.go)
+					b.answers = append(b.answers, r)
+				} else {
+					n.local.put(r)
+				}
 			} else {
 				o = append(o, r)
 			}
@@ -311,6 +316,9 @@ type appendState struct {
 	queued     []*raftpb.Message
 	ents       []*raftpb.Entry
 	out        []*raftpb.Message
+	// onLoop: this turn runs on the loop's worker (onloop.go), which steps
+	// the answers to this member itself after it.
+	onLoop bool
 	// failed: a batch could not be persisted (or its snapshot opened) and
 	// the node stops on it; nothing later is written or acknowledged.
 	failed bool

@@ -76,6 +76,10 @@ type applyState struct {
 	cmds     []Command
 	ids      []requestID
 	results  []Result
+	// onLoop: this turn runs on the loop's worker (applyinline.go), which
+	// steps the answers itself after it.
+	onLoop  bool
+	answers []*raftpb.Message
 }
 
 func (a *applyState) init(n *Node) {
@@ -262,6 +266,15 @@ func (n *Node) applyEntries(t applyTask) error {
 		a.snap.logBytes += uint64(len(e.GetData()))
 	}
 	advanceTo(n.applied, a.applied)
+	if a.onLoop {
+		// The loop steps the answers after this turn, and a snapshot is
+		// left to the apply workers.
+		a.answers = append(a.answers, t.msg.GetResponses()...)
+		if n.snapshotMayBeDue() {
+			n.wakeSnapshots()
+		}
+		return nil
+	}
 	n.local.put(t.msg.GetResponses()...)
 	n.maybeSnapshot()
 	return nil

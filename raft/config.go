@@ -101,6 +101,20 @@ type Config struct {
 	// Default 12: three voters' two followers feed 24 standbys, beyond
 	// that caught-up standbys relay too.
 	RelayFanout int
+	// InlineApply lets the run loop's worker apply small batches of
+	// committed entries itself, right after the Ready that committed them,
+	// when the apply task is idle: the apply task's turn is taken on the
+	// loop's goroutine (still one at a time, in order), which saves the
+	// hand-off to an apply worker and the loop's next run for the apply's
+	// answer — about a third of a host's goroutine hand-offs per write at
+	// 100 groups ("Hand-offs per round" in docs/architecture.md). Batches
+	// over 32 entries or 32 KiB, conf changes, snapshot restores and
+	// snapshots go to the apply workers as without it. Set it only for a
+	// state machine whose Apply is quick and never blocks (an in-memory
+	// map such as kv.Store): while it runs, the loop worker runs no other
+	// group's loop, and an Apply that does not return holds the worker
+	// for good. Off by default.
+	InlineApply bool
 	// OnStopped, if set, is called once the node is done, with the reason
 	// it stopped (Err: nil after Stop, a *FatalError, ErrRemoved,
 	// ErrReplicaWiped), on a goroutine of its own. A host uses it to close

@@ -54,6 +54,11 @@ type loopState struct {
 	q quiesceState
 	// relay is the leader's choice of relays for its standbys (relay.go).
 	relay relayState
+	// applyHere: the Ready being handled queued committed entries for the
+	// apply task, to be applied on the loop's worker (Config.InlineApply).
+	// appendHere: it queued an append with no entries for the append task,
+	// which may have nothing to write (onloop.go).
+	applyHere, appendHere bool
 	// readPasses counts the loop's passes that took at least one ReadIndex
 	// request of another member (the coalescing's bound, reads.go).
 	readPasses uint64
@@ -68,6 +73,7 @@ type loopBufs struct {
 	acts     []func()          // calls run on the loop
 	readsBuf []*readRequest    // reads taken
 	live     []uint64          // the sequence numbers of a batch being proposed
+	answers  []*raftpb.Message // of applies on the loop's worker (applyinline.go)
 }
 
 // buffers returns the loop's reused buffers, made if the node has none.
@@ -288,6 +294,14 @@ func (n *Node) loopOnce() {
 	n.flushReads()
 	for l.rn.HasReady() {
 		n.handleReady(l.rn.Ready())
+		if l.appendHere {
+			l.appendHere = false
+			n.appendOnLoop() // (its answers make the next Ready)
+		}
+		if l.applyHere {
+			l.applyHere = false
+			n.applyOnLoop()
+		}
 	}
 	if tick && n.cfg.Quiesce {
 		n.noteIdle()
@@ -454,8 +468,13 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
 			n.noteAppend(m)
-			n.appends.push(m)
-			n.appendTask.Signal()
+			if len(m.GetEntries()) == 0 && m.GetSnapshot() == nil && n.appends.len() == 0 {
+				l.appendHere = true // perhaps nothing to write (appendOnLoop)
+				n.appends.push(m)
+			} else {
+				n.appends.push(m)
+				n.appendTask.Signal()
+			}
 		case etcdraft.LocalApplyThread:
 			task := applyTask{msg: m}
 			for _, e := range m.GetEntries() {
@@ -464,7 +483,11 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 				}
 			}
 			n.applies.push(task)
-			n.applyTask.Signal()
+			if n.cfg.InlineApply && len(task.confStates) == 0 {
+				l.applyHere = true // after this Ready's messages are out (applyOnLoop)
+			} else {
+				n.applyTask.Signal()
+			}
 		default:
 			out = append(out, m)
 		}

@@ -60,6 +60,16 @@ func (q *queue[T]) pop() (v T, ok bool) {
 	return v, true
 }
 
+// peek returns the first item without taking it.
+func (q *queue[T]) peek() (v T, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return v, false
+	}
+	return q.items[0], true
+}
+
 func (q *queue[T]) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -31,7 +31,9 @@ import (
 //   - ApplyWorkers goroutines apply committed entries to the state
 //     machines (a node's in order, one worker at a time), take the
 //     snapshots' state and restore received ones: a slow state machine
-//     holds up one worker, not the loops.
+//     holds up one worker, not the loops. (With Config.InlineApply a
+//     loop worker applies a node's small batches itself when its apply
+//     task is idle.)
 //   - One goroutine per distinct Config.TickInterval ticks every node.
 //
 // Goroutines are started when work needs them, up to the bounds. A node
@@ -192,9 +194,14 @@ type SchedulerStats struct {
 	// Workers, IOWorkers and ApplyWorkers are the goroutines started (at
 	// most the configured bounds).
 	Workers, IOWorkers, ApplyWorkers int
-	// LoopRuns, AppendRuns and ApplyRuns count the tasks run: a loop run
-	// handles everything a node had queued when it started.
+	// LoopRuns, AppendRuns and ApplyRuns count the tasks run by the pools'
+	// workers (each a hand-off to another goroutine): a loop run handles
+	// everything a node had queued when it started.
 	LoopRuns, AppendRuns, ApplyRuns uint64
+	// AppendInline and ApplyInline count the append and apply tasks'
+	// turns taken by a loop worker instead (an append with nothing to
+	// write; Config.InlineApply), not in AppendRuns and ApplyRuns.
+	AppendInline, ApplyInline uint64
 	// Quiesced is the number of its nodes quiesced now (Config.Quiesce).
 	Quiesced int
 	// Wakes counts the quiesced nodes woken, by cause: "proposal", "read",
@@ -219,6 +226,7 @@ func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
+		AppendInline: s.appends.InlineRuns(), ApplyInline: s.applies.InlineRuns(),
 		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
 		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
 	}

@@ -61,6 +61,8 @@ type Options struct {
 	// Relay and RelayFanout as in raft.Config.
 	Relay       bool
 	RelayFanout int
+	// InlineApply as in raft.Config.
+	InlineApply bool
 }
 
 // Cluster is a set of members over one Network.
@@ -153,6 +155,7 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		Quiesce:                c.opts.Quiesce,
 		Relay:                  c.opts.Relay,
 		RelayFanout:            c.opts.RelayFanout,
+		InlineApply:            c.opts.InlineApply,
 	}
 }
 

@@ -110,7 +110,7 @@ func (r *hostsRig) churn(ctx context.Context, g uint64, hold time.Duration) stri
 	for _, p := range r.proxies {
 		join = append(join, p.Addr())
 	}
-	rep, err := r.spare.StartGroup(cctx, understudy.GroupConfig{GroupID: g, ID: id, Join: join, Raft: r.raftConfig(), DisableQuiescence: r.awake}, kv.New())
+	rep, err := r.spare.StartGroup(cctx, understudy.GroupConfig{GroupID: g, ID: id, Join: join, Raft: r.raftConfig(g), DisableQuiescence: r.awake}, kv.New())
 	if err != nil {
 		r.t.Logf("group %d: learner %d did not start: %v", g, id, err)
 	}
@@ -147,8 +147,11 @@ func (r *hostsRig) churn(ctx context.Context, g uint64, hold time.Duration) stri
 	return fmt.Sprintf("group %d: learner %d added on the spare host for %v, removed, its data deleted", g, id, hold)
 }
 
-func (r *hostsRig) raftConfig() raft.Config {
+// raftConfig is group g's: even groups apply small batches on the loops'
+// workers (InlineApply), odd ones on the apply workers.
+func (r *hostsRig) raftConfig(g uint64) raft.Config {
 	return raft.Config{TickInterval: 10 * time.Millisecond, ElectionTicks: 10, SnapshotCount: 2000,
+		InlineApply: g%2 == 0,
 		// A replica that replaced a wiped one is promoted soon after it
 		// caught up.
 		Membership: confchange.Settings{Stabilization: 300 * time.Millisecond}}
@@ -166,7 +169,7 @@ func (r *hostsRig) id(i int, g uint64) uint64 {
 // every time: its initial members, or for a replica that replaced a wiped
 // one, the addresses to join through. r.mu is held.
 func (r *hostsRig) groupConfig(i int, g uint64) understudy.GroupConfig {
-	cfg := understudy.GroupConfig{GroupID: g, ID: r.id(i, g), Raft: r.raftConfig(), DisableQuiescence: r.awake,
+	cfg := understudy.GroupConfig{GroupID: g, ID: r.id(i, g), Raft: r.raftConfig(g), DisableQuiescence: r.awake,
 		Storage: storage.GroupOptions{TailCacheBytes: 1 << 20}}
 	if cfg.ID != uint64(i+1) {
 		for _, p := range r.proxies {

@@ -55,6 +55,28 @@ func (t *Task) Signal() {
 	}
 }
 
+// RunHere runs f in place of the task's function, on the calling
+// goroutine, if the task is idle (neither queued nor running), and reports
+// whether it did. It takes the task's turn: no worker runs the task while
+// f runs, and a Signal meanwhile queues the task once f returns, as for a
+// run on a worker. A caller that has work for the task and gets false
+// signals it instead (its Signal then merges into the queued or running
+// turn). It saves the hand-off to another goroutine when the caller's
+// goroutine is free to do the work now.
+func (t *Task) RunHere(f func()) bool {
+	if !t.state.CompareAndSwap(idle, running) {
+		return false
+	}
+	p := t.pool
+	p.inline.Add(1)
+	f()
+	if !t.state.CompareAndSwap(running, idle) {
+		t.state.Store(queued)
+		p.push(t)
+	}
+	return true
+}
+
 // Pool runs tasks on at most Workers goroutines, started when work needs
 // them and kept until Close.
 type Pool struct {
@@ -70,7 +92,7 @@ type Pool struct {
 	closed  bool
 	wg      sync.WaitGroup
 
-	runs atomic.Uint64
+	runs, inline atomic.Uint64
 }
 
 // NewPool returns a pool of at most workers goroutines (at least 1).
@@ -90,8 +112,13 @@ func (p *Pool) Started() int {
 	return p.workers
 }
 
-// Runs returns how many task runs the pool has made.
+// Runs returns how many task runs the pool's workers have made: each was
+// a hand-off to a worker (RunHere's are not counted).
 func (p *Pool) Runs() uint64 { return p.runs.Load() }
+
+// InlineRuns returns how many turns of the pool's tasks RunHere ran on
+// its caller's goroutine.
+func (p *Pool) InlineRuns() uint64 { return p.inline.Load() }
 
 func (p *Pool) push(t *Task) {
 	p.mu.Lock()

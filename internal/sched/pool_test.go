@@ -97,3 +97,46 @@ func TestClockTicksEverySubscriberOnOneGoroutine(t *testing.T) {
 	cb()
 	c.Wait() // the interval's goroutine exits with its last subscriber
 }
+
+// RunHere runs its function on the caller's goroutine only when the task
+// is idle, never while a worker runs the task; a Signal during it queues
+// one run on a worker after it; it allocates nothing.
+func TestTaskRunHere(t *testing.T) {
+	p := NewPool(1)
+	defer func() { p.Close(); p.Wait() }()
+	var worker, inline atomic.Int32
+	running, unblock := make(chan struct{}, 1), make(chan struct{})
+	task := p.NewTask(func() {
+		worker.Add(1)
+		running <- struct{}{}
+		<-unblock
+	})
+	if !task.RunHere(func() { inline.Add(1) }) || inline.Load() != 1 || worker.Load() != 0 {
+		t.Fatalf("RunHere on an idle task: ran inline %d, on a worker %d", inline.Load(), worker.Load())
+	}
+	task.Signal()
+	<-running // a worker runs the task now
+	if task.RunHere(func() { inline.Add(1) }) {
+		t.Fatal("RunHere ran while a worker ran the task")
+	}
+	unblock <- struct{}{}
+	for task.state.Load() != idle {
+		time.Sleep(time.Millisecond)
+	}
+	// A Signal during RunHere: one worker run after it.
+	close(unblock)
+	if !task.RunHere(func() { task.Signal() }) {
+		t.Fatal("RunHere on an idle task did not run")
+	}
+	<-running
+	for task.state.Load() != idle {
+		time.Sleep(time.Millisecond)
+	}
+	if w, r, in := worker.Load(), p.Runs(), p.InlineRuns(); w != 2 || r != 2 || in != 2 {
+		t.Fatalf("worker runs %d, pool runs %d, inline runs %d; want 2, 2, 2", w, r, in)
+	}
+	f := func() {}
+	if a := testing.AllocsPerRun(100, func() { task.RunHere(f) }); a != 0 {
+		t.Fatalf("RunHere allocates %.1f times", a)
+	}
+}

@@ -39,6 +39,8 @@ type clusterOptions struct {
 	// quiesce is raft.Config.Quiesce (a host's default; false sets
 	// DisableQuiescence): idle groups stop ticking.
 	quiesce bool
+	// inlineApply is raft.Config.InlineApply.
+	inlineApply bool
 	// tailCache is storage.GroupOptions.TailCacheBytes (0: the default).
 	tailCache int64
 	// backend is storage.EngineOptions.Backend (empty: the default).
@@ -102,7 +104,7 @@ func startCluster(ctx context.Context, layout string, n int, dir string, o clust
 }
 
 func (c *cluster) raftConfig(o clusterOptions) raft.Config {
-	return raft.Config{TickInterval: o.tick, Quiesce: o.quiesce}
+	return raft.Config{TickInterval: o.tick, Quiesce: o.quiesce, InlineApply: o.inlineApply}
 }
 
 // startHosts opens three hosts and starts every group's replica on each,

@@ -19,7 +19,7 @@ func TestGroupLoadSmoke(t *testing.T) {
 	}
 	var out bytes.Buffer
 	cfg, err := parseFlags([]string{"-groups", "3", "-layout", "host,process", "-writers", "7",
-		"-duration", "1s", "-warmup", "200ms", "-idle", "300ms", "-tick", "10ms", "-v"})
+		"-duration", "1s", "-warmup", "200ms", "-idle", "300ms", "-tick", "10ms", "-inline-apply", "-v"})
 	if err != nil {
 		t.Fatal(err)
 	}
