@@ -60,6 +60,10 @@ type relayState struct {
 	avoid map[uint64]uint64
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
+	// sentApp is, per relayed standby, the tick of the latest append put
+	// in an envelope for it and the commit index it carried
+	// (redundantHeartbeat).
+	sentApp map[uint64]relayMark
 	// Reused buffers of sendOut.
 	bundles []relayBundle
 	rest    []*raftpb.Message
@@ -86,6 +90,7 @@ func relayable(m *raftpb.Message) bool {
 
 func (r *relayState) reset() {
 	clear(r.keep)
+	clear(r.sentApp)
 	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
 		return
 	}
@@ -326,6 +331,7 @@ func (n *Node) unrelay(s uint64, probe bool) {
 	}
 	delete(r.via, s)
 	delete(r.mark, s)
+	delete(r.sentApp, s)
 	if r.load[via]--; r.load[via] <= 0 {
 		delete(r.load, via)
 	}
@@ -400,11 +406,21 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	rest := r.rest[:0]
 	for _, m := range out {
 		if relayable(m) {
-			via := r.via[m.GetTo()]
+			to := m.GetTo()
+			via := r.via[to]
+			if via != 0 && n.redundantHeartbeat(m) {
+				continue
+			}
 			if via == 0 {
-				via = m.GetTo() // a relay's own message rides with its standbys'
+				via = to // a relay's own message rides with its standbys'
 			}
 			if i := bundleOf(bundles, via); i >= 0 && bundles[i].add(m) {
+				if via != to && m.GetType() == raftpb.MsgApp {
+					if r.sentApp == nil {
+						r.sentApp = make(map[uint64]relayMark)
+					}
+					r.sentApp[to] = relayMark{index: m.GetCommit(), tick: l.ticks}
+				}
 				continue
 			}
 		}
@@ -421,6 +437,26 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	}
 	clear(rest)
 	r.rest, r.bundles = rest[:0], bundles[:0]
+}
+
+// redundantHeartbeat reports whether heartbeat m to a relayed standby may
+// be left out: the standby was sent an append within the heartbeat
+// interval whose commit index is at least the heartbeat's. Its commit
+// rides on the appends, its answers to them keep the leader's view of it
+// (Match, last contact) fresh, and raft tolerates a lost heartbeat: a
+// learner never campaigns, and its answer to a read round's heartbeat
+// counts for no quorum (etcd raft's readOnly acks are counted over the
+// voters). Once no append went within an interval — an idle group, or a
+// standby whose appends are paused (raft's inflights full: a heartbeat's
+// answer is what frees them) — the heartbeats go again. The quiesce
+// marker is never left out.
+func (n *Node) redundantHeartbeat(m *raftpb.Message) bool {
+	l := &n.loop
+	if m.GetType() != raftpb.MsgHeartbeat || quiesceKindOf(m.GetContext()) != 0 {
+		return false
+	}
+	sent, ok := l.relay.sentApp[m.GetTo()]
+	return ok && l.ticks-sent.tick <= uint64(n.cfg.HeartbeatTicks) && sent.index >= m.GetCommit()
 }
 
 // relayBundle is the envelope being built for one relay (a new one per
