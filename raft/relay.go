@@ -387,6 +387,11 @@ func (n *Node) relayedBy(id uint64) uint64 { return n.loop.relay.via[id] }
 func (n *Node) sendOut(out []*raftpb.Message) {
 	l := &n.loop
 	r := &l.relay
+	if l.role == RoleLearner && n.answers.route.Load() != nil {
+		if out = n.answersThroughRelay(out); len(out) == 0 {
+			return
+		}
+	}
 	rt, ok := n.tr.(RelayTransport)
 	if !ok || len(r.via) == 0 || l.role != RoleLeader {
 		n.tr.Send(out)
@@ -521,35 +526,67 @@ func entryAt(ents []*raftpb.Entry, index uint64) (int, bool) {
 // leader that built them, the others are handed on, each as it is, to
 // its standby. Nothing but appends and heartbeats is taken, and a
 // message is never handed on twice (one relayed by a relay is only
-// stepped by its addressee).
+// stepped by its addressee). Answers (relay_answers.go): a standby's own
+// answers (from == their sender) are handed on to the member they are
+// for; answers to this member that a relay handed on are queued for the
+// loop as one carrier, which steps each only if from relays its sender.
 func (h peerHandler) ProcessRelay(from uint64, env *RelayEnvelope) {
 	n := h.n
 	self := n.cfg.ID
-	var own []*raftpb.Message
+	var own, answers, handOn []*raftpb.Message
+	takes, asked := false, false
 	for i := range env.Msgs {
+		if h := env.Msgs[i]; h != nil && i < len(env.Counts) && env.Counts[i] == 0 && isAnswer(h) {
+			// An answer is its header (no body: checked on decoding),
+			// used as it is: the envelope is this member's own copy.
+			switch sender, to := h.GetFrom(), h.GetTo(); {
+			case sender == self || sender == 0 || to == 0:
+			case to == self && from != sender:
+				answers = append(answers, h)
+			case to != self && from == sender:
+				handOn = append(handOn, h)
+			}
+			continue
+		}
 		m, err := env.Message(i)
 		if err != nil {
 			n.log.Debug("dropping a relayed message", slog.Uint64("from", from), slog.Any("err", err))
 			continue
 		}
-		if !relayable(m) || m.GetFrom() == self || m.GetFrom() == 0 {
+		sender, to := m.GetFrom(), m.GetTo()
+		if sender == self || sender == 0 || to == 0 || !relayable(m) {
 			continue
 		}
-		switch to := m.GetTo(); {
+		switch {
 		case to == self:
 			own = append(own, m)
-		case from == m.GetFrom() && to != from && to != 0:
-			n.handOn(to, env, i, m)
+			n.noteLeaderMessage(from, sender, env.TakesAnswers)
+		case from == sender && to != from:
+			if !asked {
+				takes, asked = n.carriesAnswers(sender), true
+			}
+			n.handOn(to, env, i, m, takes)
 		}
 	}
+	if len(handOn) > 0 {
+		n.handOnAnswers(handOn)
+	}
+	if len(answers) > 0 {
+		c := &raftpb.Message{From: &from, Responses: answers}
+		if len(own) == 0 {
+			h.enqueue1(c)
+			return
+		}
+		own = append(own, c)
+	}
 	if len(own) > 0 {
-		h.ProcessBatch(own)
+		h.enqueue(own)
 	}
 }
 
 // handOn sends message i of env (m, reassembled) to standby to, in an
-// envelope of its own.
-func (n *Node) handOn(to uint64, env *RelayEnvelope, i int, m *raftpb.Message) {
+// envelope of its own; takes: this member takes the standby's answers.
+func (n *Node) handOn(to uint64, env *RelayEnvelope, i int, m *raftpb.Message, takes bool) {
 	if !n.running.Load() || n.stopped() {
 		return
 	}
@@ -558,5 +595,5 @@ func (n *Node) handOn(to uint64, env *RelayEnvelope, i int, m *raftpb.Message) {
 		return
 	}
 	n.relayedOn.Add(1)
-	rt.SendRelay(to, &RelayEnvelope{Entries: m.Entries, Msgs: env.Msgs[i : i+1 : i+1], Counts: env.Counts[i : i+1 : i+1]})
+	rt.SendRelay(to, &RelayEnvelope{Entries: m.Entries, Msgs: env.Msgs[i : i+1 : i+1], Counts: env.Counts[i : i+1 : i+1], TakesAnswers: takes})
 }

@@ -8,7 +8,9 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/raft/raftio"
 )
 
 // leaderLoad is what a leader received per write with relayed standbys,
@@ -22,14 +24,18 @@ type leaderLoad struct {
 }
 
 // measureLeaderLoad writes with standbys relayed standbys (a fresh
-// cluster) and returns what the leader received per write.
-func measureLeaderLoad(t *testing.T, standbys int) leaderLoad {
+// cluster) and returns what the leader received per write; answers: the
+// relays take their standbys' answers (else they answer directly, as with
+// relays of a previous release).
+func measureLeaderLoad(t *testing.T, standbys int, answers bool) leaderLoad {
 	t.Helper()
 	const writes, workers, size = 2000, 8, 512
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, lead, ids := withStandbys(ctx, t, relayOptions(true, standbys), standbys)
+	c := cluster.New(t, relayOptions(true, standbys))
 	defer c.Close()
+	c.Net.SetRelayedAnswers(answers)
+	lead, ids := addStandbys(ctx, t, c, standbys)
 	waitStatus(ctx, t, lead.Node, "every standby relayed", relayedAll(ids))
 	writeAll(ctx, t, lead.Node, "warm", 50, workers, size, false)
 	c.Net.ResetTraffic()
@@ -42,7 +48,8 @@ func measureLeaderLoad(t *testing.T, standbys int) leaderLoad {
 			relayed++
 		}
 	}
-	t.Logf("%d of %d standbys relayed after the writes", relayed, len(ids))
+	t.Logf("answers through relays %v: %d of %d standbys relayed after the writes; the leader stepped %d relayed answers, dropped %d",
+		answers, relayed, len(ids), st.RelayedAnswers, st.RelayedAnswersDropped)
 	var follower uint64
 	for _, id := range c.Members() {
 		if id != lead.ID && !slices.Contains(ids, id) {
@@ -55,15 +62,15 @@ func measureLeaderLoad(t *testing.T, standbys int) leaderLoad {
 		msgs:       float64(got.Carried) / writes,
 		hbFollower: float64(c.Net.Authored(lead.ID, follower, raftpb.MsgHeartbeat)),
 	}
-	var answers [2]uint64
+	var answered [2]uint64
 	for _, id := range ids {
 		load.hbStandby += float64(c.Net.Authored(lead.ID, id, raftpb.MsgHeartbeat))
-		answers[0] += c.Net.Authored(id, lead.ID, raftpb.MsgAppResp)
-		answers[1] += c.Net.Authored(id, lead.ID, raftpb.MsgHeartbeatResp)
+		answered[0] += c.Net.Authored(id, lead.ID, raftpb.MsgAppResp)
+		answered[1] += c.Net.Authored(id, lead.ID, raftpb.MsgHeartbeatResp)
 	}
 	load.hbStandby /= float64(len(ids))
 	t.Logf("%2d relayed standbys: the leader received %.2f frames and %.2f messages per write; the standbys answered %.2f appends and %.2f heartbeats per write; heartbeats over %d writes: %.0f to a follower, %.1f to each standby",
-		standbys, load.frames, load.msgs, float64(answers[0])/writes, float64(answers[1])/writes, writes, load.hbFollower, load.hbStandby)
+		standbys, load.frames, load.msgs, float64(answered[0])/writes, float64(answered[1])/writes, writes, load.hbFollower, load.hbStandby)
 
 	// Idle, every standby still hears heartbeats (the commit index of an
 	// idle group reaches it that way).
@@ -92,7 +99,7 @@ func TestRelayNoRedundantHeartbeats(t *testing.T) {
 		t.Skip("measures two clusters")
 	}
 	for _, standbys := range []int{12, 24} {
-		load := measureLeaderLoad(t, standbys)
+		load := measureLeaderLoad(t, standbys, true)
 		if load.hbFollower < 10 {
 			t.Logf("only %.0f heartbeat intervals in the writes: nothing to compare", load.hbFollower)
 			continue
@@ -104,4 +111,92 @@ func TestRelayNoRedundantHeartbeats(t *testing.T) {
 				standbys, load.hbStandby, load.hbFollower)
 		}
 	}
+}
+
+// TestRelayAnswersGathered: with 24 relayed standbys, the standbys answer
+// through their relays, which hand the answers on gathered: the frames the
+// leader receives per write fall against the same cluster whose relays do
+// not take answers (a previous release's). Every relayed answer the
+// leader stepped came from the relay of its standby; every applied log is
+// the leader's.
+func TestRelayAnswersGathered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures two clusters")
+	}
+	direct := measureLeaderLoad(t, 24, false)
+	through := measureLeaderLoad(t, 24, true)
+	t.Logf("24 standbys, frames the leader received per write: %.2f with direct answers, %.2f through the relays (%.2fx)",
+		direct.frames, through.frames, through.frames/direct.frames)
+	if through.frames > direct.frames/2 {
+		t.Fatalf("the leader received %.2f frames per write with answers through the relays, %.2f without: want at most half", through.frames, direct.frames)
+	}
+}
+
+// forgedAnswer is an acknowledgement from standby, to the leader, of an
+// index the leader never wrote, sent by member from in an envelope.
+func forgedAnswer(standby, leader, term, index uint64) *raftio.RelayEnvelope {
+	return &raftio.RelayEnvelope{Msgs: []*raftpb.Message{{
+		Type: raftpb.MsgAppResp.Enum(), From: &standby, To: &leader, Term: &term, Index: &index,
+	}}, Counts: []uint32{0}}
+}
+
+// TestRelayAnswersOnlyFromTheirRelay: the leader steps a relayed answer
+// only from the relay of its standby at that moment. Answers forged in a
+// standby's name by a relay of other standbys, by a standby that relays
+// nobody, and in a voter's name by a relay, each acknowledging an index
+// the leader never wrote, are dropped and counted: the leader's Match of
+// those members stays within its log, its commit index too.
+func TestRelayAnswersOnlyFromTheirRelay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := relayOptions(true, 4)
+	opts.RelayFanout = 2
+	c, lead, ids := withStandbys(ctx, t, opts, 4)
+	defer c.Close()
+	st := waitStatus(ctx, t, lead.Node, "every standby relayed, through both followers", func(s raft.Status) bool {
+		return relayedAll(ids)(s) && len(relaysOf(s)) >= 2
+	})
+	relays := relaysOf(st)
+	var standby, its, other, voter, bystander uint64
+	for r, fed := range relays {
+		if its == 0 {
+			its, standby = r, fed[0]
+		} else if other == 0 {
+			other = r
+		}
+	}
+	for _, id := range c.Members() {
+		switch {
+		case id == lead.ID || id == its:
+		case !slices.Contains(ids, id) && voter == 0:
+			voter = id
+		case slices.Contains(ids, id) && id != standby && len(relays[id]) == 0 && bystander == 0:
+			bystander = id
+		}
+	}
+	if voter == 0 || bystander == 0 {
+		t.Fatalf("relays %v: no follower voter besides %d, or no standby that relays nobody", relays, its)
+	}
+	forged := st.LastIndex + 1000
+	t.Logf("relays %v: forging %d's answers through %d and %d, %d's through %d", relays, standby, other, bystander, voter, its)
+	c.Net.SendRelay(other, lead.ID, forgedAnswer(standby, lead.ID, st.Term, forged))
+	c.Net.SendRelay(bystander, lead.ID, forgedAnswer(standby, lead.ID, st.Term, forged))
+	c.Net.SendRelay(its, lead.ID, forgedAnswer(voter, lead.ID, st.Term, forged))
+	waitStatus(ctx, t, lead.Node, "the forged answers dropped or stepped", func(s raft.Status) bool {
+		return s.RelayedAnswersDropped >= st.RelayedAnswersDropped+3 || s.Progress[standby].Match >= forged || s.Progress[voter].Match >= forged
+	})
+	writeAll(ctx, t, lead.Node, "after", 20, 2, 64, false)
+	got := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+	for _, id := range []uint64{standby, voter} {
+		if m := got.Progress[id].Match; m >= forged || m > got.LastIndex {
+			t.Fatalf("member %d's Match is %d, past the leader's last index %d: a forged answer was stepped", id, m, got.LastIndex)
+		}
+	}
+	if got.Commit > got.LastIndex {
+		t.Fatalf("commit index %d past the last index %d", got.Commit, got.LastIndex)
+	}
+	if got.RelayedAnswers == 0 {
+		t.Fatal("no relayed answer stepped: the standbys' own answers should come through their relays")
+	}
+	sameLogs(ctx, t, c)
 }

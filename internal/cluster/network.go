@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -40,6 +41,8 @@ type Network struct {
 	sentBy    map[uint64]*Traffic // what each member sent (relay.go)
 	recvBy    map[uint64]*Traffic // what was delivered to each member
 	authored  map[authored]uint64 // messages by author, addressee and type
+	noAnswers atomic.Bool         // SetRelayedAnswers(false)
+	direct    map[link]uint64     // messages sent directly (not in an envelope), by link
 	snapsTo   map[uint64]uint64   // snapshot sends attempted, by receiver
 	paused    map[uint64]bool     // members whose messages are held (Pause)
 	held      []heldMsg           // messages to or from a paused member, in order
@@ -88,6 +91,7 @@ func NewNetwork(seed int64) *Network {
 		sentBy:    make(map[uint64]*Traffic),
 		recvBy:    make(map[uint64]*Traffic),
 		authored:  make(map[authored]uint64),
+		direct:    make(map[link]uint64),
 	}
 }
 
@@ -380,6 +384,7 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	size := proto.Size(m)
 	nw.countLocked(from, len(m.Entries), size, 1)
 	nw.authored[authored{from, to, m.GetType()}]++
+	nw.direct[link{from, to}]++
 	dst := nw.endpoints[to]
 	src := nw.endpoints[from]
 	l := link{from, to}

@@ -56,6 +56,15 @@ func (nw *Network) Authored(from, to uint64, typ raftpb.MessageType) uint64 {
 	return nw.authored[authored{from, to, typ}]
 }
 
+// Direct returns how many messages member from sent member to directly,
+// not in a relay envelope, since the network started or since
+// ResetTraffic.
+func (nw *Network) Direct(from, to uint64) uint64 {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.direct[link{from, to}]
+}
+
 // ReceivedBy returns what the network delivered to member id since it
 // started, or since ResetTraffic (a duplicate counts twice).
 func (nw *Network) ReceivedBy(id uint64) Traffic {
@@ -84,13 +93,14 @@ func (nw *Network) SentBy(id uint64) Traffic {
 	return Traffic{}
 }
 
-// ResetTraffic sets every member's Traffic, and the Authored counts, to
-// zero.
+// ResetTraffic sets every member's Traffic, and the Authored and Direct
+// counts, to zero.
 func (nw *Network) ResetTraffic() {
 	nw.mu.Lock()
 	clear(nw.sentBy)
 	clear(nw.recvBy)
 	clear(nw.authored)
+	clear(nw.direct)
 	nw.mu.Unlock()
 }
 
@@ -145,6 +155,8 @@ func cloneEnvelope(env *raftio.RelayEnvelope) *raftio.RelayEnvelope {
 		Entries: make([]*raftpb.Entry, len(env.Entries)),
 		Msgs:    make([]*raftpb.Message, len(env.Msgs)),
 		Counts:  append([]uint32(nil), env.Counts...),
+
+		TakesAnswers: env.TakesAnswers,
 	}
 	for i, e := range env.Entries {
 		c.Entries[i] = proto.Clone(e).(*raftpb.Entry)
@@ -154,6 +166,19 @@ func cloneEnvelope(env *raftio.RelayEnvelope) *raftio.RelayEnvelope {
 	}
 	return c
 }
+
+// CarriesRelayedAnswers implements raft.AnswerRelayTransport: true unless
+// the network was told otherwise (SetRelayedAnswers), as a host link of a
+// previous release would.
+func (ep *endpoint) CarriesRelayedAnswers(uint64) bool {
+	return !ep.net.noAnswers.Load()
+}
+
+// SetRelayedAnswers sets whether the members' transports carry relayed
+// standbys' answers (raft.AnswerRelayTransport; on by default): off, the
+// relays tell their standbys to answer the leader directly, as relays
+// whose links to the leader speak a previous protocol version do.
+func (nw *Network) SetRelayedAnswers(on bool) { nw.noAnswers.Store(!on) }
 
 // SendRelay implements raft.RelayTransport: env goes to member to under
 // the network's faults, as a message would (a filter sees each message
@@ -228,7 +253,7 @@ func (nw *Network) filterEnvelopeLocked(from uint64, env *raftio.RelayEnvelope) 
 		m, err := env.Message(i)
 		if err != nil || nw.filter(from, m) {
 			if kept == nil {
-				kept = &raftio.RelayEnvelope{Entries: env.Entries, Msgs: env.Msgs[:i:i], Counts: env.Counts[:i:i]}
+				kept = &raftio.RelayEnvelope{Entries: env.Entries, Msgs: env.Msgs[:i:i], Counts: env.Counts[:i:i], TakesAnswers: env.TakesAnswers}
 			}
 			continue
 		}
