@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -198,5 +199,159 @@ func TestRelayAnswersOnlyFromTheirRelay(t *testing.T) {
 	if got.RelayedAnswers == 0 {
 		t.Fatal("no relayed answer stepped: the standbys' own answers should come through their relays")
 	}
+	sameLogs(ctx, t, c)
+}
+
+// TestRelayAnswersAfterRelayDies: a relay (a follower voter) crashed while
+// the leader writes, its standbys answering through it: they fall silent,
+// are fed directly or through another relay, catch up, and a standby fed
+// directly answers directly (its latest leader message came directly).
+// Every applied log is the leader's.
+func TestRelayAnswersAfterRelayDies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := relayOptions(true, 6)
+	opts.RelayFanout = 3
+	c, lead, ids := withStandbys(ctx, t, opts, 6)
+	defer c.Close()
+	relay, fed := relayWithStandbys(ctx, t, lead, ids)
+	waitStatus(ctx, t, lead.Node, "answers through the relays", func(s raft.Status) bool { return s.RelayedAnswers > 0 })
+	done := make(chan int)
+	go func() { done <- writeAll(ctx, t, lead.Node, "during", 400, 4, 256, true) }()
+	waitStatus(ctx, t, lead.Node, "writes under way", func(st raft.Status) bool { return st.Commit > 60 })
+	c.Crash(relay)
+	t.Logf("relay %d (of %v) crashed", relay, fed)
+	<-done
+	caughtUp := func(st raft.Status) bool {
+		for _, s := range fed {
+			if pr := st.Progress[s]; pr.RelayedBy == relay || pr.Match < st.Commit {
+				return false
+			}
+		}
+		return true
+	}
+	waitStatus(ctx, t, lead.Node, "the relay's standbys fed otherwise and caught up", caughtUp)
+	// A standby fed directly through a whole round of writes answers
+	// directly.
+	var direct []uint64
+	for range 20 {
+		st := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+		direct = direct[:0]
+		for _, s := range fed {
+			if st.Progress[s].RelayedBy == 0 {
+				direct = append(direct, s)
+			}
+		}
+		c.Net.ResetTraffic()
+		writeAll(ctx, t, lead.Node, "after", 50, 4, 64, false)
+		end := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+		direct = slices.DeleteFunc(direct, func(s uint64) bool { return end.Progress[s].RelayedBy != 0 })
+		if len(direct) > 0 {
+			break
+		}
+	}
+	if len(direct) == 0 {
+		t.Fatalf("none of %v stayed fed directly through a round of writes", fed)
+	}
+	for _, s := range direct {
+		if n := c.Net.Direct(s, lead.ID); n == 0 {
+			t.Fatalf("standby %d, fed directly, sent the leader nothing directly (%d envelopes)", s, c.Net.SentBy(s).Envelopes)
+		}
+	}
+	t.Logf("fed directly and answering directly: %v", direct)
+	sameLogs(ctx, t, c)
+}
+
+// TestRelayedStandbyPromoted: two standbys that answer through their
+// relays are promoted (five voters); the leader feeds them directly from
+// the moment its configuration has them as voters (no Status shows a
+// voter relayed), they answer directly — no envelope from them once they
+// applied the change — and their answers count: with both original
+// followers cut off, writes still commit. Every applied log is the
+// leader's.
+func TestRelayedStandbyPromoted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := relayOptions(true, 4)
+	opts.RelayFanout = 2
+	c, lead, ids := withStandbys(ctx, t, opts, 4)
+	defer c.Close()
+	st := waitStatus(ctx, t, lead.Node, "every standby relayed by a follower", func(s raft.Status) bool {
+		if !relayedAll(ids)(s) {
+			return false
+		}
+		for _, id := range ids {
+			if slices.Contains(ids, s.Progress[id].RelayedBy) {
+				return false
+			}
+		}
+		return true
+	})
+	waitStatus(ctx, t, lead.Node, "answers through the relays", func(s raft.Status) bool { return s.RelayedAnswers > 0 })
+	var followers, promote []uint64
+	for r, fed := range relaysOf(st) {
+		followers = append(followers, r)
+		promote = append(promote, fed[0])
+	}
+	if len(followers) != 2 {
+		t.Fatalf("relays %v: want the two followers", relaysOf(st))
+	}
+	for _, id := range promote {
+		waitMembership(ctx, t, lead.Node, "the relayed standby ready", ready(id))
+	}
+	// Watch the leader's Status while it promotes: a voter is never shown
+	// relayed.
+	stop := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				watched <- nil
+				return
+			default:
+			}
+			s, err := lead.Node.Status(ctx)
+			if err != nil {
+				continue
+			}
+			for _, id := range promote {
+				if slices.Contains(s.Voters, id) && s.Progress[id].RelayedBy != 0 {
+					watched <- fmt.Errorf("member %d is a voter relayed by %d", id, s.Progress[id].RelayedBy)
+					return
+				}
+			}
+		}
+	}()
+	done := make(chan int)
+	go func() { done <- writeAll(ctx, t, lead.Node, "during", 300, 4, 128, false) }()
+	if err := lead.Node.Promote(ctx, promote...); err != nil {
+		t.Fatalf("promoting %v: %v", promote, err)
+	}
+	<-done
+	close(stop)
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range promote {
+		m := c.Member(id)
+		waitStatus(ctx, t, m.Node, "the promotion applied on the promoted member", func(s raft.Status) bool {
+			return slices.Contains(s.Voters, id) && !s.Joint()
+		})
+	}
+	c.Net.ResetTraffic()
+	for _, f := range followers {
+		c.Net.Isolate(f)
+	}
+	writeAll(ctx, t, lead.Node, "promoted", 100, 4, 128, false)
+	for _, id := range promote {
+		if e := c.Net.SentBy(id).Envelopes; e != 0 {
+			t.Fatalf("promoted member %d sent %d envelopes", id, e)
+		}
+		if c.Net.Direct(id, lead.ID) == 0 {
+			t.Fatalf("promoted member %d answered nothing directly", id)
+		}
+	}
+	c.Net.Heal()
 	sameLogs(ctx, t, c)
 }
