@@ -81,9 +81,9 @@ type relayHandler struct {
 
 func (h *relayHandler) ProcessRelay(from uint64, env *raftio.RelayEnvelope) { h.relays.Add(1) }
 
-// TestPreviousVersionConnectsWithoutRelays: a member of the previous
-// release (protocol version 3, no relay frames) and one of this release
-// (3..4) connect at version 3 and exchange messages — a rolling upgrade
+// TestPreviousVersionConnectsWithoutRelays: a member of a release before
+// relays (protocol version 3, no relay frames) and one of this release
+// (3..5) connect at version 3 and exchange messages — a rolling upgrade
 // keeps them talking — and a relay envelope for the older one is never
 // written: it is dropped (DroppedOldVersion) and the member reported
 // unreachable, so that the leader feeds its standbys directly. Between two
