@@ -187,6 +187,9 @@ func (n *Node) deliver(batch []*raftpb.Message) {
 			}
 		}
 	}
+	if len(o) > 0 && n.answers.route.Load() != nil {
+		o = n.answersThroughRelay(o) // a relayed standby's acks (relay_answers.go)
+	}
 	if len(o) > 0 {
 		n.tr.Send(o)
 	}

@@ -85,17 +85,19 @@ type Config struct {
 	// each entry once per relay — a follower voter, which receives the
 	// entries anyway, or a caught-up standby — with each standby's append
 	// header, and the relay hands each standby exactly the append the
-	// leader built; the standbys answer the leader directly. A standby
-	// whose relay is silent, slow or unreachable is fed directly again
-	// within about an election timeout. It needs a RelayTransport (without
-	// one every message goes directly); every member takes relayed
-	// messages whatever its own setting. See "Relayed standbys" in
+	// leader built; the standbys answer through their relay when it takes
+	// answers (AnswerRelayTransport), else directly. A standby whose
+	// relay is silent, slow or unreachable is fed directly again within
+	// about an election timeout. It needs a RelayTransport (without one
+	// every message goes directly); every member takes relayed messages
+	// whatever its own setting. See "Relayed standbys" in
 	// docs/architecture.md. Off by default for a raw Node, whose
 	// transport is the caller's; understudy.Host turns it on for the
 	// groups it runs (and understudy.Start for its one) unless their
-	// GroupConfig.DisableRelay is set. A relay envelope for a member whose host speaks protocol version 3 (the
-	// previous release) is dropped and that member reported unreachable,
-	// so its standbys are fed directly.
+	// GroupConfig.DisableRelay is set. A relay envelope for a member whose
+	// host speaks protocol version 3 (a release before relays) is dropped
+	// and that member reported unreachable, so its standbys are fed
+	// directly; one whose host speaks 4 takes envelopes but no answers.
 	Relay bool
 	// RelayFanout is how many standbys one relay feeds at most (Relay).
 	// Default 12: three voters' two followers feed 24 standbys, beyond

@@ -201,8 +201,10 @@
 // RelayEnvelope per relay and Ready, each entry once, with each standby's
 // append or heartbeat header; a relay (a follower voter, else a caught-up
 // standby, at most Config.RelayFanout standbys each) hands each standby
-// exactly the leader's message, and the standbys answer the leader
-// directly. A standby silent for an election timeout, stuck, or whose
+// exactly the leader's message; the standbys answer through it, which
+// hands their answers on to the leader together, and the leader steps an
+// answer only from the relay it chose for that standby
+// (AnswerRelayTransport; without it, they answer directly). A standby silent for an election timeout, stuck, or whose
 // relay is unfit is fed directly again. A relay never builds a message
 // from its own log, so a standby only ever steps the leader's messages,
 // late or not (see "Relayed standbys" in docs/architecture.md). It needs
@@ -223,9 +225,9 @@
 // of voters runs one version (docs/operations.md, "Upgrades"). A change
 // that adds an entry kind, a snapshot header version or a request op bumps
 // that one constant. A change that only adds a frame a peer may go
-// without (version 4: relay envelopes) keeps speaking the previous
-// version too (internal/wire.MinVersion), and sends that frame only on
-// connections of the new one.
+// without (version 4: relay envelopes; 5: answers in them) keeps
+// speaking the previous versions too (internal/wire.MinVersion), and
+// sends that frame only on connections of the new one.
 //
 // # Failure
 //

@@ -333,6 +333,9 @@ func (n *Node) tickWork() {
 // that does not wake a quiesced node (quietStep).
 func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	l := &n.loop
+	if isAnswerCarrier(m) {
+		return n.stepRelayedAnswers(m, now)
+	}
 	if from := m.GetFrom(); from != 0 {
 		l.lastContact[from] = now
 	}
@@ -515,6 +518,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 	before := n.loop.rn.Status().Config
 	cs := n.loop.rn.ApplyConfChange(cc)
 	n.loop.ms.raftConf = cs
+	n.relayFollowConfig(cs)
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range ids {
 			_, voter := before.Voters.IDs()[id]
@@ -613,6 +617,7 @@ func (n *Node) updateRole(cs *raftpb.ConfState) {
 }
 
 func (n *Node) setRole(r Role) {
+	n.answers.learner.Store(r == RoleLearner)
 	if r != n.loop.role {
 		n.loop.role = r
 		n.events.emit(Event{Type: EventRoleChanged, Role: r, Term: n.loop.term})

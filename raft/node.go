@@ -122,6 +122,9 @@ type Node struct {
 	quietLagging atomic.Pointer[[]uint64]
 	// relayedOn counts the messages this member handed on as a relay.
 	relayedOn atomic.Uint64
+	// answers is the state of the answers that travel through relays
+	// (relay_answers.go).
+	answers relayAnswers
 
 	loop   loopState   // owned by the run loop
 	apply  applyState  // owned by the apply task
@@ -754,6 +757,9 @@ type peerHandler struct{ n *Node }
 // groups share is never held up by this one (beyond a bound, messages are
 // dropped; raft retransmits).
 func (h peerHandler) Process(m *raftpb.Message) {
+	if relayable(m) && h.n.answers.route.Load() != nil {
+		h.n.answers.route.Store(nil) // a leader's message came directly
+	}
 	if h.n.recv.put(m) {
 		h.n.loopTask.Signal()
 	}
@@ -762,7 +768,20 @@ func (h peerHandler) Process(m *raftpb.Message) {
 // ProcessBatch is Process for the messages one read got for this node: the
 // loop is woken once.
 func (h peerHandler) ProcessBatch(ms []*raftpb.Message) {
+	h.n.noteDirect(ms)
+	h.enqueue(ms)
+}
+
+// enqueue queues ms for the loop and wakes it.
+func (h peerHandler) enqueue(ms []*raftpb.Message) {
 	if h.n.recv.put(ms...) {
+		h.n.loopTask.Signal()
+	}
+}
+
+// enqueue1 is enqueue for one message.
+func (h peerHandler) enqueue1(m *raftpb.Message) {
+	if h.n.recv.put(m) {
 		h.n.loopTask.Signal()
 	}
 }

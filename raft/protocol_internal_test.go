@@ -22,6 +22,9 @@ var protocolContents = map[uint16]struct {
 	3: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
 	// 4: the TypeRelay frame on host links (relay envelopes: Config.Relay).
 	4: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
+	// 5: relayed standbys' answers in TypeRelay frames, and the relay's
+	// TakesAnswers flag.
+	5: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
 }
 
 // TestProtocolVersionCoversWhatMembersExchange is a tripwire: a new entry

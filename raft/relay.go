@@ -60,6 +60,10 @@ type relayState struct {
 	avoid map[uint64]uint64
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
+	// sentApp is, per relayed standby, the tick of the latest append put
+	// in an envelope for it and the commit index it carried
+	// (redundantHeartbeat).
+	sentApp map[uint64]relayMark
 	// Reused buffers of sendOut.
 	bundles []relayBundle
 	rest    []*raftpb.Message
@@ -86,6 +90,7 @@ func relayable(m *raftpb.Message) bool {
 
 func (r *relayState) reset() {
 	clear(r.keep)
+	clear(r.sentApp)
 	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
 		return
 	}
@@ -326,6 +331,7 @@ func (n *Node) unrelay(s uint64, probe bool) {
 	}
 	delete(r.via, s)
 	delete(r.mark, s)
+	delete(r.sentApp, s)
 	if r.load[via]--; r.load[via] <= 0 {
 		delete(r.load, via)
 	}
@@ -381,6 +387,11 @@ func (n *Node) relayedBy(id uint64) uint64 { return n.loop.relay.via[id] }
 func (n *Node) sendOut(out []*raftpb.Message) {
 	l := &n.loop
 	r := &l.relay
+	if l.role == RoleLearner && n.answers.route.Load() != nil {
+		if out = n.answersThroughRelay(out); len(out) == 0 {
+			return
+		}
+	}
 	rt, ok := n.tr.(RelayTransport)
 	if !ok || len(r.via) == 0 || l.role != RoleLeader {
 		n.tr.Send(out)
@@ -400,11 +411,21 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	rest := r.rest[:0]
 	for _, m := range out {
 		if relayable(m) {
-			via := r.via[m.GetTo()]
+			to := m.GetTo()
+			via := r.via[to]
+			if via != 0 && n.redundantHeartbeat(m) {
+				continue
+			}
 			if via == 0 {
-				via = m.GetTo() // a relay's own message rides with its standbys'
+				via = to // a relay's own message rides with its standbys'
 			}
 			if i := bundleOf(bundles, via); i >= 0 && bundles[i].add(m) {
+				if via != to && m.GetType() == raftpb.MsgApp {
+					if r.sentApp == nil {
+						r.sentApp = make(map[uint64]relayMark)
+					}
+					r.sentApp[to] = relayMark{index: m.GetCommit(), tick: l.ticks}
+				}
 				continue
 			}
 		}
@@ -421,6 +442,26 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	}
 	clear(rest)
 	r.rest, r.bundles = rest[:0], bundles[:0]
+}
+
+// redundantHeartbeat reports whether heartbeat m to a relayed standby may
+// be left out: the standby was sent an append within the heartbeat
+// interval whose commit index is at least the heartbeat's. Its commit
+// rides on the appends, its answers to them keep the leader's view of it
+// (Match, last contact) fresh, and raft tolerates a lost heartbeat: a
+// learner never campaigns, and its answer to a read round's heartbeat
+// counts for no quorum (etcd raft's readOnly acks are counted over the
+// voters). Once no append went within an interval — an idle group, or a
+// standby whose appends are paused (raft's inflights full: a heartbeat's
+// answer is what frees them) — the heartbeats go again. The quiesce
+// marker is never left out.
+func (n *Node) redundantHeartbeat(m *raftpb.Message) bool {
+	l := &n.loop
+	if m.GetType() != raftpb.MsgHeartbeat || quiesceKindOf(m.GetContext()) != 0 {
+		return false
+	}
+	sent, ok := l.relay.sentApp[m.GetTo()]
+	return ok && l.ticks-sent.tick <= uint64(n.cfg.HeartbeatTicks) && sent.index >= m.GetCommit()
 }
 
 // relayBundle is the envelope being built for one relay (a new one per
@@ -478,49 +519,4 @@ func (b *relayBundle) add(m *raftpb.Message) bool {
 func entryAt(ents []*raftpb.Entry, index uint64) (int, bool) {
 	at := sort.Search(len(ents), func(i int) bool { return ents[i].GetIndex() >= index })
 	return at, at < len(ents) && ents[at].GetIndex() == index
-}
-
-// ProcessRelay takes an envelope from member from: the messages to this
-// member are queued for the run loop as Process does; when from is the
-// leader that built them, the others are handed on, each as it is, to
-// its standby. Nothing but appends and heartbeats is taken, and a
-// message is never handed on twice (one relayed by a relay is only
-// stepped by its addressee).
-func (h peerHandler) ProcessRelay(from uint64, env *RelayEnvelope) {
-	n := h.n
-	self := n.cfg.ID
-	var own []*raftpb.Message
-	for i := range env.Msgs {
-		m, err := env.Message(i)
-		if err != nil {
-			n.log.Debug("dropping a relayed message", slog.Uint64("from", from), slog.Any("err", err))
-			continue
-		}
-		if !relayable(m) || m.GetFrom() == self || m.GetFrom() == 0 {
-			continue
-		}
-		switch to := m.GetTo(); {
-		case to == self:
-			own = append(own, m)
-		case from == m.GetFrom() && to != from && to != 0:
-			n.handOn(to, env, i, m)
-		}
-	}
-	if len(own) > 0 {
-		h.ProcessBatch(own)
-	}
-}
-
-// handOn sends message i of env (m, reassembled) to standby to, in an
-// envelope of its own.
-func (n *Node) handOn(to uint64, env *RelayEnvelope, i int, m *raftpb.Message) {
-	if !n.running.Load() || n.stopped() {
-		return
-	}
-	rt, ok := n.tr.(RelayTransport)
-	if !ok {
-		return
-	}
-	n.relayedOn.Add(1)
-	rt.SendRelay(to, &RelayEnvelope{Entries: m.Entries, Msgs: env.Msgs[i : i+1 : i+1], Counts: env.Counts[i : i+1 : i+1]})
 }

@@ -35,6 +35,14 @@ func relayOptions(relay bool, standbys int) cluster.Options {
 func withStandbys(ctx context.Context, t *testing.T, opts cluster.Options, standbys int) (*cluster.Cluster, *cluster.Member, []uint64) {
 	t.Helper()
 	c := cluster.New(t, opts)
+	lead, ids := addStandbys(ctx, t, c, standbys)
+	return c, lead, ids
+}
+
+// addStandbys adds standbys 4, 5, … to c as learners, waiting until the
+// leader replicates to each.
+func addStandbys(ctx context.Context, t *testing.T, c *cluster.Cluster, standbys int) (*cluster.Member, []uint64) {
+	t.Helper()
 	lead := c.WaitLeader()
 	var ids []uint64
 	for i := range standbys {
@@ -50,7 +58,7 @@ func withStandbys(ctx context.Context, t *testing.T, opts cluster.Options, stand
 		}
 		return true
 	})
-	return c, lead, ids
+	return lead, ids
 }
 
 // waitStatus polls node's Status until ok holds.

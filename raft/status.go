@@ -59,6 +59,13 @@ type Status struct {
 	// RelayedOn counts the leader's messages this member handed on to
 	// standbys as a relay (Config.Relay).
 	RelayedOn uint64
+	// AnswersHandedOn counts its standbys' answers this member handed on
+	// to their leader as a relay; RelayedAnswers the answers of relayed
+	// standbys this member stepped as leader that came through their
+	// relay, and RelayedAnswersDropped those it dropped: handed on by a
+	// member that did not relay that standby at the time (or to a member
+	// that no longer led).
+	AnswersHandedOn, RelayedAnswers, RelayedAnswersDropped uint64
 }
 
 // Joint reports whether the configuration is joint (a multi-member change
@@ -123,21 +130,24 @@ func (n *Node) status() Status {
 	last := l.ms.lastIndex
 	cfg := confchange.ConfigFromTracker(rs.Config)
 	st := Status{
-		ID:                  n.cfg.ID,
-		Role:                l.role,
-		Term:                rs.GetTerm(),
-		Leader:              rs.Lead,
-		Commit:              rs.GetCommit(),
-		Applied:             n.applied.get(),
-		Voters:              cfg.Voters,
-		VotersOutgoing:      cfg.VotersOutgoing,
-		Learners:            cfg.Learners,
-		LearnersNext:        cfg.LearnersNext,
-		EventsDropped:       n.events.dropped.Load(),
-		PeerMessagesDropped: n.recv.droppedCount(),
-		HostLivenessReports: n.hostReports.Load(),
-		Quiesced:            l.q.on,
-		RelayedOn:           n.relayedOn.Load(),
+		ID:                    n.cfg.ID,
+		Role:                  l.role,
+		Term:                  rs.GetTerm(),
+		Leader:                rs.Lead,
+		Commit:                rs.GetCommit(),
+		Applied:               n.applied.get(),
+		Voters:                cfg.Voters,
+		VotersOutgoing:        cfg.VotersOutgoing,
+		Learners:              cfg.Learners,
+		LearnersNext:          cfg.LearnersNext,
+		EventsDropped:         n.events.dropped.Load(),
+		PeerMessagesDropped:   n.recv.droppedCount(),
+		HostLivenessReports:   n.hostReports.Load(),
+		Quiesced:              l.q.on,
+		RelayedOn:             n.relayedOn.Load(),
+		AnswersHandedOn:       n.answers.handedOn.Load(),
+		RelayedAnswers:        n.answers.stepped.Load(),
+		RelayedAnswersDropped: n.answers.dropped.Load(),
 	}
 	if l.q.on {
 		st.QuiescedSince = l.q.since

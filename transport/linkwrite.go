@@ -222,10 +222,18 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 	p := f.p
 	maxFrame := f.frameLimit()
 	start, msgs := len(w.buf), 0
+	batch = gatherAnswers(batch)
 	for _, m := range batch {
 		at := len(w.buf)
 		var err error
 		if wire.IsRelayCarrier(m) {
+			if w.c.reply.Version < wire.AnswersVersion && wire.RelayAnswers(m) {
+				// Relayed answers for a peer of a previous release: lost
+				// (a relay takes answers only when its link to the
+				// leader's host carries them; raft tolerates the loss).
+				p.c.dropVersion.Add(1)
+				continue
+			}
 			if w.c.reply.Version < wire.RelayVersion {
 				// A peer of the previous release (version 3) takes no
 				// relay frame: the envelope is lost, and the member

@@ -69,3 +69,94 @@ func hasRelayCarrier(msgs []*raftpb.Message) bool {
 	}
 	return false
 }
+
+// CarriesRelayedAnswers reports whether an envelope of relayed standbys'
+// answers for member to would be written now: the link its messages take
+// is up and speaks wire.AnswersVersion (a relay tells its standbys to
+// answer through it only then: raft.AnswerRelayTransport).
+func (t *Transport) CarriesRelayedAnswers(to uint64) bool {
+	p := t.peer(to)
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	f := p.flow
+	p.mu.Unlock()
+	if f == nil {
+		return false
+	}
+	f.l.mu.Lock()
+	c := f.l.conn
+	f.l.mu.Unlock()
+	return c != nil && c.reply.Version >= wire.AnswersVersion
+}
+
+// maxGatheredAnswers bounds the answers one gathered container holds.
+const maxGatheredAnswers = 256
+
+// gatherAnswers merges, in place, the containers of relayed answers in
+// batch (one flow's: a relay's to the leader) into one, at the first's
+// place, so that the leader reads one frame of them per write: an answer
+// superseded by a later one of the same standby in the batch is left out
+// (supersededIn).
+func gatherAnswers(batch []*raftpb.Message) []*raftpb.Message {
+	first, n := -1, 0
+	for i, m := range batch {
+		if wire.RelayAnswers(m) {
+			if first < 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	if n < 2 {
+		return batch
+	}
+	var answers []*raftpb.Message
+	out := batch[:0]
+	for i, m := range batch {
+		if !wire.RelayAnswers(m) || len(answers)+len(m.Responses) > maxGatheredAnswers {
+			out = append(out, m)
+			continue
+		}
+		answers = append(answers, m.Responses...)
+		if i == first {
+			out = append(out, nil) // the gathered container's place
+		}
+	}
+	clear(batch[len(out):])
+	kept := answers[:0]
+	for i, a := range answers {
+		if !supersededIn(a, answers[i+1:]) {
+			kept = append(kept, a)
+		}
+	}
+	from, to := batch[first].GetFrom(), batch[first].GetTo()
+	out[first] = wire.RelayCarrier(from, to, &raftio.RelayEnvelope{Msgs: kept, Counts: make([]uint32, len(kept))})
+	return out
+}
+
+// supersededIn reports whether answer a says nothing that later (answers
+// after it) does not: an acceptance of an append up to an
+// index a later acceptance in the same term reaches, or a plain heartbeat
+// answer (no context: no read round's, no quiesce's) followed by another
+// answer of the standby in that term. A rejection is never superseded.
+func supersededIn(a *raftpb.Message, later []*raftpb.Message) bool {
+	if a.GetReject() || (a.GetType() == raftpb.MsgHeartbeatResp && len(a.GetContext()) > 0) {
+		return false
+	}
+	for _, b := range later {
+		if b.GetFrom() != a.GetFrom() || b.GetTerm() != a.GetTerm() || b.GetType() != a.GetType() || b.GetReject() {
+			continue
+		}
+		switch a.GetType() {
+		case raftpb.MsgAppResp:
+			if b.GetIndex() >= a.GetIndex() {
+				return true
+			}
+		case raftpb.MsgHeartbeatResp:
+			return true
+		}
+	}
+	return false
+}

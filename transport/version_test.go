@@ -81,9 +81,9 @@ type relayHandler struct {
 
 func (h *relayHandler) ProcessRelay(from uint64, env *raftio.RelayEnvelope) { h.relays.Add(1) }
 
-// TestPreviousVersionConnectsWithoutRelays: a member of the previous
-// release (protocol version 3, no relay frames) and one of this release
-// (3..4) connect at version 3 and exchange messages — a rolling upgrade
+// TestPreviousVersionConnectsWithoutRelays: a member of a release before
+// relays (protocol version 3, no relay frames) and one of this release
+// (3..5) connect at version 3 and exchange messages — a rolling upgrade
 // keeps them talking — and a relay envelope for the older one is never
 // written: it is dropped (DroppedOldVersion) and the member reported
 // unreachable, so that the leader feeds its standbys directly. Between two
@@ -130,6 +130,71 @@ func TestPreviousVersionConnectsWithoutRelays(t *testing.T) {
 			})
 			if n := a.Stats().Peers[0].DroppedOldVersion; n != 0 {
 				t.Fatalf("%d envelopes dropped between members of this release", n)
+			}
+		})
+	}
+}
+
+// answersEnvelope is an envelope of a relayed standby's answer (member 7's,
+// to member 9) as a relay hands it on.
+func answersEnvelope() *raftio.RelayEnvelope {
+	return &raftio.RelayEnvelope{Msgs: []*raftpb.Message{{
+		Type: raftpb.MsgAppResp.Enum(), From: u64(7), To: u64(9), Term: u64(1), Index: u64(5),
+	}}, Counts: []uint32{0}}
+}
+
+// TestPreviousVersionTakesNoRelayedAnswers: a member of the previous
+// release (versions 3..4: relay frames, no relayed answers) and one of
+// this release connect at version 4. The newer does not say it carries
+// relayed answers to it (a relay then tells its standbys to answer
+// directly); an envelope of answers for it is dropped
+// (DroppedOldVersion) without reporting the member unreachable, while
+// a leader's envelope still arrives. Between two members of this release
+// both arrive.
+func TestPreviousVersionTakesNoRelayedAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		older bool
+	}{{"previous release", true}, {"this release", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ha, hb := &relayHandler{}, &relayHandler{}
+			a := newTestTransport(t, 1, ha)
+			var opts []func(*Config)
+			if tc.older {
+				opts = append(opts, func(c *Config) { c.protocol = [2]uint16{3, 4} })
+			}
+			b := newTestTransport(t, 2, hb, opts...)
+			addPeers(a, b)
+			sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
+			if got := a.CarriesRelayedAnswers(2); got == tc.older {
+				t.Fatalf("CarriesRelayedAnswers = %v to a peer of the %s", got, tc.name)
+			}
+			// The link is up (a message crossed): one envelope is enough.
+			a.SendRelay(2, &raftio.RelayEnvelope{Msgs: []*raftpb.Message{heartbeat(1, 3)}, Counts: []uint32{0}})
+			waitFor(t, "a leader's envelope arrives", func() bool { return hb.relays.Load() > 0 })
+			before := hb.relays.Load()
+			if !tc.older {
+				waitFor(t, "an envelope of answers arrives", func() bool {
+					a.SendRelay(2, answersEnvelope())
+					return hb.relays.Load() > before
+				})
+				if n := a.Stats().Peers[0].DroppedOldVersion; n != 0 {
+					t.Fatalf("%d envelopes dropped between members of this release", n)
+				}
+				return
+			}
+			a.SendRelay(2, answersEnvelope())
+			waitFor(t, "the envelope of answers dropped for the older peer", func() bool {
+				return a.Stats().Peers[0].DroppedOldVersion > 0
+			})
+			sendUntil(t, a, appMsgs(1, 2), "messages still cross after it", func() bool { return hb.count() > 1 })
+			if n := hb.relays.Load(); n != before {
+				t.Fatalf("the older peer got %d envelopes of answers", n-before)
+			}
+			ha.mu.Lock()
+			defer ha.mu.Unlock()
+			if n := ha.unreachable[2]; n != 0 {
+				t.Fatalf("the older peer reported unreachable %d times for dropped answers", n)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -38,6 +39,10 @@ type Network struct {
 	filter    func(from uint64, m *raftpb.Message) bool
 	stats     NetStats
 	sentBy    map[uint64]*Traffic // what each member sent (relay.go)
+	recvBy    map[uint64]*Traffic // what was delivered to each member
+	authored  map[authored]uint64 // messages by author, addressee and type
+	noAnswers atomic.Bool         // SetRelayedAnswers(false)
+	direct    map[link]uint64     // messages sent directly (not in an envelope), by link
 	snapsTo   map[uint64]uint64   // snapshot sends attempted, by receiver
 	paused    map[uint64]bool     // members whose messages are held (Pause)
 	held      []heldMsg           // messages to or from a paused member, in order
@@ -84,6 +89,9 @@ func NewNetwork(seed int64) *Network {
 		paused:    make(map[uint64]bool),
 		hosts:     make(map[uint64]hostState),
 		sentBy:    make(map[uint64]*Traffic),
+		recvBy:    make(map[uint64]*Traffic),
+		authored:  make(map[authored]uint64),
+		direct:    make(map[link]uint64),
 	}
 }
 
@@ -373,7 +381,10 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 		return
 	}
 	nw.stats.Sent++
-	nw.countLocked(from, len(m.Entries), proto.Size(m))
+	size := proto.Size(m)
+	nw.countLocked(from, len(m.Entries), size, 1)
+	nw.authored[authored{from, to, m.GetType()}]++
+	nw.direct[link{from, to}]++
 	dst := nw.endpoints[to]
 	src := nw.endpoints[from]
 	l := link{from, to}
@@ -404,6 +415,7 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 		nw.stats.Dropped++
 	} else {
 		nw.stats.Delivered += uint64(copies)
+		nw.countReceivedLocked(to, copies, len(m.Entries), size, 1, false)
 	}
 	nw.mu.Unlock()
 

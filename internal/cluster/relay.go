@@ -30,12 +30,56 @@ func (ep *endpoint) deliver(d delivery) {
 	}
 }
 
-// Traffic is what one member sent through the network: messages (a relay
-// envelope counts as one), their encoded bytes (an envelope's: its
-// entries once and its headers; a snapshot's data is not counted), and
-// the entries they carried (an envelope's once each).
+// Traffic is what one member sent (or received) through the network:
+// messages (a relay envelope counts as one), their encoded bytes (an
+// envelope's: its entries once and its headers; a snapshot's data is not
+// counted), the entries they carried (an envelope's once each), the
+// envelopes among the messages, and the raft messages carried (a message
+// is one, an envelope as many as it holds).
 type Traffic struct {
-	Messages, Bytes, Entries, Envelopes uint64
+	Messages, Bytes, Entries, Envelopes, Carried uint64
+}
+
+// authored is one kind of raft message from its author to its addressee.
+type authored struct {
+	from, to uint64
+	typ      raftpb.MessageType
+}
+
+// Authored returns how many messages of type typ member from built for
+// member to and sent, directly or in a relay envelope of its own (a
+// message a relay hands on is counted once, when its author sent it),
+// since the network started or since ResetTraffic.
+func (nw *Network) Authored(from, to uint64, typ raftpb.MessageType) uint64 {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.authored[authored{from, to, typ}]
+}
+
+// Direct returns how many messages member from sent member to directly,
+// not in a relay envelope, since the network started or since
+// ResetTraffic.
+func (nw *Network) Direct(from, to uint64) uint64 {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.direct[link{from, to}]
+}
+
+// ReceivedBy returns what the network delivered to member id since it
+// started, or since ResetTraffic (a duplicate counts twice).
+func (nw *Network) ReceivedBy(id uint64) Traffic {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if t := nw.recvBy[id]; t != nil {
+		return *t
+	}
+	return Traffic{}
+}
+
+// SendRelay sends env to member to as member from would (SendRelay of
+// its transport): for tests that play a relay sending what it should not.
+func (nw *Network) SendRelay(from, to uint64, env *raftio.RelayEnvelope) {
+	nw.sendRelay(from, to, env)
 }
 
 // SentBy returns what member id sent since the network started, or since
@@ -49,14 +93,18 @@ func (nw *Network) SentBy(id uint64) Traffic {
 	return Traffic{}
 }
 
-// ResetTraffic sets every member's Traffic to zero.
+// ResetTraffic sets every member's Traffic, and the Authored and Direct
+// counts, to zero.
 func (nw *Network) ResetTraffic() {
 	nw.mu.Lock()
 	clear(nw.sentBy)
+	clear(nw.recvBy)
+	clear(nw.authored)
+	clear(nw.direct)
 	nw.mu.Unlock()
 }
 
-func (nw *Network) countLocked(from uint64, entries, bytes int) {
+func (nw *Network) countLocked(from uint64, entries, bytes, carried int) {
 	t := nw.sentBy[from]
 	if t == nil {
 		t = new(Traffic)
@@ -65,6 +113,25 @@ func (nw *Network) countLocked(from uint64, entries, bytes int) {
 	t.Messages++
 	t.Bytes += uint64(bytes)
 	t.Entries += uint64(entries)
+	t.Carried += uint64(carried)
+}
+
+// countReceivedLocked counts copies of a message (or an envelope) to to.
+func (nw *Network) countReceivedLocked(to uint64, copies, entries, bytes, carried int, envelope bool) {
+	t := nw.recvBy[to]
+	if t == nil {
+		t = new(Traffic)
+		nw.recvBy[to] = t
+	}
+	for range copies {
+		t.Messages++
+		t.Bytes += uint64(bytes)
+		t.Entries += uint64(entries)
+		t.Carried += uint64(carried)
+		if envelope {
+			t.Envelopes++
+		}
+	}
 }
 
 // envelopeSize is the encoded size of env: each entry once, each header,
@@ -88,6 +155,8 @@ func cloneEnvelope(env *raftio.RelayEnvelope) *raftio.RelayEnvelope {
 		Entries: make([]*raftpb.Entry, len(env.Entries)),
 		Msgs:    make([]*raftpb.Message, len(env.Msgs)),
 		Counts:  append([]uint32(nil), env.Counts...),
+
+		TakesAnswers: env.TakesAnswers,
 	}
 	for i, e := range env.Entries {
 		c.Entries[i] = proto.Clone(e).(*raftpb.Entry)
@@ -97,6 +166,19 @@ func cloneEnvelope(env *raftio.RelayEnvelope) *raftio.RelayEnvelope {
 	}
 	return c
 }
+
+// CarriesRelayedAnswers implements raft.AnswerRelayTransport: true unless
+// the network was told otherwise (SetRelayedAnswers), as a host link of a
+// previous release would.
+func (ep *endpoint) CarriesRelayedAnswers(uint64) bool {
+	return !ep.net.noAnswers.Load()
+}
+
+// SetRelayedAnswers sets whether the members' transports carry relayed
+// standbys' answers (raft.AnswerRelayTransport; on by default): off, the
+// relays tell their standbys to answer the leader directly, as relays
+// whose links to the leader speak a previous protocol version do.
+func (nw *Network) SetRelayedAnswers(on bool) { nw.noAnswers.Store(!on) }
 
 // SendRelay implements raft.RelayTransport: env goes to member to under
 // the network's faults, as a message would (a filter sees each message
@@ -114,8 +196,14 @@ func (nw *Network) sendRelay(from, to uint64, env *raftio.RelayEnvelope) {
 	}
 	nw.stats.Sent++
 	nw.stats.Envelopes++
-	nw.countLocked(from, len(env.Entries), envelopeSize(env))
+	size := envelopeSize(env)
+	nw.countLocked(from, len(env.Entries), size, len(env.Msgs))
 	nw.sentBy[from].Envelopes++
+	for _, h := range env.Msgs {
+		if h.GetFrom() == from {
+			nw.authored[authored{from, h.GetTo(), h.GetType()}]++
+		}
+	}
 	dst := nw.endpoints[to]
 	p := max(nw.dropRate[link{from, to}], nw.dropRate[link{}])
 	drop := nw.closed || dst == nil || nw.blocked[link{from, to}] || (p > 0 && nw.rng.Float64() < p)
@@ -141,6 +229,7 @@ func (nw *Network) sendRelay(from, to uint64, env *raftio.RelayEnvelope) {
 		nw.stats.Dropped++
 	} else {
 		nw.stats.Delivered += uint64(copies)
+		nw.countReceivedLocked(to, copies, len(env.Entries), size, len(env.Msgs), true)
 	}
 	nw.mu.Unlock()
 	if drop {
@@ -164,7 +253,7 @@ func (nw *Network) filterEnvelopeLocked(from uint64, env *raftio.RelayEnvelope) 
 		m, err := env.Message(i)
 		if err != nil || nw.filter(from, m) {
 			if kept == nil {
-				kept = &raftio.RelayEnvelope{Entries: env.Entries, Msgs: env.Msgs[:i:i], Counts: env.Counts[:i:i]}
+				kept = &raftio.RelayEnvelope{Entries: env.Entries, Msgs: env.Msgs[:i:i], Counts: env.Counts[:i:i], TakesAnswers: env.TakesAnswers}
 			}
 			continue
 		}

@@ -20,16 +20,18 @@ import (
 // Version 1 was the first release's; 2 adds the entry kinds, snapshot
 // header versions and request ops that came after it; 3 adds the
 // incarnation to the member records (confchange.Context) and the refusal
-// CodeWiped; 4 adds the TypeRelay frame on host links (relayed standbys).
-const Version uint16 = 4
+// CodeWiped; 4 adds the TypeRelay frame on host links (relayed standbys);
+// 5 adds relayed standbys' answers in TypeRelay frames (AnswersVersion).
+const Version uint16 = 5
 
-// The range of versions this build speaks: 3 and 4. Version 4 differs
-// from 3 only by the TypeRelay frame, so a member of this build talks to
-// one of the previous release at version 3 (the listener picks the highest
-// version both speak) and sends no relay envelope on such a connection:
-// a rolling upgrade from version 3 keeps every member connected. Members
-// whose ranges do not meet refuse each other at the hello (CodeVersion,
-// with a reason naming both ranges).
+// The range of versions this build speaks: 3 to 5. Version 4 differs
+// from 3 only by the TypeRelay frame, and 5 from 4 only by the answers a
+// TypeRelay frame may carry, so a member of this build talks to one of
+// the previous releases at version 4 or 3 (the listener picks the highest
+// version both speak) and sends on such a connection nothing that version
+// lacks: a rolling upgrade keeps every member connected. Members whose
+// ranges do not meet refuse each other at the hello (CodeVersion, with a
+// reason naming both ranges).
 const (
 	MinVersion uint16 = 3
 	MaxVersion        = Version
@@ -38,6 +40,12 @@ const (
 // RelayVersion is the first version whose connections carry TypeRelay
 // frames.
 const RelayVersion uint16 = 4
+
+// AnswersVersion is the first version whose connections carry relayed
+// standbys' answers in TypeRelay frames (RelayAnswers, and the
+// TakesAnswers flag a relay sets only when its link to the leader's host
+// speaks it).
+const AnswersVersion uint16 = 5
 
 // Magic opens every Hello payload, so that a stray client (an HTTP request,
 // a port scanner) is told apart from a peer speaking another version.

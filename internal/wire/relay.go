@@ -20,7 +20,14 @@ import (
 //	entries    the envelope's entries, each index once, ascending
 //	responses  the messages' headers (no entries of their own)
 //	context    the messages' entry counts, one varint each
+//	rejectHint flags: 1 — the relay takes its standby's answers
+//	           (RelayEnvelope.TakesAnswers; ignored before AnswersVersion)
 //	type       absent: a container is never a raft message
+//
+// Since AnswersVersion the container also carries a relayed standby's
+// answers (MsgAppResp, MsgHeartbeatResp headers, no entries): from the
+// standby to its relay, and from the relay to the leader, gathered
+// (RelayAnswers reports such a container).
 //
 // In memory, the transport queues the container like a message; a message
 // without a type and with responses is a container (IsRelayCarrier), which
@@ -33,7 +40,36 @@ func RelayCarrier(from, to uint64, env *raftio.RelayEnvelope) *raftpb.Message {
 	for _, c := range env.Counts {
 		counts = protowire.AppendVarint(counts, uint64(c))
 	}
-	return &raftpb.Message{From: &from, To: &to, Entries: env.Entries, Responses: env.Msgs, Context: counts}
+	m := &raftpb.Message{From: &from, To: &to, Entries: env.Entries, Responses: env.Msgs, Context: counts}
+	if env.TakesAnswers {
+		flags := relayTakesAnswers
+		m.RejectHint = &flags
+	}
+	return m
+}
+
+// relayTakesAnswers is the container's flag for RelayEnvelope.TakesAnswers.
+const relayTakesAnswers uint64 = 1
+
+// IsAnswer reports whether m is an answer a relayed standby may send
+// through its relay: a MsgAppResp or a MsgHeartbeatResp.
+func IsAnswer(m *raftpb.Message) bool {
+	t := m.GetType()
+	return m.Type != nil && (t == raftpb.MsgAppResp || t == raftpb.MsgHeartbeatResp)
+}
+
+// RelayAnswers reports whether m is a relay container of answers only
+// (IsAnswer), which only a connection of AnswersVersion carries.
+func RelayAnswers(m *raftpb.Message) bool {
+	if !IsRelayCarrier(m) || len(m.Entries) > 0 {
+		return false
+	}
+	for _, h := range m.Responses {
+		if !IsAnswer(h) {
+			return false
+		}
+	}
+	return true
 }
 
 // IsRelayCarrier reports whether m is a relay envelope's container.
@@ -69,7 +105,8 @@ func RelayEnvelopeOf(m *raftpb.Message) (*raftio.RelayEnvelope, error) {
 	if m.Type != nil || len(m.Responses) == 0 || m.Snapshot != nil {
 		return nil, fmt.Errorf("%w: not a relay container", ErrMalformed)
 	}
-	env := &raftio.RelayEnvelope{Entries: m.Entries, Msgs: m.Responses, Counts: make([]uint32, 0, len(m.Responses))}
+	env := &raftio.RelayEnvelope{Entries: m.Entries, Msgs: m.Responses, Counts: make([]uint32, 0, len(m.Responses)),
+		TakesAnswers: m.GetRejectHint()&relayTakesAnswers != 0}
 	for b := m.Context; len(b) > 0; {
 		v, n := protowire.ConsumeVarint(b)
 		if n < 0 || v > 1<<31 {

@@ -91,3 +91,56 @@ func TestRelayFrameMalformed(t *testing.T) {
 		t.Fatalf("reassembling without entry 5: %v, want ErrBadRelayEnvelope", err)
 	}
 }
+
+// A relay's TakesAnswers flag and an envelope of answers cross a frame:
+// the flag as it was set, the answers' container recognized as answers
+// only (RelayAnswers), a leader's envelope not.
+func TestRelayAnswersRoundTrip(t *testing.T) {
+	u := func(v uint64) *uint64 { return &v }
+	for _, tc := range []struct {
+		name    string
+		env     *raftio.RelayEnvelope
+		answers bool
+	}{
+		{"handed on, takes answers", &raftio.RelayEnvelope{Msgs: relayTestEnvelope().Msgs[2:], Counts: []uint32{0}, TakesAnswers: true}, false},
+		{"answers", &raftio.RelayEnvelope{Msgs: []*raftpb.Message{
+			{Type: raftpb.MsgAppResp.Enum(), From: u(7), To: u(1), Term: u(2), Index: u(9)},
+			{Type: raftpb.MsgHeartbeatResp.Enum(), From: u(8), To: u(1), Term: u(2)},
+		}, Counts: []uint32{0, 0}}, true},
+		{"leader's", relayTestEnvelope(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := AppendRelayFrame(nil, 9, RelayCarrier(1, 2, tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := NewReader(bytes.NewReader(b), 1<<20).Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ParseRelay(f.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := RelayEnvelopeOf(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if env.TakesAnswers != tc.env.TakesAnswers {
+				t.Fatalf("TakesAnswers %v, sent %v", env.TakesAnswers, tc.env.TakesAnswers)
+			}
+			if got := RelayAnswers(m); got != tc.answers {
+				t.Fatalf("RelayAnswers = %v, want %v", got, tc.answers)
+			}
+			for i := range tc.env.Msgs {
+				got, err := env.Message(i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want, _ := tc.env.Message(i); !proto.Equal(got, want) {
+					t.Fatalf("message %d: %v, want %v", i, got, want)
+				}
+			}
+		})
+	}
+}

@@ -17,6 +17,10 @@ import (
 //
 // The messages are the leader's own, byte for byte once reassembled
 // (Message): a relay hands them on, it never builds one.
+//
+// The same envelope, without entries, carries a relayed standby's answers
+// (MsgAppResp, MsgHeartbeatResp) to its relay, and the answers a relay
+// gathered to the leader (TakesAnswers): each is the standby's own.
 type RelayEnvelope struct {
 	// Entries are the entries the messages carry, each index once, sorted
 	// by index.
@@ -25,6 +29,11 @@ type RelayEnvelope struct {
 	Msgs []*raftpb.Message
 	// Counts are how many entries each message carries (len(Msgs)).
 	Counts []uint32
+	// TakesAnswers, in an envelope a relay hands on to a standby, says
+	// that the relay takes the standby's answers to these messages and
+	// hands them on to their sender: its own link to the sender's host
+	// carries them (wire.AnswersVersion).
+	TakesAnswers bool
 }
 
 // ErrBadRelayEnvelope is matched by the error of reassembling a message
