@@ -442,7 +442,10 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	commits := st1.commits - st0.commits
 	r.syncsPerSec = float64(commits) / secs
 	var commitMean, syncMean time.Duration
+	var pagesPer, bytesPer float64
 	if commits > 0 {
+		pagesPer = float64(st1.pages-st0.pages) / float64(commits)
+		bytesPer = float64(st1.bytes-st0.bytes) / float64(commits)
 		r.groupsPerCommit = float64(st1.writes-st0.writes) / float64(commits)
 		commitMean = (st1.commitTime - st0.commitTime) / time.Duration(commits)
 		syncMean = (st1.syncTime - st0.syncTime) / time.Duration(commits)
@@ -469,9 +472,9 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, fds, float64(fds)/float64(n*numHosts), closeDur.Round(time.Millisecond)),
 			fmt.Sprintf("idle: messages sent per second by host %.0f; groups quiesced at its end %.0f; in the window %.0f to %.0f",
 				msgsHost, r.idleQuiesced, qlo, qhi),
-			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s)",
+			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s), %.1f pages (bbolt) and %.0f bytes written each; bbolt free pages %d",
 				r.load.writes, secs, r.load.groupsWritten, active, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
-				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond)),
+				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond), pagesPer, bytesPer, st1.free),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024))
 		if cerr != nil {
