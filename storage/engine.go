@@ -193,7 +193,10 @@ func (e *Engine) chooseBackend() (mark bool, err error) {
 		return !marker, nil
 	case empty:
 		if asked == "" {
-			e.opts.Backend = BackendBolt
+			e.opts.Backend = e.opts.NewBackend
+			if e.opts.Backend == "" {
+				e.opts.Backend = BackendBolt
+			}
 		}
 		return e.opts.Backend == BackendPebble, nil
 	case hasPebble:

@@ -164,7 +164,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
 	fs.BoolVar(&c.kill, "kill", false, "after the load and a second idle period, kill the host that leads the most groups (host layout) and measure until each group it led has a leader again")
 	fs.BoolVar(&c.restart, "restart", false, "after -kill (implied), start the killed host again on its data dir and measure until every group is led and known there")
-	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
+	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default: Pebble for the host layout, NewHost; bbolt for the process layout, Start)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
