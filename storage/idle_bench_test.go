@@ -12,7 +12,8 @@ import (
 // BenchmarkEngineIdleGroups: what a commit that touches 48 groups costs when
 // the data dir holds only them, and when it holds 10,000 groups, the other
 // 9,952 idle (each with its identity, hard state and four 100-byte entries,
-// as a started group has). Each commit carries one Save per active group
+// as a started group has): the busy ones the first 48 (adjacent keys), or
+// spread, one in every 208. Each commit carries one Save per active group
 // (one 256-byte entry and the hard state), fsync on. Besides the time, it
 // reports counts that do not depend on the machine: bbolt's pages written
 // per commit (its dirty pages, the freelist's, the meta page), the bytes
@@ -24,8 +25,12 @@ import (
 //	UNDERSTUDY_STORAGE_BACKEND=pebble go test -run '^$' -bench EngineIdleGroups -benchtime 200x ./storage
 func BenchmarkEngineIdleGroups(b *testing.B) {
 	const active = 48
-	for _, total := range []int{active, 10000} {
-		b.Run(fmt.Sprintf("groups=%d", total), func(b *testing.B) {
+	for _, c := range []struct {
+		total  int
+		spread bool
+	}{{active, false}, {10000, false}, {10000, true}} {
+		total := c.total
+		b.Run(fmt.Sprintf("groups=%d/spread=%v", total, c.spread), func(b *testing.B) {
 			dir := b.TempDir()
 			// Fill without fsync, then reopen with it for the measured commits.
 			e, err := OpenEngine(dir, EngineOptions{Backend: testBackend, NoSync: true})
@@ -59,7 +64,11 @@ func BenchmarkEngineIdleGroups(b *testing.B) {
 			defer e.Close()
 			stores := make([]*Store, active)
 			for i := range stores {
-				if stores[i], err = e.Group(uint64(i+1), GroupOptions{}); err != nil {
+				id := uint64(i + 1) // the first 48, as groupload's -active
+				if c.spread {       // or one in every total/48, as busy groups among idle ones may be
+					id = uint64(i*(total/active) + 1)
+				}
+				if stores[i], err = e.Group(id, GroupOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
