@@ -47,8 +47,9 @@ type HostConfig struct {
 	// Backend picks the key-value store. A new data dir gets Pebble unless
 	// Backend or NewBackend says otherwise: a commit costs its bytes and
 	// one fsync however many groups it carries, and idle groups do not
-	// make it dearer, where bbolt's costs ~3 pages per group in it
-	// (docs/architecture.md "Idle groups and the engine"); bbolt
+	// make it dearer, where bbolt's copies 2.6 to 4.2 pages per group in
+	// it, the more the more idle groups sit between the busy ones
+	// (docs/architecture.md "Idle groups and the engine"). bbolt
 	// (storage.BackendBolt) is faster for a host of one group, and is
 	// what Start uses. A data dir keeps the backend it was created with,
 	// whatever these say (but an explicit Backend that differs is
