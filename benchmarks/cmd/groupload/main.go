@@ -21,7 +21,8 @@
 // line:
 //
 //	layout, groups, writers
-//	active         the groups written: the first -active ones (all if 0);
+//	active         the groups written: the first -active ones (all if 0;
+//	               -spread: one in every groups/active instead);
 //	               the others stay idle throughout
 //	writes/s       successful writes over the measured window
 //	p50, p99       latency as the writer sees it (retries after a leader
@@ -128,6 +129,7 @@ type config struct {
 	tick          time.Duration
 	quiesce       bool
 	active        int
+	spread        bool
 	kill, restart bool
 	tailCache     int64
 	backend       string
@@ -162,6 +164,7 @@ func parseFlags(args []string) (*config, error) {
 	var sched string
 	fs.StringVar(&sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers[,wakes per second] (e.g. 2,4,4 or 0,0,0,500; empty or 0: the defaults)")
 	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
+	fs.BoolVar(&c.spread, "spread", false, "with -active, the written groups are spread evenly over all the groups (one in every groups/active), not the first ones: busy groups among idle ones, as in a service")
 	fs.BoolVar(&c.kill, "kill", false, "after the load and a second idle period, kill the host that leads the most groups (host layout) and measure until each group it led has a leader again")
 	fs.BoolVar(&c.restart, "restart", false, "after -kill (implied), start the killed host again on its data dir and measure until every group is led and known there")
 	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default: Pebble for the host layout, NewHost; bbolt for the process layout, Start)")
@@ -395,7 +398,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	lph := c.leadersPerHost()
 
 	// The load: warm-up, then the measured window.
-	l := startLoad(ctx, c, cfg.writers, active)
+	stride := 1
+	if cfg.spread {
+		stride = n / active
+	}
+	l := startLoad(ctx, c, cfg.writers, active, stride)
 	if err := sleep(ctx, cfg.warmup); err != nil {
 		l.finish()
 		return nil, err
