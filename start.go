@@ -150,7 +150,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 		DataDir: cfg.DataDir, ListenPeer: cfg.ListenPeer, Listener: cfg.Listener,
 		TLS: cfg.TLS, Logger: cfg.Logger,
 		MaxConcurrentSnapshots: cfg.Transport.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.Transport.SnapshotBytesPerSec,
-		Storage: storage.EngineOptions{NoSync: so.NoSync, Logger: so.Logger, LockTimeout: so.LockTimeout, NoOpenCheck: so.NoOpenCheck, Backend: so.Backend},
+		Storage: storage.EngineOptions{NoSync: so.NoSync, Logger: so.Logger, LockTimeout: so.LockTimeout, NoOpenCheck: so.NoOpenCheck, Backend: so.Backend, NewBackend: storage.BackendBolt},
 	})
 	if err != nil {
 		return nil, err

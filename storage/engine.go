@@ -193,7 +193,10 @@ func (e *Engine) chooseBackend() (mark bool, err error) {
 		return !marker, nil
 	case empty:
 		if asked == "" {
-			e.opts.Backend = BackendBolt
+			e.opts.Backend = e.opts.NewBackend
+			if e.opts.Backend == "" {
+				e.opts.Backend = BackendBolt
+			}
 		}
 		return e.opts.Backend == BackendPebble, nil
 	case hasPebble:
@@ -722,9 +725,16 @@ func (e *Engine) update(fn func(kvTx) error) (writeTime time.Duration, err error
 		tx = t
 		return fn(boltTx{t})
 	})
-	if err == nil && !e.opts.NoSync {
+	if err == nil {
 		st := tx.Stats()
-		writeTime = st.GetWriteTime()
+		if !e.opts.NoSync {
+			writeTime = st.GetWriteTime()
+		}
+		// The pages the commit wrote: its dirty pages (and the freelist's,
+		// when it is synced), then its meta page.
+		pages := uint64(st.GetPageAlloc()/int64(e.db.Info().PageSize)) + 1
+		e.m.pagesWritten.Add(pages)
+		e.m.bytesWritten.Add(pages * uint64(e.db.Info().PageSize))
 	}
 	return writeTime, err
 }

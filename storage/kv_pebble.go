@@ -46,6 +46,10 @@ type pebbleDB struct {
 	// once: each pins memory (block buffers, a read state), so opening an
 	// engine must not hold one per group.
 	liveIters, peakIters atomic.Int64
+
+	// bytesWritten counts the bytes of the batches committed (what the
+	// write-ahead log took; EngineMetrics.BytesWritten).
+	bytesWritten atomic.Uint64
 }
 
 // newIter opens an iterator over r between lower and upper, counted.
@@ -123,6 +127,7 @@ func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	if err := t.finish(fn(t)); err != nil {
 		return 0, err
 	}
+	p.bytesWritten.Add(uint64(len(b.Repr())))
 	start := time.Now()
 	if err := b.Commit(p.write); err != nil {
 		return 0, err

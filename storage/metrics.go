@@ -159,6 +159,7 @@ func (m Metrics) String() string {
 
 type engineMetrics struct {
 	commits, writes, saves, maxWrites, tailTrims atomic.Uint64
+	pagesWritten, bytesWritten                   atomic.Uint64 // bbolt's; Pebble counts its own
 	commitDur, syncDur                           durations
 }
 
@@ -194,6 +195,16 @@ type EngineMetrics struct {
 	// fdatasynced, then the meta page): the disk's part. Empty with
 	// EngineOptions.NoSync.
 	SyncDuration Histogram
+	// PagesWritten counts the pages bbolt's commits wrote: the pages each
+	// commit copied (the B+tree's pages it touched, the freelist's when it
+	// is synced) and its meta page. Zero with BackendPebble.
+	PagesWritten uint64
+	// BytesWritten counts the bytes the commits wrote: bbolt's pages
+	// (PagesWritten), or the batches Pebble's write-ahead log took.
+	BytesWritten uint64
+	// FreePages is how many pages of the bbolt file are free now (the
+	// freelist's length). Zero with BackendPebble.
+	FreePages int
 }
 
 // GroupsPerCommit is the mean number of groups a commit wrote.
@@ -232,7 +243,17 @@ func (e *Engine) Metrics() EngineMetrics {
 	if e.tails != nil {
 		tails = e.tails.bytes.Load()
 	}
+	written := e.m.bytesWritten.Load()
+	var free int
+	if e.pdb != nil {
+		written = e.pdb.bytesWritten.Load()
+	} else if e.poisoned.Load() == nil {
+		free = e.db.Stats().FreePageN
+	}
 	return EngineMetrics{
+		PagesWritten:       e.m.pagesWritten.Load(),
+		BytesWritten:       written,
+		FreePages:          free,
 		TailBytes:          tails,
 		TailTrims:          e.m.tailTrims.Load(),
 		Commits:            e.m.commits.Load(),

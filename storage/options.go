@@ -140,9 +140,16 @@ type EngineOptions struct {
 	// Backend is the key-value store under the engine: BackendBolt or
 	// BackendPebble. A data dir holds one backend's files for good:
 	// OpenEngine refuses a data dir written by the other with ErrBackend.
-	// Zero means the backend the data dir holds, and BackendBolt for a new
+	// Zero means the backend the data dir holds, and NewBackend for a new
 	// one.
 	Backend Backend
+
+	// NewBackend is the backend of a new data dir when Backend is zero:
+	// the default for what the engine will hold, which an existing data
+	// dir never changes (it keeps the one it was created with). Zero
+	// means BackendBolt. understudy.NewHost sets BackendPebble (a host of
+	// many groups), understudy.Start BackendBolt (one group).
+	NewBackend Backend
 
 	// pebbleFS, for tests, is the file system the Pebble backend runs on
 	// (e.g. one that injects read errors, vfs/errorfs); nil: the disk.
@@ -155,12 +162,15 @@ type Backend string
 const (
 	// BackendBolt keeps the records in one bbolt file (understudy.db):
 	// a B+tree, each commit copying the pages it touches and syncing
-	// twice. The default: the fastest for one group, and one file.
+	// twice. The storage package's default, and understudy.Start's: the
+	// fastest for one group, and one file.
 	BackendBolt Backend = "bbolt"
 	// BackendPebble keeps them in a Pebble database (the pebble directory):
 	// each commit appended to its write-ahead log and synced once, so a
 	// commit costs its bytes whatever number of groups it carries. For a
-	// host with many active groups (see docs/architecture.md).
+	// host of many groups, active or idle among many (see
+	// docs/architecture.md): understudy.NewHost's default for a new data
+	// dir.
 	BackendPebble Backend = "pebble"
 )
 
@@ -170,10 +180,15 @@ func (o EngineOptions) Validate() error {
 	if o.LockTimeout < 0 {
 		return fmt.Errorf("storage: LockTimeout (%v) must be >= 0", o.LockTimeout)
 	}
-	switch o.Backend {
-	case "", BackendBolt, BackendPebble:
-	default:
-		return fmt.Errorf("storage: Backend (%q) must be %q or %q", o.Backend, BackendBolt, BackendPebble)
+	for _, b := range []struct {
+		field string
+		b     Backend
+	}{{"Backend", o.Backend}, {"NewBackend", o.NewBackend}} {
+		switch b.b {
+		case "", BackendBolt, BackendPebble:
+		default:
+			return fmt.Errorf("storage: %s (%q) must be %q or %q", b.field, b.b, BackendBolt, BackendPebble)
+		}
 	}
 	return nil
 }

@@ -42,7 +42,9 @@ func (s *sampledKV) Apply(cmds []raft.Command, results []raft.Result) {
 func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples) (*usMember, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	h, err := understudy.NewHost(understudy.HostConfig{DataDir: f.dir, ListenPeer: f.listen, AdvertisePeer: f.listen,
-		Logger: log, Storage: storage.EngineOptions{NoSync: !f.fsync}})
+		// bbolt, as Start picks for a host of one group (NewHost's default
+		// for a new data dir is Pebble, for many groups).
+		Logger: log, Storage: storage.EngineOptions{NoSync: !f.fsync, Backend: storage.BackendBolt}})
 	if err != nil {
 		return nil, err
 	}

@@ -346,6 +346,10 @@ type storageCounts struct {
 	// commitTime and syncTime are the commits' total durations, and their
 	// disk part (pages written and fdatasynced).
 	commitTime, syncTime time.Duration
+	// pages and bytes are what the commits wrote (host layout); free is
+	// bbolt's free pages now, summed over the hosts.
+	pages, bytes uint64
+	free         int
 }
 
 // storage returns the storage counters so far, summed over the hosts (the
@@ -359,6 +363,9 @@ func (c *cluster) storage() storageCounts {
 			s.writes += m.Writes
 			s.commitTime += m.CommitDuration.Sum
 			s.syncTime += m.SyncDuration.Sum
+			s.pages += m.PagesWritten
+			s.bytes += m.BytesWritten
+			s.free += m.FreePages
 		}
 		return s
 	}

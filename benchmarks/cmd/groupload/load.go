@@ -61,9 +61,12 @@ type sample struct {
 type load struct {
 	c       *cluster
 	writers int
-	start   time.Time
-	stop    atomic.Bool
-	wg      sync.WaitGroup
+	// stride maps the i-th written group to the cluster's group i*stride
+	// (1: the first ones; -spread: evenly over all of them).
+	stride int
+	start  time.Time
+	stop   atomic.Bool
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	samples  []sample
@@ -72,11 +75,12 @@ type load struct {
 	retries  atomic.Int64
 }
 
-// startLoad starts writers writers on c, spread over its first active
-// groups (writerGroups), each writing 256-byte kv puts through its group's
-// leader, one at a time, until stop.
-func startLoad(ctx context.Context, c *cluster, writers, active int) *load {
-	l := &load{c: c, writers: writers, start: time.Now()}
+// startLoad starts writers writers on c, spread over active groups
+// (writerGroups) — its first ones, or one in every stride — each writing
+// 256-byte kv puts through its group's leader, one at a time, until stop.
+// Samples name the written groups 0 to active-1.
+func startLoad(ctx context.Context, c *cluster, writers, active, stride int) *load {
+	l := &load{c: c, writers: writers, stride: max(stride, 1), start: time.Now()}
 	for w := range writers {
 		l.wg.Go(func() { l.write(ctx, w, writerGroups(w, writers, active)) })
 	}
@@ -100,7 +104,7 @@ func (l *load) write(ctx context.Context, w int, gs []int) {
 		for {
 			ld := leaders[k]
 			if ld == nil || !ld.IsLeader() {
-				if ld, err = l.waitLeader(ctx, g); err != nil {
+				if ld, err = l.waitLeader(ctx, g*l.stride); err != nil {
 					break
 				}
 				leaders[k] = ld
@@ -118,7 +122,7 @@ func (l *load) write(ctx context.Context, w int, gs []int) {
 			if ctx.Err() == nil {
 				errs++
 				if firstErr == nil {
-					firstErr = fmt.Errorf("writer %d, group %d: %w", w, groupID(g), err)
+					firstErr = fmt.Errorf("writer %d, group %d: %w", w, groupID(g*l.stride), err)
 				}
 			}
 			continue

@@ -21,7 +21,8 @@
 // line:
 //
 //	layout, groups, writers
-//	active         the groups written: the first -active ones (all if 0);
+//	active         the groups written: the first -active ones (all if 0;
+//	               -spread: one in every groups/active instead);
 //	               the others stay idle throughout
 //	writes/s       successful writes over the measured window
 //	p50, p99       latency as the writer sees it (retries after a leader
@@ -129,6 +130,7 @@ type config struct {
 	quiesce       bool
 	inlineApply   bool
 	active        int
+	spread        bool
 	kill, restart bool
 	tailCache     int64
 	backend       string
@@ -164,9 +166,10 @@ func parseFlags(args []string) (*config, error) {
 	var sched string
 	fs.StringVar(&sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers[,wakes per second] (e.g. 2,4,4 or 0,0,0,500; empty or 0: the defaults)")
 	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
+	fs.BoolVar(&c.spread, "spread", false, "with -active, the written groups are spread evenly over all the groups (one in every groups/active), not the first ones: busy groups among idle ones, as in a service")
 	fs.BoolVar(&c.kill, "kill", false, "after the load and a second idle period, kill the host that leads the most groups (host layout) and measure until each group it led has a leader again")
 	fs.BoolVar(&c.restart, "restart", false, "after -kill (implied), start the killed host again on its data dir and measure until every group is led and known there")
-	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default, bbolt)")
+	fs.StringVar(&c.backend, "backend", "", "storage backend: bbolt or pebble (empty: the library's default: Pebble for the host layout, NewHost; bbolt for the process layout, Start)")
 	fs.Int64Var(&c.tailCache, "tail-cache", 0, "storage tail cache per replica in bytes (0: the library's default, 16 MiB; negative: none)")
 	fs.IntVar(&c.startParallel, "start-parallel", 64, "start calls (StartGroup / Start) in flight per host")
 	fs.DurationVar(&c.startTimeout, "start-timeout", 2*time.Minute, "bound on starting a configuration until every group has a leader")
@@ -397,7 +400,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	lph := c.leadersPerHost()
 
 	// The load: warm-up, then the measured window.
-	l := startLoad(ctx, c, cfg.writers, active)
+	stride := 1
+	if cfg.spread {
+		stride = n / active
+	}
+	l := startLoad(ctx, c, cfg.writers, active, stride)
 	if err := sleep(ctx, cfg.warmup); err != nil {
 		l.finish()
 		return nil, err
@@ -444,7 +451,10 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	commits := st1.commits - st0.commits
 	r.syncsPerSec = float64(commits) / secs
 	var commitMean, syncMean time.Duration
+	var pagesPer, bytesPer float64
 	if commits > 0 {
+		pagesPer = float64(st1.pages-st0.pages) / float64(commits)
+		bytesPer = float64(st1.bytes-st0.bytes) / float64(commits)
 		r.groupsPerCommit = float64(st1.writes-st0.writes) / float64(commits)
 		commitMean = (st1.commitTime - st0.commitTime) / time.Duration(commits)
 		syncMean = (st1.syncTime - st0.syncTime) / time.Duration(commits)
@@ -471,9 +481,9 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 				r.started.Round(time.Millisecond), r.leaders.Round(time.Millisecond), lph, fds, float64(fds)/float64(n*numHosts), closeDur.Round(time.Millisecond)),
 			fmt.Sprintf("idle: messages sent per second by host %.0f; groups quiesced at its end %.0f; in the window %.0f to %.0f",
 				msgsHost, r.idleQuiesced, qlo, qhi),
-			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s)",
+			fmt.Sprintf("writes %d in %.1fs (groups written %d of %d, fewest writes in a group %d); retries %d; storage commits %d, %.1f groups each, %s each on average (disk part %s), %.1f pages (bbolt) and %.0f bytes written each; bbolt free pages %d",
 				r.load.writes, secs, r.load.groupsWritten, active, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
-				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond)),
+				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond), pagesPer, bytesPer, st1.free),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024))
 		if cerr != nil {

@@ -58,7 +58,7 @@ func run() error {
 		peers  = flag.String("peers", "", "every host's peer address, comma-separated, in index order")
 		groups = flag.Int("groups", 8, "groups")
 		tick   = flag.Duration("tick", 20*time.Millisecond, "raft tick")
-		store  = flag.String("storage-backend", "", "storage backend: bbolt or pebble (empty: the data dir's, bbolt for a new one)")
+		store  = flag.String("storage-backend", "", "storage backend: bbolt or pebble (empty: the data dir's, NewHost's default — Pebble — for a new one)")
 		nrep   = flag.Int("replicas", 0, "replicas per group, on consecutive hosts from (group-1) mod hosts (0: every host)")
 		quiet  = flag.Bool("quiesce", true, "let idle groups quiesce (the host's default; false: GroupConfig.DisableQuiescence)")
 	)

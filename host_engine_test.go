@@ -1,0 +1,50 @@
+package understudy_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
+)
+
+// The engine by host shape: a new data dir opened by NewHost (a host of
+// many groups) gets Pebble, one opened by Start (one group) bbolt, and a
+// data dir keeps the backend it was created with whichever opens it.
+func TestHostEngineByShape(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newHost := func(dir string) *understudy.Host {
+		ln := listen(t)
+		h, err := understudy.NewHost(understudy.HostConfig{DataDir: dir, Listener: ln,
+			Storage: storage.EngineOptions{NoSync: true}})
+		require.NoError(t, err)
+		return h
+	}
+
+	hostDir := filepath.Join(t.TempDir(), "host")
+	h := newHost(hostDir)
+	require.Equal(t, storage.BackendPebble, h.Engine().Backend(), "a new host's data dir")
+	require.NoError(t, h.Close(ctx))
+	h = newHost(hostDir)
+	require.Equal(t, storage.BackendPebble, h.Engine().Backend())
+	require.NoError(t, h.Close(ctx))
+
+	oneDir := filepath.Join(t.TempDir(), "one")
+	ln := listen(t)
+	g, err := understudy.Start(ctx, understudy.Config{ID: 1, DataDir: oneDir, Listener: ln,
+		InitialMembers: []raft.Member{{ID: 1, PeerAddr: ln.Addr().String()}},
+		Storage:        storage.Options{NoSync: true}}, kv.New())
+	require.NoError(t, err)
+	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend(), "a new data dir of one group")
+	require.NoError(t, g.Close(ctx))
+	h = newHost(oneDir)
+	require.Equal(t, storage.BackendBolt, h.Engine().Backend(), "a data dir keeps its backend")
+	require.NoError(t, h.Close(ctx))
+}
