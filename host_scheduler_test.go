@@ -2,6 +2,7 @@ package understudy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -98,9 +99,36 @@ func TestHostDeleteGroupLetsAReplicaComeBack(t *testing.T) {
 	gs := hc.start(ctx, 1, func() raft.StateMachine { return kv.New() })
 	require.NoError(t, put(ctx, t, gs, "a", "1"))
 	require.ErrorIs(t, hc.hosts[2].DeleteGroup(1), understudy.ErrGroupRunning)
-
+	// A write needs one follower: the other may not have answered the
+	// leader yet, and a new leader may not have heard from every voter:
+	// the transfer and the removal below are then refused (quorum at risk)
+	// or time out, as they should. So each waits until the leader heard
+	// from every voter.
+	allHeard := func() {
+		require.Eventually(t, func() bool {
+			ms, err := leaderOf(ctx, t, gs).Membership(ctx)
+			if err != nil || len(ms.Members) != 3 {
+				return false
+			}
+			for _, m := range ms.Members {
+				if m.Progress != nil && !m.Progress.RecentActive {
+					return false
+				}
+			}
+			return true
+		}, 20*time.Second, 5*time.Millisecond)
+	}
+	allHeard()
 	if gs[2].IsLeader() { // removed, a leader stops before it answers: remove a follower
-		require.NoError(t, gs[2].TransferLeadership(ctx, replicaID(1, 0)))
+		// Raft abandons a transfer that does not complete within an
+		// election timeout (ErrTimeout; 100 ms here, short under -race on
+		// a busy machine): ask again.
+		require.Eventually(t, func() bool {
+			err := gs[2].TransferLeadership(ctx, replicaID(1, 0))
+			require.True(t, err == nil || errors.Is(err, raft.ErrTimeout), "transfer: %v", err)
+			return err == nil
+		}, 20*time.Second, time.Millisecond)
+		allHeard()
 	}
 	require.NoError(t, leaderOf(ctx, t, gs[:2]).RemoveMember(ctx, replicaID(1, 2)))
 	<-gs[2].Done()

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +140,42 @@ func TestMuxRefusesNegativeLinkSettings(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "PingInterval -1s") {
 		t.Fatalf("got %v, want ErrInvalidConfig naming PingInterval", err)
 	}
+}
+
+// A Close that finds another in progress returns once that one is done:
+// the group has then left the mux, and a new transport for it registers.
+// (A host group that stops on its own closes its transport while the host
+// closes the group: the host's Close returned first and the group's next
+// start on the host was refused as already running, now and then.) The
+// first Close is held where it leaves the mux (the test holds the mux's
+// lock).
+func TestConcurrentClosesLeaveTheMux(t *testing.T) {
+	m := newTestMux(t)
+	tr := groupOn(t, m, 1, 1, &fakeHandler{})
+	tr.AddPeer(2, "127.0.0.1:1")
+	m.mu.Lock()
+	first := make(chan struct{})
+	go func() { _ = tr.Close(); close(first) }()
+	for closing := false; !closing; { // the first Close has begun
+		tr.mu.Lock()
+		closing = tr.closed
+		tr.mu.Unlock()
+		runtime.Gosched()
+	}
+	second := make(chan struct{})
+	go func() { _ = tr.Close(); close(second) }()
+	select {
+	case <-second:
+		m.mu.Unlock()
+		t.Fatal("a second Close returned while the first had not left the mux")
+	case <-time.After(100 * time.Millisecond):
+	}
+	m.mu.Unlock()
+	<-second
+	again, err := New(Config{ID: 1, Mux: m, GroupID: 1, Handler: &fakeHandler{}})
+	if err != nil {
+		t.Fatalf("a new transport for the group once Close returned: %v", err)
+	}
+	_ = again.Close()
+	<-first
 }

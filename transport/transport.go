@@ -39,6 +39,12 @@ type Transport struct {
 	// locking.
 	peers atomic.Pointer[peerList]
 
+	// closeMu is held by Close throughout: a Close that finds another in
+	// progress (a group that stops on its own closes its transport while
+	// its host closes the group) returns once that one is done, so that
+	// the group has left the mux when any Close returns.
+	closeMu sync.Mutex
+
 	// mu guards the fields below. It is never held while doing I/O or
 	// calling the Handler.
 	mu      sync.Mutex
@@ -185,10 +191,12 @@ func (t *Transport) ClusterID() uint64 { return t.cluster.Load() }
 // drops the queued messages and waits for every goroutine it started,
 // including Handler calls in progress. The Handler is not called after
 // Close returns. Close is idempotent; later
-// calls return nil.
+// calls return nil, once the first is done.
 //
 // Errors: the listener's Close error (the transport is closed anyway).
 func (t *Transport) Close() error {
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
