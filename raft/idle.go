@@ -1,5 +1,7 @@
 package raft
 
+import "github.com/understudy-raft/understudy/confchange"
+
 // What an idle node holds: a host runs many groups, most of them idle, so
 // a quiesced node lets go of what only a busy one needs (see "Memory of an
 // idle group" in docs/architecture.md). Everything here runs on the run
@@ -45,6 +47,17 @@ func (n *Node) dropIdle() {
 		l.pending = nil
 	}
 	l.catchUp = nil // the wake drops it too: rates over a quiet spell mean nothing
+	if l.role != RoleLeader {
+		// A leader's bookkeeping: becameLeader makes it afresh.
+		l.ms.book = nil
+	} else if b := l.ms.book; b != nil {
+		// The reused parts of its views, made again by the next.
+		b.viewProgress, b.viewConfig, b.viewConfigOf = nil, confchange.Config{}, nil
+	}
+	if l.relay != nil && (l.role != RoleLeader || l.relay.idle()) {
+		// Nothing relayed: the next relayTick of a leader makes it again.
+		l.relay = nil
+	}
 	n.recv.release()
 	n.local.release()
 	n.acts.release()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
 )
 
 // TestQuiescedNodeDropsItsLogCache: once its group quiesces, every member
@@ -43,4 +44,50 @@ func TestQuiescedNodeDropsItsLogCache(t *testing.T) {
 		}
 	}
 	waitQuiesced(ctx, t, c)
+}
+
+// TestQuiescedNodeLetsGoOfLeaderState: a quiesced follower holds no
+// leader's bookkeeping and a quiesced leader none of the reused parts of
+// its views, and neither holds relay state when nothing is relayed (the
+// idle followers of a host's many groups used to keep a leader's maps);
+// woken, the group still changes its membership and quiesces again.
+func TestQuiescedNodeLetsGoOfLeaderState(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{Relay: true})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("k", "v"))
+	waitQuiesced(ctx, t, c)
+	check := func() {
+		t.Helper()
+		lead, err := c.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range c.Running() {
+			book, views, relay, err := raft.LeaderStateHeld(ctx, m.Node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ID == lead.ID {
+				if !book || views || relay {
+					t.Errorf("quiesced leader %d: bookkeeping %t (want true), views %t, relay state %t (want false)", m.ID, book, views, relay)
+				}
+			} else if book || relay {
+				t.Errorf("quiesced follower %d: bookkeeping %t, relay state %t (want false)", m.ID, book, relay)
+			}
+		}
+	}
+	check()
+	// Woken by a membership change (the leader's bookkeeping checks it),
+	// the group quiesces again and lets go again.
+	rec, ok := lead.Node.Member(lead.ID)
+	if !ok {
+		t.Fatalf("leader %d has no record of itself", lead.ID)
+	}
+	rec.Metadata = map[string]string{"k": "v"}
+	if err := lead.Node.UpdateMember(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiesced(ctx, t, c)
+	check()
 }

@@ -229,7 +229,7 @@ func (n *Node) abandonSilentTransfer(ctx context.Context, cancel context.CancelF
 // cannot complete while proposals are refused.
 func (n *Node) answersNow(id uint64) bool {
 	heard := n.loop.lastContact[id]
-	if heard.IsZero() || heard.Before(n.loop.ms.leaderSince) {
+	if heard.IsZero() || (n.loop.ms.book != nil && heard.Before(n.loop.ms.book.leaderSince)) {
 		return false
 	}
 	window := max(3*time.Duration(n.cfg.HeartbeatTicks)*n.cfg.TickInterval, 50*time.Millisecond)

@@ -36,12 +36,10 @@ type loopState struct {
 	bootCampaign bool
 	// bufs are the reused buffers (nil: none yet, or let go while
 	// quiesced); buffers makes them.
-	bufs *loopBufs
-	// lastBookkeeping is the tick of the last membershipTick.
-	lastBookkeeping uint64
-	lastBatch       int // proposals in the last flush
-	ms              membershipLoop
-	nowLeader       bool // became leader in the Ready being handled
+	bufs      *loopBufs
+	lastBatch int // proposals in the last flush
+	ms        membershipLoop
+	nowLeader bool // became leader in the Ready being handled
 	// confAdded is the index of the last conf change raft took that added
 	// a member (in any role): a snapshot sent to a member must be at least
 	// that recent to list it (see snapshotToSend).
@@ -52,8 +50,9 @@ type loopState struct {
 	catchUp map[uint64]*catchUpTrack
 	// q is the quiescence state (quiesce.go).
 	q quiesceState
-	// relay is the leader's choice of relays for its standbys (relay.go).
-	relay relayState
+	// relay is the leader's choice of relays for its standbys (relay.go;
+	// nil: none made, or let go while quiesced).
+	relay *relayState
 	// readPasses counts the loop's passes that took at least one ReadIndex
 	// request of another member (the coalescing's bound, reads.go).
 	readPasses uint64

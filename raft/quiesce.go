@@ -198,8 +198,8 @@ func (n *Node) maybeQuiesce() {
 			return
 		}
 		if pr.IsLearner {
-			since, ready := ms.readySince[id]
-			if !ready || !ms.recorded[id] || now.Sub(since) < settings.Stabilization {
+			since, ready := ms.readySince()[id]
+			if !ready || ms.book == nil || !ms.book.recorded[id] || now.Sub(since) < settings.Stabilization {
 				return // a learner catching up or stabilizing keeps the group awake
 			}
 		}
@@ -237,7 +237,7 @@ func (n *Node) maybeQuiesce() {
 		// (its host not live) it would be lost: it goes directly.
 		var direct []*raftpb.Message
 		msgs = slices.DeleteFunc(msgs, func(m *raftpb.Message) bool {
-			if via := l.relay.via[m.GetTo()]; via != 0 && slices.Contains(lagging, via) {
+			if via := l.relayVia(m.GetTo()); via != 0 && slices.Contains(lagging, via) {
 				direct = append(direct, m)
 				return true
 			}
