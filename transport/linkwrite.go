@@ -231,7 +231,7 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 				// relay frame: the envelope is lost, and the member
 				// reported unreachable, so that the leader feeds its
 				// standbys directly (the relay is marked down).
-				p.c.dropVersion.Add(1)
+				p.c.more().dropVersion.Add(1)
 				p.t.markUnreachable(p.id)
 				continue
 			}
@@ -241,7 +241,7 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 		}
 		switch {
 		case err != nil:
-			p.c.dropLarge.Add(1)
+			p.c.more().dropLarge.Add(1)
 			p.t.logOnce(p.id, "encode", "cannot encode message", "type", m.GetType().String(), "err", err)
 			continue
 		case len(w.buf)-at-wire.HeaderSize > maxFrame:
@@ -292,7 +292,7 @@ func (w *linkWriter) flush() error {
 	_, err := w.c.Write(w.buf)
 	for _, s := range w.pending {
 		if err != nil {
-			s.f.p.c.dropDown.Add(uint64(s.msgs))
+			s.f.p.c.more().dropDown.Add(uint64(s.msgs))
 			continue
 		}
 		s.f.p.c.msgsSent.Add(uint64(s.msgs))

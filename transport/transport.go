@@ -491,7 +491,7 @@ func (t *Transport) Refusal(id uint64) string {
 	if p == nil || p.c.connected.Load() {
 		return ""
 	}
-	if r := p.c.lastRefusal.Load(); r != nil {
+	if r := p.c.read().lastRefusal.Load(); r != nil {
 		return *r
 	}
 	return ""
