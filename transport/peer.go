@@ -383,7 +383,9 @@ func (p *peer) accepted(f *flow, addr string) {
 	if p.c.dials.Load() > 1 || p.c.read().dialFailures.Load() > 0 {
 		p.t.log.Info("connected to peer", "peer", p.hexID(), "addr", addr)
 	}
-	p.t.logged.Delete(logKey{p.id, "unreachable"})
+	if p.t.loggedAny.Load() {
+		p.t.logged.Delete(logKey{p.id, "unreachable"})
+	}
 }
 
 // refused is called when the peer refused f's attachment (or hello), or

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -58,6 +57,10 @@ type Transport struct {
 	// in progress; hclosed stops new ones.
 	hmu     sync.RWMutex
 	hclosed bool
+	// loggedAny is set once logged holds an entry: a sync.Map allocates
+	// its root with its first use, a Delete too, and each peer's
+	// connection deletes its "unreachable" entry.
+	loggedAny atomic.Bool
 
 	// Counters not tied to a peer.
 	droppedUnknown atomic.Uint64
@@ -71,7 +74,6 @@ type Transport struct {
 	// logRefusal): its size is bounded by the membership's history.
 	logged     sync.Map
 	refusalLog rateLog // refusals of senders that are not known members
-	start      time.Time
 }
 
 // New validates cfg, starts listening (on cfg.ListenAddr if cfg.Listener is
@@ -85,20 +87,21 @@ func New(cfg Config) (*Transport, error) {
 	}
 	cfg = cfg.WithDefaults()
 	t := &Transport{
-		cfg:      cfg,
-		log:      cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
-		handler:  cfg.Handler,
-		mux:      cfg.Mux,
-		snapSend: newSlots(cfg.MaxConcurrentSnapshots),
-		snapRate: snapshotLimiter(cfg),
-		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
-		start:    time.Now(),
+		cfg:     cfg,
+		log:     cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
+		handler: cfg.Handler,
+		mux:     cfg.Mux,
 	}
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
 	t.peers.Store(&peerList{})
-	if t.mux == nil {
+	if t.mux != nil {
+		// A host's groups share its snapshot budget.
+		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
+	} else {
+		t.snapSend, t.snapRate = newSlots(cfg.MaxConcurrentSnapshots), snapshotLimiter(cfg)
+		t.snapRecv = make(chan struct{}, cfg.MaxConcurrentSnapshots)
 		mux, err := newMux(MuxConfig{
 			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
 			HandshakeTimeout: cfg.HandshakeTimeout, DialTimeout: cfg.DialTimeout,
@@ -120,10 +123,6 @@ func New(cfg Config) (*Transport, error) {
 			t.AddPeer(id, addr)
 			t.SetPeerIncarnation(id, cfg.PeerIncarnations[id])
 		}
-	}
-	if !t.ownMux {
-		// A host's groups share its snapshot budget.
-		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
 	}
 	if err := t.mux.register(t); err != nil {
 		_ = t.Close()
@@ -469,6 +468,7 @@ func (t *Transport) Stats() Stats {
 // few seconds does not flood the log.
 func (t *Transport) logOnce(peer uint64, reason, msg string, args ...any) {
 	args = append(args, "peer", fmt.Sprintf("%x", peer), "reason", reason)
+	t.loggedAny.Store(true)
 	if _, seen := t.logged.LoadOrStore(logKey{peer, reason}, true); seen {
 		t.log.Debug(msg, args...)
 		return
