@@ -348,7 +348,7 @@ func (n *Node) buildView(reuse bool) confchange.View {
 		// tracked it, not from before it existed.
 		// While quiesced, the group is silent: a member of the quiesce
 		// set counts as heard when its host was.
-		heard, viaHost := n.hostHeard(id, l.lastContact[id])
+		heard, viaHost := n.hostHeard(id, l.lastContact.get(id))
 		lc := heard
 		if lc.Before(b.leaderSince) {
 			lc = b.leaderSince

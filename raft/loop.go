@@ -1,10 +1,12 @@
 package raft
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,7 +32,7 @@ type loopState struct {
 	// peerRound is the last read round that took held requests: while it
 	// is in readRounds, the requests held wait for its answer.
 	peerRound   uint64
-	lastContact map[uint64]time.Time
+	lastContact contacts
 	// bootCampaign: this node bootstrapped a new cluster and has not yet
 	// decided whether to campaign at once (bootcampaign.go).
 	bootCampaign bool
@@ -56,6 +58,37 @@ type loopState struct {
 	// readPasses counts the loop's passes that took at least one ReadIndex
 	// request of another member (the coalescing's bound, reads.go).
 	readPasses uint64
+}
+
+// contacts are when this member last heard from each other member, by
+// ID: a sorted list, binary searched (a group has a handful of members; a
+// map cost each of a host's many replicas 288 bytes).
+type contacts []contact
+
+type contact struct {
+	id uint64
+	at time.Time
+}
+
+func (c contacts) find(id uint64) (int, bool) {
+	return slices.BinarySearchFunc(c, id, func(e contact, id uint64) int { return cmp.Compare(e.id, id) })
+}
+
+// get returns when member id was last heard from (zero: never).
+func (c contacts) get(id uint64) time.Time {
+	if i, ok := c.find(id); ok {
+		return c[i].at
+	}
+	return time.Time{}
+}
+
+// set records that member id was heard from at at.
+func (c *contacts) set(id uint64, at time.Time) {
+	i, ok := c.find(id)
+	if !ok {
+		*c = slices.Insert(*c, i, contact{id: id})
+	}
+	(*c)[i].at = at
 }
 
 // loopBufs are the run loop's reused buffers, apart from the Node: a
@@ -155,10 +188,7 @@ func (n *Node) restore() (err error) {
 	if err := n.preloadPeers(applied+1, min(hs.GetCommit(), last)); err != nil {
 		return err
 	}
-	n.loop = loopState{
-		rn:          rn,
-		lastContact: make(map[uint64]time.Time),
-	}
+	n.loop = loopState{rn: rn}
 	n.loop.term = hs.GetTerm()
 	n.loop.bootCampaign = bootstrapped
 	n.loop.ms.lastIndex = last
@@ -319,7 +349,7 @@ func (n *Node) tickWork() {
 func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	l := &n.loop
 	if from := m.GetFrom(); from != 0 {
-		l.lastContact[from] = now
+		l.lastContact.set(from, now)
 	}
 	quiet, consumed := n.quietStep(m)
 	if consumed || n.holdReadIndex(m) {

@@ -188,7 +188,7 @@ func (n *Node) maybeQuiesce() {
 			// silence is what the policy would see after a wake (not
 			// heard within an election timeout, by its group or its
 			// host) and no snapshot is in flight to it.
-			if n.recentlyActive(later(l.lastContact[id], at), now) || pr.PendingSnapshot != 0 {
+			if n.recentlyActive(later(l.lastContact.get(id), at), now) || pr.PendingSnapshot != 0 {
 				return
 			}
 			lagging = append(lagging, id)
@@ -341,8 +341,8 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 			if live {
 				at = now
 			}
-			if at.After(l.lastContact[id]) {
-				l.lastContact[id] = at
+			if at.After(l.lastContact.get(id)) {
+				l.lastContact.set(id, at)
 			}
 		}
 	}

@@ -141,7 +141,7 @@ func (n *Node) relayTick() {
 	// stepped what waits for it, and must not blame every standby at once.
 	var newest time.Time
 	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, _ tracker.Progress) {
-		if at := l.lastContact[id]; id != n.cfg.ID && at.After(newest) {
+		if at := l.lastContact.get(id); id != n.cfg.ID && at.After(newest) {
 			newest = at
 		}
 	})
@@ -149,7 +149,7 @@ func (n *Node) relayTick() {
 		if id == n.cfg.ID {
 			return
 		}
-		heard := !l.lastContact[id].IsZero() && newest.Sub(l.lastContact[id]) <= fresh
+		heard := !l.lastContact.get(id).IsZero() && newest.Sub(l.lastContact.get(id)) <= fresh
 		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
 	ticks := l.ticks
