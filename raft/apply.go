@@ -395,7 +395,8 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 // wrote to (its own data was lost), and must not vote.
 func (n *Node) checkOwnIncarnation(index uint64) {
 	own := n.inc.Load()
-	rec := n.apply.members.records[n.cfg.ID].Incarnation
+	r, _ := n.apply.members.record(n.cfg.ID)
+	rec := r.Incarnation
 	if own != 0 && rec != 0 && own != rec {
 		n.wiped(fmt.Sprintf("applied, at index %d, its record with incarnation %x; its data is incarnation %x", index, rec, own))
 	}
@@ -417,8 +418,8 @@ func (n *Node) syncPeers(removed []uint64) {
 			n.tr.RemovePeer(id)
 		}
 	}
-	for id, m := range n.apply.members.records {
-		if id != n.cfg.ID {
+	for _, m := range n.apply.members.records {
+		if id := m.ID; id != n.cfg.ID {
 			n.tr.AddPeer(id, m.PeerAddr)
 			n.setPeerIncarnation(id, m.Incarnation)
 		}
@@ -481,17 +482,17 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	}
 	t := newMemberTable()
 	for _, m := range h.members {
-		t.records[m.ID] = m
+		t.put(m)
 	}
 	for _, id := range h.removed {
-		t.removed[id] = true
+		t.markRemoved(id)
 	}
 	t.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
 	t.index = index
 	var removed []uint64
 	if old := a.members; old != nil {
-		for id := range old.records {
-			if t.removed[id] {
+		for _, m := range old.records {
+			if id := m.ID; t.isRemoved(id) {
 				removed = append(removed, id)
 			}
 		}

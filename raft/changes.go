@@ -215,6 +215,12 @@ type leaderBook struct {
 	viewProgress map[uint64]confchange.Progress
 	viewConfig   confchange.Config
 	viewConfigOf *raftpb.ConfState
+	// viewMembers and viewRemoved are the records and the removed IDs of
+	// viewMembersOf as maps (what a view takes), shared by every view of
+	// that table as the table's own maps were: never modified.
+	viewMembers   map[uint64]Member
+	viewRemoved   map[uint64]bool
+	viewMembersOf *memberTable
 	// lastBookkeeping is the tick of the last membershipTick.
 	lastBookkeeping uint64
 }
@@ -324,10 +330,13 @@ func (n *Node) buildView(reuse bool) confchange.View {
 	} else {
 		cfg, progress = confchange.ConfigFromConfState(cs), make(map[uint64]confchange.Progress, len(t.records))
 	}
+	if b.viewMembersOf != t {
+		b.viewMembers, b.viewRemoved, b.viewMembersOf = t.recordMap(), t.removedMap(), t
+	}
 	v := confchange.View{
 		Config:        cfg,
-		Members:       t.records,
-		Removed:       t.removed,
+		Members:       b.viewMembers,
+		Removed:       b.viewRemoved,
 		Leader:        n.cfg.ID,
 		LastIndex:     ms.lastIndex,
 		Now:           time.Now(),

@@ -53,6 +53,7 @@ func (n *Node) dropIdle() {
 	} else if b := l.ms.book; b != nil {
 		// The reused parts of its views, made again by the next.
 		b.viewProgress, b.viewConfig, b.viewConfigOf = nil, confchange.Config{}, nil
+		b.viewMembers, b.viewRemoved, b.viewMembersOf = nil, nil, nil
 	}
 	if l.relay != nil && (l.role != RoleLeader || l.relay.idle()) {
 		// Nothing relayed: the next relayTick of a leader makes it again.

@@ -170,7 +170,7 @@ func (n *Node) restore() (err error) {
 				return fmt.Errorf("%w: InitialMembers: %w", ErrInvalidConfig, err)
 			}
 			peers[i] = etcdraft.Peer{ID: m.ID, Context: ctx}
-			t.records[m.ID] = m
+			t.put(m)
 		}
 		n.setMembers(t)
 		if err := rn.Bootstrap(peers); err != nil {
