@@ -68,14 +68,32 @@ type applyState struct {
 	members *memberTable
 	dedup   *dedupWindow
 	clients *dedupWindow // client request IDs of older versions' entries (entryClientCommand)
-	// sessions are the client sessions (ProposeWithID), and pend the
-	// session commands collected in cmds, whose results they keep.
+	// sessions are the client sessions (ProposeWithID).
 	sessions sessionTable
-	pend     []pendingResult
 	snap     snapState
-	cmds     []Command
-	ids      []requestID
-	results  []Result
+	// bufs are the reused buffers of a batch (nil: none yet, or let go
+	// while quiesced: applyIdle).
+	bufs *applyBufs
+}
+
+// applyBufs are the apply task's reused buffers: the commands of a batch,
+// their request IDs and results, and pend the session commands among
+// them, whose results their sessions keep.
+type applyBufs struct {
+	pend    []pendingResult
+	cmds    []Command
+	ids     []requestID
+	results []Result
+}
+
+// applyBuffers returns the apply task's buffers, made if it has none.
+func (n *Node) applyBuffers() *applyBufs {
+	a := &n.apply
+	if a.bufs == nil {
+		a.bufs = new(applyBufs)
+		n.applyBufsHeld.Store(true)
+	}
+	return a.bufs
 }
 
 func (a *applyState) init(n *Node) {
@@ -106,6 +124,7 @@ func (n *Node) runApply() {
 			n.exitApply()
 		} else {
 			n.applyOnce()
+			n.applyIdle()
 		}
 	}
 	n.applyMu.Unlock()
@@ -247,8 +266,9 @@ func (n *Node) applyEntries(t applyTask) error {
 			}
 			continue
 		}
-		a.cmds = append(a.cmds, Command{Index: idx, Data: cmd})
-		a.ids = append(a.ids, id)
+		b := n.applyBuffers()
+		b.cmds = append(b.cmds, Command{Index: idx, Data: cmd})
+		b.ids = append(b.ids, id)
 	}
 	if err := n.flushCommands(); err != nil {
 		return err
@@ -302,36 +322,37 @@ func (n *Node) applySettings(idx uint64, data []byte) error {
 // batch and resolves this member's waiting proposers.
 func (n *Node) flushCommands() (err error) {
 	a := &n.apply
-	if len(a.cmds) == 0 {
+	b := a.bufs
+	if b == nil || len(b.cmds) == 0 {
 		return nil
 	}
-	if cap(a.results) < len(a.cmds) {
-		a.results = make([]Result, len(a.cmds))
+	if cap(b.results) < len(b.cmds) {
+		b.results = make([]Result, len(b.cmds))
 	}
-	results := a.results[:len(a.cmds)]
+	results := b.results[:len(b.cmds)]
 	clear(results)
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("state machine panicked applying entries %d-%d: %v",
-					a.cmds[0].Index, a.cmds[len(a.cmds)-1].Index, r)
+					b.cmds[0].Index, b.cmds[len(b.cmds)-1].Index, r)
 			}
 		}()
-		n.sm.Apply(a.cmds, results)
+		n.sm.Apply(b.cmds, results)
 	}()
 	if err != nil {
 		return err
 	}
-	a.keepResults(results)
-	last := a.cmds[len(a.cmds)-1].Index
-	for i, id := range a.ids {
+	b.keepResults(results)
+	last := b.cmds[len(b.cmds)-1].Index
+	for i, id := range b.ids {
 		if id.proposer == n.cfg.ID {
 			n.waiters.resolve(id.seq, results[i])
 		}
 	}
-	clear(a.cmds)
-	a.cmds = a.cmds[:0]
-	a.ids = a.ids[:0]
+	clear(b.cmds)
+	b.cmds = b.cmds[:0]
+	b.ids = b.ids[:0]
 	clear(results)
 	a.applied = last
 	return nil

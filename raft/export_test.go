@@ -69,3 +69,7 @@ func LeaderStateHeld(ctx context.Context, n *Node) (book, views, relay bool, err
 	})
 	return book, views, relay, err
 }
+
+// ApplyBuffersHeld reports whether the node's apply task holds its batch
+// buffers.
+func ApplyBuffersHeld(n *Node) bool { return n.applyBufsHeld.Load() }

@@ -59,6 +59,9 @@ func (n *Node) dropIdle() {
 		// Nothing relayed: the next relayTick of a leader makes it again.
 		l.relay = nil
 	}
+	if n.applyBufsHeld.Load() {
+		n.applyTask.Signal() // it lets its buffers go (applyIdle)
+	}
 	n.recv.release()
 	n.local.release()
 	n.acts.release()
@@ -73,6 +76,19 @@ func (n *Node) dropIdle() {
 	if d, ok := n.tr.(cacheDropper); ok {
 		d.DropCaches()
 	}
+}
+
+// applyIdle, at the end of each run of the apply task, lets the task's
+// batch buffers go if the group is quiesced and no batch is in progress:
+// the next batch makes them again. On the apply task.
+func (n *Node) applyIdle() {
+	a := &n.apply
+	if a.bufs == nil || !n.quiesced.Load() || n.applies.len() > 0 ||
+		len(a.bufs.cmds) > 0 || len(a.bufs.pend) > 0 {
+		return
+	}
+	a.bufs = nil
+	n.applyBufsHeld.Store(false)
 }
 
 // release lets an empty queue's buffer go.

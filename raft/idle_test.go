@@ -10,8 +10,9 @@ import (
 )
 
 // TestQuiescedNodeDropsItsLogCache: once its group quiesces, every member
-// lets go of its storage's copy of the log's tail (an idle replica of a
-// host's many groups holds no entry in memory); woken by a write, the
+// lets go of its apply task's batch buffers and of its storage's copy of
+// the log's tail (an idle replica of a host's many groups holds no entry
+// in memory); woken by a write, the
 // group reads what it needs back from the database, and every member
 // applies the write.
 func TestQuiescedNodeDropsItsLogCache(t *testing.T) {
@@ -21,6 +22,13 @@ func TestQuiescedNodeDropsItsLogCache(t *testing.T) {
 	propose(ctx, t, lead.Node, kv.Put("k", "v"))
 	waitQuiesced(ctx, t, c)
 	for _, m := range c.Running() {
+		for raft.ApplyBuffersHeld(m.Node) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("member %d, quiesced, holds its apply task's batch buffers", m.ID)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 		for m.Store.Metrics().TailEntries > 0 {
 			select {
 			case <-ctx.Done():

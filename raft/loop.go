@@ -34,14 +34,14 @@ type loopState struct {
 	peerRound   uint64
 	lastContact contacts
 	// bootCampaign: this node bootstrapped a new cluster and has not yet
-	// decided whether to campaign at once (bootcampaign.go).
-	bootCampaign bool
+	// decided whether to campaign at once (bootcampaign.go). nowLeader:
+	// it became leader in the Ready being handled.
+	bootCampaign, nowLeader bool
 	// bufs are the reused buffers (nil: none yet, or let go while
 	// quiesced); buffers makes them.
 	bufs      *loopBufs
 	lastBatch int // proposals in the last flush
 	ms        membershipLoop
-	nowLeader bool // became leader in the Ready being handled
 	// confAdded is the index of the last conf change raft took that added
 	// a member (in any role): a snapshot sent to a member must be at least
 	// that recent to list it (see snapshotToSend).

@@ -38,9 +38,14 @@ type Node struct {
 	// The node runs as three tasks of its Scheduler: the run loop (owns
 	// the RawNode), the append task (persists the log) and the apply task
 	// (applies committed entries). Each is run by one goroutine at a time.
-	sched                           *Scheduler
-	ownSched                        bool // sched is the node's own: closed when it stops
-	loopTask, appendTask, applyTask *sched.Task
+	sched    *Scheduler
+	ownSched bool // sched is the node's own: closed when it stops
+	// ownPolicy: the host gave Config.Policy (else the default policy runs
+	// with the replicated settings).
+	ownPolicy bool
+	// Owned by their tasks: each has exited.
+	loopExited, appendExited, applyExited bool
+	loopTask, appendTask, applyTask       *sched.Task
 	// running is set once Start has restored the node: the tasks do nothing
 	// before.
 	running atomic.Bool
@@ -65,8 +70,9 @@ type Node struct {
 	applies              queue[applyTask]
 	// snapWake makes the apply task look at the snapshot state.
 	snapWake atomic.Bool
-	// Owned by their tasks: each has exited.
-	loopExited, appendExited, applyExited bool
+	// applyBufsHeld: the apply task holds its buffers (apply.bufs); a
+	// quiesced loop signals it to let them go (applyIdle).
+	applyBufsHeld atomic.Bool
 	// applyMu is held by the apply task while it runs (it guards the
 	// apply state and applyExited): a stopping node whose apply task
 	// waits for a worker ends it from the append task (exitApplyIdle).
@@ -100,20 +106,20 @@ type Node struct {
 	// replicated yet; the Config seeds them).
 	settings atomic.Pointer[confchange.ClusterSettings]
 	// ready are the readiness records applied (readiness.go).
-	ready readyRecords
-	// ownPolicy: the host gave Config.Policy (else the default policy runs
-	// with the replicated settings).
-	ownPolicy bool
-	applied   *watched[uint64]
-	state     *watched[nodeState]
-	events    eventHub
+	ready   readyRecords
+	applied *watched[uint64]
+	state   *watched[nodeState]
+	events  eventHub
 	// hostReports counts PeerHandler.HostLiveness calls.
 	hostReports atomic.Uint64
 	// quiesced is the loop's quiescence, published for the handlers;
 	// quietLeader is the leader of the quiesced group (this member's ID
 	// when it leads it). quietActs are calls that do not wake it (Status,
 	// Membership). ticked counts raft ticks.
-	quiesced    atomic.Bool
+	quiesced atomic.Bool
+	// saving: a SaveAsync is in flight: the append task waits for its
+	// completion.
+	saving      atomic.Bool
 	quietLeader atomic.Uint64
 	quietActs   queue[func()]
 	ticked      atomic.Uint64
@@ -123,10 +129,9 @@ type Node struct {
 	// relayedOn counts the messages this member handed on as a relay.
 	relayedOn atomic.Uint64
 
-	loop   loopState   // owned by the run loop
-	apply  applyState  // owned by the apply task
-	saved  appendState // owned by the append task (and by a SaveAsync completion while saving)
-	saving atomic.Bool // a SaveAsync is in flight: the append task waits for its completion
+	loop  loopState   // owned by the run loop
+	apply applyState  // owned by the apply task
+	saved appendState // owned by the append task (and by a SaveAsync completion while saving)
 }
 
 // NewNode validates cfg and returns a node that is not started yet. store

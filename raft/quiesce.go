@@ -87,8 +87,12 @@ func quiesceKindOf(ctx []byte) byte {
 
 // quiesceState is the run loop's quiescence state.
 type quiesceState struct {
-	on    bool
-	since time.Time
+	// on: the group is quiesced (since when); busy: something that is not
+	// idle happened since the last tick (see lastBusy); stirred: something
+	// that wakes a quiesced node happened in this run of the loop (cause,
+	// and the sender of a message).
+	on, busy, stirred bool
+	since             time.Time
 	// set are the members the leader told to quiesce (nil on a follower);
 	// lagging those on a host not live, left untold (quiesce_lagging.go).
 	set     []uint64
@@ -98,18 +102,13 @@ type quiesceState struct {
 	deadline    *time.Timer
 	deadlineGen uint64
 	// lastBusy is the tick at which the group was last busy; sig is what
-	// it had done then (last index, applied, term); busy: something that
-	// is not idle happened since the last tick.
+	// it had done then (last index, applied, term).
 	lastBusy uint64
 	sig      [3]uint64
-	busy     bool
 	// after is the current idle threshold in ticks (0: quiesceAfterTicks).
 	after uint64
-	// stirred: something that wakes a quiesced node happened in this run
-	// of the loop (cause, and the sender of a message).
-	stirred bool
-	cause   wakeCause
-	from    uint64
+	cause wakeCause
+	from  uint64
 	// woken counts this node's wakes by cause, last the latest (Status).
 	woken [numWakeCauses]uint64
 	last  wakeCause
