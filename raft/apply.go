@@ -67,7 +67,7 @@ type applyState struct {
 	applied uint64
 	members *memberTable
 	dedup   *dedupWindow
-	clients *dedupWindow // client request IDs of older versions' entries (entryClientCommand)
+	clients *dedupWindow // client request IDs of older versions' entries (entryClientCommand; nil: none yet)
 	// sessions are the client sessions (ProposeWithID).
 	sessions sessionTable
 	snap     snapState
@@ -86,6 +86,15 @@ type applyBufs struct {
 	results []Result
 }
 
+// clientWindow returns the window of older versions' client request IDs,
+// made with the first: only a log written by an older version has them.
+func (a *applyState) clientWindow() *dedupWindow {
+	if a.clients == nil {
+		a.clients = newDedupWindow(dedupWindowSize)
+	}
+	return a.clients
+}
+
 // applyBuffers returns the apply task's buffers, made if it has none.
 func (n *Node) applyBuffers() *applyBufs {
 	a := &n.apply
@@ -98,7 +107,6 @@ func (n *Node) applyBuffers() *applyBufs {
 
 func (a *applyState) init(n *Node) {
 	a.dedup = newDedupWindow(dedupWindowSize)
-	a.clients = newDedupWindow(dedupWindowSize)
 	n.setMembers(newMemberTable())
 }
 
@@ -258,7 +266,7 @@ func (n *Node) applyEntries(t applyTask) error {
 			if answered {
 				continue // a retry, or a request its session cannot tell about: not applied
 			}
-		} else if rid.Client != 0 && !a.clients.add(requestID{proposer: rid.Client, seq: rid.Seq}) {
+		} else if rid.Client != 0 && !a.clientWindow().add(requestID{proposer: rid.Client, seq: rid.Seq}) {
 			// An older version's retry of a client request applied before:
 			// not applied again.
 			if err := n.answerNow(id, Result{Err: ErrDuplicateRequest}); err != nil {
@@ -520,7 +528,11 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	}
 	n.setMembers(t)
 	a.dedup.reset(h.dedup)
-	a.clients.reset(h.clients)
+	if len(h.clients) > 0 {
+		a.clientWindow().reset(h.clients)
+	} else {
+		a.clients = nil
+	}
 	a.sessions = sessionTable{}
 	if h.table != nil {
 		a.sessions = *h.table

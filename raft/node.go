@@ -234,6 +234,9 @@ func (n *Node) Start(tr Transport) error {
 		n.doneOnce.Do(func() { close(n.donec) })
 		return err
 	}
+	// The initial members served the bootstrap only (their records are in
+	// the member table now): a host's many replicas need not keep them.
+	n.cfg.InitialMembers = nil
 	n.live.Store(3)
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
 	n.running.Store(true)
