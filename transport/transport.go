@@ -51,7 +51,7 @@ type Transport struct {
 	snapRecv chan struct{} // semaphore: snapshots being received
 
 	events events // reports to the Handler, on a goroutine of their own
-	inbox  inbox  // received messages for a Handler that is no BatchHandler
+	inbox  *inbox // received messages for a Handler that is no BatchHandler (nil for one)
 
 	// hmu makes Close wait for a BatchHandler call of a host link's reader
 	// in progress; hclosed stops new ones.
@@ -91,6 +91,9 @@ func New(cfg Config) (*Transport, error) {
 		log:     cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
 		handler: cfg.Handler,
 		mux:     cfg.Mux,
+	}
+	if _, ok := cfg.Handler.(BatchHandler); !ok {
+		t.inbox = new(inbox)
 	}
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
@@ -202,7 +205,9 @@ func (t *Transport) Close() error {
 	t.closing.Store(true)
 	t.calls.stop(&t.mu)
 	t.events.close()
-	t.inbox.close()
+	if t.inbox != nil {
+		t.inbox.close()
+	}
 	t.mux.unregister(t)
 	// On a shared mux, the host goes on without the group: the peers hosts'
 	// attachments for it are revoked, as a new attempt would be refused. A
