@@ -56,14 +56,16 @@ type peer struct {
 	head        int                    // queue[head:] is queued
 	queueBytes  int64                  // of queue[head:]
 	retry       *time.Timer            // re-attaches after a refusal
-	bo          backoff                // between re-attachments
+	boCur       time.Duration          // the backoff between re-attachments (its bounds are the Config's)
 	inbound     map[net.Conn]wire.Kind // nil: none
 	inLinks     []*inLink              // inbound host links it is admitted on (usually one)
 	snapProg    *SnapshotProgress      // progress of the snapshot in flight (nil: none)
 	// ops are its requests and snapshots in flight, canceled by stop.
 	ops opSet
 
-	largeLog rateLog // messages too large for the peer, logged at warning level
+	// largeAt is when a message too large for the peer was last logged at
+	// warning level (Unix nanoseconds; 0: never).
+	largeAt atomic.Int64
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -72,7 +74,6 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		id:       id,
 		recorded: addr,
 		addr:     t.mux.resolve(0, addr),
-		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
 	return p
 }
@@ -280,7 +281,8 @@ func (p *peer) tooLarge(m *raftpb.Message, size, limit int) {
 	if limit < p.t.cfg.MaxFrameSize {
 		args = append(args, "detail", "the limit is the peer host's MaxFrameSize, smaller than this member's")
 	}
-	if p.largeLog.allow("too_large", time.Now()) {
+	now := time.Now()
+	if last := p.largeAt.Load(); (last == 0 || now.Sub(time.Unix(0, last)) >= refusalLogInterval) && p.largeAt.CompareAndSwap(last, now.UnixNano()) {
 		p.t.log.Warn(msg, args...)
 		return
 	}
@@ -373,7 +375,7 @@ func (p *peer) accepted(f *flow, addr string) {
 	if p.retry != nil {
 		p.retry.Stop()
 	}
-	p.bo.reset()
+	p.boCur = 0
 	p.mu.Unlock()
 	p.c.dials.Add(1)
 	p.c.connected.Store(true)
@@ -407,7 +409,10 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 		}
 		l := f.l
 		var t *time.Timer
-		t = time.AfterFunc(p.bo.next(), func() {
+		bo := backoff{min: p.t.cfg.MinBackoff, max: p.t.cfg.MaxBackoff, cur: p.boCur}
+		wait := bo.next()
+		p.boCur = bo.cur
+		t = time.AfterFunc(wait, func() {
 			p.mu.Lock()
 			if p.retry == t {
 				p.retry = nil // fired: an idle peer keeps no timer
