@@ -62,6 +62,7 @@ func (n *Node) dropIdle() {
 	if n.applyBufsHeld.Load() {
 		n.applyTask.Signal() // it lets its buffers go (applyIdle)
 	}
+	n.changes.release()
 	n.recv.release()
 	n.local.release()
 	n.acts.release()
@@ -89,6 +90,15 @@ func (n *Node) applyIdle() {
 	}
 	a.bufs = nil
 	n.applyBufsHeld.Store(false)
+}
+
+// release lets the set's map go when no change is waited for.
+func (s *changeSet) release() {
+	s.mu.Lock()
+	if len(s.m) == 0 {
+		s.m = nil
+	}
+	s.mu.Unlock()
 }
 
 // release lets an empty queue's buffer go.

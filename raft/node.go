@@ -180,6 +180,11 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 	n.local = newMailbox(n.loopTask.Signal)
 	n.cancelTick = func() {}
 	n.ownPolicy = ownPolicy
+	if !ownPolicy {
+		// The default policy runs with the settings in force (policy): the
+		// one WithDefaults boxed is not kept for each of a host's replicas.
+		n.cfg.Policy = nil
+	}
 	n.waiters.m = make(map[uint64]*proposal)
 	return n, nil
 }
