@@ -201,7 +201,7 @@ func (w *linkWriter) serveFlow(f *flow, alone bool) (more bool, err error) {
 		}
 		f.deficit -= w.encode(f, w.batch)
 		clear(w.batch)
-		f.lastWrite = w.now
+		f.lastWrite = max(w.now.Sub(w.l.m.start), 1)
 		if len(w.buf) >= flushSize {
 			if err := w.flush(); err != nil {
 				return false, err
@@ -319,5 +319,8 @@ func (f *flow) gatherFor(now time.Time) time.Duration {
 	if !gather {
 		return 0
 	}
-	return delay - now.Sub(f.lastWrite)
+	if f.lastWrite == 0 {
+		return 0 // never written
+	}
+	return delay - (now.Sub(f.l.m.start) - f.lastWrite)
 }
