@@ -31,8 +31,8 @@ type flow struct {
 	told uint8
 
 	// Owned by l's writer goroutine.
-	deficit   int       // bytes it may still write in this round (negative: in debt)
-	sentGen   uint64    // the connection its attachment was last written on
+	deficit   int           // bytes it may still write in this round (negative: in debt)
+	sentGen   uint64        // the connection its attachment was last written on
 	lastWrite time.Duration // for a learner's gathering: since the mux started (0: never)
 }
 
