@@ -87,9 +87,12 @@ type Node struct {
 	// the node is done when it drops to zero.
 	live     atomic.Int32
 	doneOnce sync.Once
-	donec    chan struct{} // closed once every task and goroutine has exited
-	errMu    sync.Mutex
-	err      error // the fatal error the node stopped with, if any
+	// donec is closed once every task and goroutine has exited: made by
+	// the first Done caller (nil: none asked yet), or closedChan when the
+	// node was done first (a host's idle replicas hold no channel).
+	donec atomic.Pointer[chan struct{}]
+	errMu sync.Mutex
+	err   error // the fatal error the node stopped with, if any
 
 	// runID is random per Start: it makes read contexts unique across runs
 	// of this member, and seeds the proposal sequence numbers.
@@ -158,7 +161,6 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		sm:    sm,
 		store: store,
 		stopc: make(chan struct{}),
-		donec: make(chan struct{}),
 		state: newWatched(nodeState{}),
 		sched: cfg.Scheduler,
 	}
@@ -215,7 +217,7 @@ func (n *Node) Start(tr Transport) error {
 	if !n.sched.enter() {
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.events.closeAll()
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		return fmt.Errorf("%w: its scheduler is closed", ErrStopped)
 	}
 	n.tr = tr
@@ -236,7 +238,7 @@ func (n *Node) Start(tr Transport) error {
 		n.events.closeAll()
 		n.sched.leave()
 		n.closeOwnScheduler()
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		return err
 	}
 	// The initial members served the bootstrap only (their records are in
@@ -291,7 +293,7 @@ func (n *Node) release() {
 		if n.ownSched {
 			n.sched.close() // its goroutines exit: Stop waits for them
 		}
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		if f := n.cfg.OnStopped; f != nil {
 			go f(n.Err())
 		}
@@ -482,7 +484,34 @@ func (n *Node) Err() error {
 
 // Done is closed once the node has stopped and all its tasks and goroutines have
 // exited, whether by Stop or by a fatal error (see Err).
-func (n *Node) Done() <-chan struct{} { return n.donec }
+func (n *Node) Done() <-chan struct{} {
+	if p := n.donec.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if n.donec.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *n.donec.Load()
+}
+
+// closedChan is the channel Done returns once a node is done before
+// anyone asked.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// closeDone closes the Done channel (once), or marks the node done if
+// nobody asked for it yet.
+func (n *Node) closeDone() {
+	n.doneOnce.Do(func() {
+		if !n.donec.CompareAndSwap(nil, &closedChan) {
+			close(*n.donec.Load())
+		}
+	})
+}
 
 // Stop shuts the node down. A leader first hands leadership to the most
 // caught-up voter, bounded by ctx (a ctx that is already done skips the
@@ -501,7 +530,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.events.closeAll()
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.closeOwnScheduler()
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		return nil
 	}
 	if ctx.Err() == nil {
@@ -509,13 +538,13 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.closeStop()
 	select {
-	case <-n.donec:
+	case <-n.Done():
 		n.closeOwnScheduler()
 		return n.Err()
 	default:
 	}
 	select {
-	case <-n.donec:
+	case <-n.Done():
 		n.closeOwnScheduler()
 		return n.Err()
 	case <-ctx.Done():
