@@ -385,8 +385,8 @@ func (p *peer) accepted(f *flow, addr string) {
 	if p.c.dials.Load() > 1 || p.c.read().dialFailures.Load() > 0 {
 		p.t.log.Info("connected to peer", "peer", p.hexID(), "addr", addr)
 	}
-	if p.t.loggedAny.Load() {
-		p.t.logged.Delete(logKey{p.id, "unreachable"})
+	if r := p.t.rare.Load(); r != nil {
+		r.logged.Delete(logKey{p.id, "unreachable"})
 	}
 }
 

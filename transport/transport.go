@@ -57,16 +57,23 @@ type Transport struct {
 	// in progress; hclosed stops new ones.
 	hmu     sync.RWMutex
 	hclosed bool
-	// loggedAny is set once logged holds an entry: a sync.Map allocates
-	// its root with its first use, a Delete too, and each peer's
-	// connection deletes its "unreachable" entry.
-	loggedAny atomic.Bool
 
-	// Counters not tied to a peer.
+	// Counters not tied to a peer (refusals and connection errors are
+	// common as a host's groups start: those of rare events are in rare).
+	refused    reasonCounter
+	connErrors reasonCounter
+
+	// rare holds the counters of rare drops and the memory of what was
+	// logged: made with the first, so that the transports of a host's
+	// many groups hold none.
+	rare atomic.Pointer[transportRare]
+}
+
+// transportRare is what a Transport counts and remembers of what rarely
+// happens (see Transport.rare).
+type transportRare struct {
 	droppedUnknown atomic.Uint64
 	droppedRelay   atomic.Uint64 // relay envelopes for a Handler that takes none
-	refused        reasonCounter
-	connErrors     reasonCounter
 
 	// logged holds the (peer, reason) pairs already logged at warning
 	// level; peer is 0 or a member the node told this transport of (a peer
@@ -74,6 +81,24 @@ type Transport struct {
 	// logRefusal): its size is bounded by the membership's history.
 	logged     sync.Map
 	refusalLog rateLog // refusals of senders that are not known members
+}
+
+// more returns the transport's rare counters and logs, made with the
+// first.
+func (t *Transport) more() *transportRare {
+	if r := t.rare.Load(); r != nil {
+		return r
+	}
+	t.rare.CompareAndSwap(nil, new(transportRare))
+	return t.rare.Load()
+}
+
+// droppedUnknownCount returns the messages dropped for unknown peers.
+func (t *Transport) droppedUnknownCount() uint64 {
+	if r := t.rare.Load(); r != nil {
+		return r.droppedUnknown.Load()
+	}
+	return 0
 }
 
 // New validates cfg, starts listening (on cfg.ListenAddr if cfg.Listener is
@@ -428,7 +453,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		p := peers.get(m.GetTo())
 		if p == nil {
-			t.droppedUnknown.Add(1)
+			t.more().droppedUnknown.Add(1)
 			if m.GetType() == raftpb.MsgSnap {
 				to := m.GetTo()
 				t.goTracked(func() { t.handler.ReportSnapshot(to, raft.SnapshotFailure) })
@@ -447,7 +472,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 func (t *Transport) Stats() Stats {
 	peers := *t.peers.Load()
 	s := Stats{
-		DroppedUnknownPeer:      t.droppedUnknown.Load(),
+		DroppedUnknownPeer:      t.droppedUnknownCount(),
 		DroppedReceiveQueueFull: t.inbox.droppedCount(),
 		Refused:                 t.refused.snapshot(),
 		ConnErrors:              t.connErrors.snapshot(),
@@ -473,8 +498,7 @@ func (t *Transport) Stats() Stats {
 // few seconds does not flood the log.
 func (t *Transport) logOnce(peer uint64, reason, msg string, args ...any) {
 	args = append(args, "peer", fmt.Sprintf("%x", peer), "reason", reason)
-	t.loggedAny.Store(true)
-	if _, seen := t.logged.LoadOrStore(logKey{peer, reason}, true); seen {
+	if _, seen := t.more().logged.LoadOrStore(logKey{peer, reason}, true); seen {
 		t.log.Debug(msg, args...)
 		return
 	}
