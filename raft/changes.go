@@ -213,7 +213,7 @@ type leaderBook struct {
 	// viewProgress and viewConfig (built from viewConfigOf) are reused by
 	// view while the default policy reads them.
 	viewProgress map[uint64]confchange.Progress
-	viewConfig   confchange.Config
+	viewConfig   *confchange.Config
 	viewConfigOf *raftpb.ConfState
 	// viewMembers and viewRemoved are the records and the removed IDs of
 	// viewMembersOf as maps (what a view takes), shared by every view of
@@ -320,12 +320,13 @@ func (n *Node) buildView(reuse bool) confchange.View {
 	var progress map[uint64]confchange.Progress
 	if reuse {
 		if b.viewConfigOf != cs {
-			b.viewConfig, b.viewConfigOf = confchange.ConfigFromConfState(cs), cs
+			c := confchange.ConfigFromConfState(cs)
+			b.viewConfig, b.viewConfigOf = &c, cs
 		}
 		if b.viewProgress == nil {
 			b.viewProgress = make(map[uint64]confchange.Progress, len(t.records))
 		}
-		cfg, progress = b.viewConfig, b.viewProgress
+		cfg, progress = *b.viewConfig, b.viewProgress
 		clear(progress)
 	} else {
 		cfg, progress = confchange.ConfigFromConfState(cs), make(map[uint64]confchange.Progress, len(t.records))

@@ -1,7 +1,5 @@
 package raft
 
-import "github.com/understudy-raft/understudy/confchange"
-
 // What an idle node holds: a host runs many groups, most of them idle, so
 // a quiesced node lets go of what only a busy one needs (see "Memory of an
 // idle group" in docs/architecture.md). Everything here runs on the run
@@ -52,7 +50,7 @@ func (n *Node) dropIdle() {
 		l.ms.book = nil
 	} else if b := l.ms.book; b != nil {
 		// The reused parts of its views, made again by the next.
-		b.viewProgress, b.viewConfig, b.viewConfigOf = nil, confchange.Config{}, nil
+		b.viewProgress, b.viewConfig, b.viewConfigOf = nil, nil, nil
 		b.viewMembers, b.viewRemoved, b.viewMembersOf = nil, nil, nil
 	}
 	if l.relay != nil && (l.role != RoleLeader || l.relay.idle()) {
