@@ -61,6 +61,7 @@ func (n *Node) dropIdle() {
 		n.applyTask.Signal() // it lets its buffers go (applyIdle)
 	}
 	n.changes.release()
+	n.waiters.release()
 	n.recv.release()
 	n.local.release()
 	n.acts.release()
@@ -88,6 +89,15 @@ func (n *Node) applyIdle() {
 	}
 	a.bufs = nil
 	n.applyBufsHeld.Store(false)
+}
+
+// release lets the set's map go when no proposal is waited for.
+func (w *waiterSet) release() {
+	w.mu.Lock()
+	if len(w.m) == 0 {
+		w.m = nil
+	}
+	w.mu.Unlock()
 }
 
 // release lets the set's map go when no change is waited for.

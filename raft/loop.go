@@ -428,6 +428,9 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	b := l.buffers()
 	live := b.live[:0]
 	n.waiters.mu.Lock()
+	if n.waiters.m == nil {
+		n.waiters.m = make(map[uint64]*proposal) // the first batch, or the first since quiesced
+	}
 	for _, p := range batch {
 		if p.canceled.Load() {
 			continue

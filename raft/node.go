@@ -187,7 +187,6 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		// one WithDefaults boxed is not kept for each of a host's replicas.
 		n.cfg.Policy = nil
 	}
-	n.waiters.m = make(map[uint64]*proposal)
 	return n, nil
 }
 
