@@ -20,11 +20,12 @@ import (
 // measured 18.1-18.5 KiB before quiesced nodes let go of their log cache,
 // queue and loop buffers and the transports of their memory of calls,
 // 11.6-12.2 KiB after; then 11.7-12.0 with the runtime warmed (below),
-// and 9.3-9.9 KiB once the leader's state, the member records, the
+// and 8.7-9.1 KiB once the leader's state, the member records, the
 // peers' rare counters and what was made for nothing went or moved apart
-// (see "Memory of an idle group" in docs/architecture.md). The bound
-// leaves room for the noise of the links' buffers.
-const maxIdleHeapPerReplica = 11 << 10
+// and the per-group structs fit smaller size classes (see "Memory of an
+// idle group" in docs/architecture.md). The bound leaves room for the
+// noise of the links' buffers.
+const maxIdleHeapPerReplica = 10 << 10
 
 // TestIdleGroupHeapPerReplica: groups started on three hosts (with empty
 // state machines, as groupload measures them) and quiesced hold at most maxIdleHeapPerReplica of heap each. The
