@@ -584,12 +584,15 @@ func (h *Group) publish(ctx context.Context, want raft.Member) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-h.Done():
-			return
 		case <-time.After(wait):
 		}
 		cur, ok := h.Member(h.ID())
 		if !ok {
+			select {
+			case <-h.Done():
+				return // stopped before its record was applied
+			default:
+			}
 			continue // not applied here yet
 		}
 		if cur.Incarnation != 0 && cur.Incarnation != want.Incarnation {
@@ -604,6 +607,11 @@ func (h *Group) publish(ctx context.Context, want raft.Member) {
 		cancel()
 		if err == nil {
 			h.log.Info("published this member's address and metadata", slog.String("peer_addr", want.PeerAddr))
+			return
+		}
+		if errors.Is(err, raft.ErrStopped) {
+			// Stopped (Close also ends ctx). publish does not wait on Done:
+			// each of a host's groups would make its channel for it.
 			return
 		}
 		h.log.Debug("publishing this member's record failed; retrying", slog.Any("err", err))

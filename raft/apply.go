@@ -67,24 +67,50 @@ type applyState struct {
 	applied uint64
 	members *memberTable
 	dedup   *dedupWindow
-	clients *dedupWindow // client request IDs of older versions' entries (entryClientCommand)
-	// sessions are the client sessions (ProposeWithID), and pend the
-	// session commands collected in cmds, whose results they keep.
+	clients *dedupWindow // client request IDs of older versions' entries (entryClientCommand; nil: none yet)
+	// sessions are the client sessions (ProposeWithID).
 	sessions sessionTable
-	pend     []pendingResult
 	snap     snapState
-	cmds     []Command
-	ids      []requestID
-	results  []Result
-	// onLoop: this turn runs on the loop's worker (applyinline.go), which
+	// onLoop: this turn runs on the loop's worker (onloop.go), which
 	// steps the answers itself after it.
 	onLoop  bool
 	answers []*raftpb.Message
+	// bufs are the reused buffers of a batch (nil: none yet, or let go
+	// while quiesced: applyIdle).
+	bufs *applyBufs
+}
+
+// applyBufs are the apply task's reused buffers: the commands of a batch,
+// their request IDs and results, and pend the session commands among
+// them, whose results their sessions keep.
+type applyBufs struct {
+	pend    []pendingResult
+	cmds    []Command
+	ids     []requestID
+	results []Result
+}
+
+// clientWindow returns the window of older versions' client request IDs,
+// made with the first: only a log written by an older version has them.
+func (a *applyState) clientWindow() *dedupWindow {
+	if a.clients == nil {
+		a.clients = newDedupWindow(dedupWindowSize)
+	}
+	return a.clients
+}
+
+// applyBuffers returns the apply task's buffers, made if it has none.
+func (n *Node) applyBuffers() *applyBufs {
+	a := &n.apply
+	if a.bufs == nil {
+		a.bufs = new(applyBufs)
+		n.applyBufsHeld.Store(true)
+	}
+	return a.bufs
 }
 
 func (a *applyState) init(n *Node) {
 	a.dedup = newDedupWindow(dedupWindowSize)
-	a.clients = newDedupWindow(dedupWindowSize)
 	n.setMembers(newMemberTable())
 }
 
@@ -110,6 +136,7 @@ func (n *Node) runApply() {
 			n.exitApply()
 		} else {
 			n.applyOnce()
+			n.applyIdle()
 		}
 	}
 	n.applyMu.Unlock()
@@ -243,7 +270,7 @@ func (n *Node) applyEntries(t applyTask) error {
 			if answered {
 				continue // a retry, or a request its session cannot tell about: not applied
 			}
-		} else if rid.Client != 0 && !a.clients.add(requestID{proposer: rid.Client, seq: rid.Seq}) {
+		} else if rid.Client != 0 && !a.clientWindow().add(requestID{proposer: rid.Client, seq: rid.Seq}) {
 			// An older version's retry of a client request applied before:
 			// not applied again.
 			if err := n.answerNow(id, Result{Err: ErrDuplicateRequest}); err != nil {
@@ -251,8 +278,9 @@ func (n *Node) applyEntries(t applyTask) error {
 			}
 			continue
 		}
-		a.cmds = append(a.cmds, Command{Index: idx, Data: cmd})
-		a.ids = append(a.ids, id)
+		b := n.applyBuffers()
+		b.cmds = append(b.cmds, Command{Index: idx, Data: cmd})
+		b.ids = append(b.ids, id)
 	}
 	if err := n.flushCommands(); err != nil {
 		return err
@@ -315,36 +343,37 @@ func (n *Node) applySettings(idx uint64, data []byte) error {
 // batch and resolves this member's waiting proposers.
 func (n *Node) flushCommands() (err error) {
 	a := &n.apply
-	if len(a.cmds) == 0 {
+	b := a.bufs
+	if b == nil || len(b.cmds) == 0 {
 		return nil
 	}
-	if cap(a.results) < len(a.cmds) {
-		a.results = make([]Result, len(a.cmds))
+	if cap(b.results) < len(b.cmds) {
+		b.results = make([]Result, len(b.cmds))
 	}
-	results := a.results[:len(a.cmds)]
+	results := b.results[:len(b.cmds)]
 	clear(results)
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("state machine panicked applying entries %d-%d: %v",
-					a.cmds[0].Index, a.cmds[len(a.cmds)-1].Index, r)
+					b.cmds[0].Index, b.cmds[len(b.cmds)-1].Index, r)
 			}
 		}()
-		n.sm.Apply(a.cmds, results)
+		n.sm.Apply(b.cmds, results)
 	}()
 	if err != nil {
 		return err
 	}
-	a.keepResults(results)
-	last := a.cmds[len(a.cmds)-1].Index
-	for i, id := range a.ids {
+	b.keepResults(results)
+	last := b.cmds[len(b.cmds)-1].Index
+	for i, id := range b.ids {
 		if id.proposer == n.cfg.ID {
 			n.waiters.resolve(id.seq, results[i])
 		}
 	}
-	clear(a.cmds)
-	a.cmds = a.cmds[:0]
-	a.ids = a.ids[:0]
+	clear(b.cmds)
+	b.cmds = b.cmds[:0]
+	b.ids = b.ids[:0]
 	clear(results)
 	a.applied = last
 	return nil
@@ -408,7 +437,8 @@ func (n *Node) applyMembership(e *raftpb.Entry, cs *raftpb.ConfState) error {
 // wrote to (its own data was lost), and must not vote.
 func (n *Node) checkOwnIncarnation(index uint64) {
 	own := n.inc.Load()
-	rec := n.apply.members.records[n.cfg.ID].Incarnation
+	r, _ := n.apply.members.record(n.cfg.ID)
+	rec := r.Incarnation
 	if own != 0 && rec != 0 && own != rec {
 		n.wiped(fmt.Sprintf("applied, at index %d, its record with incarnation %x; its data is incarnation %x", index, rec, own))
 	}
@@ -430,8 +460,8 @@ func (n *Node) syncPeers(removed []uint64) {
 			n.tr.RemovePeer(id)
 		}
 	}
-	for id, m := range n.apply.members.records {
-		if id != n.cfg.ID {
+	for _, m := range n.apply.members.records {
+		if id := m.ID; id != n.cfg.ID {
 			n.tr.AddPeer(id, m.PeerAddr)
 			n.setPeerIncarnation(id, m.Incarnation)
 		}
@@ -494,24 +524,28 @@ func (n *Node) restoreSnapshot(snap *raftpb.Snapshot, files *snapFiles) error {
 	}
 	t := newMemberTable()
 	for _, m := range h.members {
-		t.records[m.ID] = m
+		t.put(m)
 	}
 	for _, id := range h.removed {
-		t.removed[id] = true
+		t.markRemoved(id)
 	}
 	t.confState = proto.Clone(snap.GetMetadata().GetConfState()).(*raftpb.ConfState)
 	t.index = index
 	var removed []uint64
 	if old := a.members; old != nil {
-		for id := range old.records {
-			if t.removed[id] {
+		for _, m := range old.records {
+			if id := m.ID; t.isRemoved(id) {
 				removed = append(removed, id)
 			}
 		}
 	}
 	n.setMembers(t)
 	a.dedup.reset(h.dedup)
-	a.clients.reset(h.clients)
+	if len(h.clients) > 0 {
+		a.clientWindow().reset(h.clients)
+	} else {
+		a.clients = nil
+	}
 	a.sessions = sessionTable{}
 	if h.table != nil {
 		a.sessions = *h.table

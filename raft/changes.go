@@ -159,13 +159,6 @@ type membershipLoop struct {
 	// it (the index of the last conf change in the log, or the first entry
 	// of this member's term as leader, as raft's pendingConfIndex).
 	confGate uint64
-	// leaderSince is when this member became leader.
-	leaderSince time.Time
-	// readySince is the policy's memory (confchange.UpdateReadySince).
-	readySince map[uint64]time.Time
-	// firstSeen is when this leader first tracked each member: a member
-	// added while it leads is not "unheard of" for longer than it exists.
-	firstSeen map[uint64]time.Time
 	// checking is the change ID of a conf change just handed to raft, until
 	// the append that carries it is seen (0: none).
 	checking uint64
@@ -176,24 +169,9 @@ type membershipLoop struct {
 	// seedRetry is the tick from which the leader may (again) propose the
 	// seed cluster settings.
 	seedRetry uint64
-	// inherited: members recorded ready before this term, and when this
-	// member learned it (see readiness.go); recorded: the readiness last
-	// recorded per member; recordedAt: the tick before which a member's
-	// readiness is not recorded again.
-	inherited  map[uint64]time.Time
-	recorded   map[uint64]bool
-	recordedAt map[uint64]uint64
-	// waiting is what the default policy last said it waits for.
-	waiting string
-	// bookMembers and bookSettings are the member table and the settings
-	// of the last bookkeeping pass: a change of either runs the next.
-	bookMembers  *memberTable
-	bookSettings *confchange.ClusterSettings
-	// viewProgress and viewConfig (built from viewConfigOf) are reused by
-	// view while the default policy reads them.
-	viewProgress map[uint64]confchange.Progress
-	viewConfig   confchange.Config
-	viewConfigOf *raftpb.ConfState
+	// book is the leader's bookkeeping (nil: none yet, or let go while
+	// quiesced as a follower; see leaderBook).
+	book *leaderBook
 	// raftConf is the configuration raft itself has taken, on the loop: a
 	// committed conf change turns raft's configuration (joint, say) when
 	// the loop hands the entry to the apply task, a moment before the
@@ -241,12 +219,11 @@ func (n *Node) noteAppend(m *raftpb.Message) {
 // entry, and neither does the node.
 func (n *Node) becameLeader() {
 	ms := &n.loop.ms
-	ms.leaderSince = time.Now()
-	ms.readySince = nil
-	ms.firstSeen = nil
+	// A fresh book: no readiness or first sightings of an earlier term,
+	// and the bookkeeping's first pass on the next tick.
+	ms.book = &leaderBook{leaderSince: time.Now()}
 	n.inheritReadiness()
 	n.loop.catchUp = nil // rates measured in an earlier term are stale
-	ms.bookMembers = nil // the bookkeeping's first pass on the next tick
 	// Called after the Ready that made this member leader was dispatched:
 	// lastIndex is the leader's first (empty) entry.
 	// The gate is the leader's last index, as raft's own pendingConfIndex:
@@ -269,6 +246,7 @@ func (n *Node) view() confchange.View { return n.buildView(false) }
 func (n *Node) buildView(reuse bool) confchange.View {
 	l := &n.loop
 	ms := &l.ms
+	b := ms.leaderBook()
 	t := n.members.Load()
 	// The configuration is raft's, which may be a moment ahead of the
 	// member table (see raftConf); the records are the table's. A member
@@ -283,30 +261,34 @@ func (n *Node) buildView(reuse bool) confchange.View {
 	var cfg confchange.Config
 	var progress map[uint64]confchange.Progress
 	if reuse {
-		if ms.viewConfigOf != cs {
-			ms.viewConfig, ms.viewConfigOf = confchange.ConfigFromConfState(cs), cs
+		if b.viewConfigOf != cs {
+			c := confchange.ConfigFromConfState(cs)
+			b.viewConfig, b.viewConfigOf = &c, cs
 		}
-		if ms.viewProgress == nil {
-			ms.viewProgress = make(map[uint64]confchange.Progress, len(t.records))
+		if b.viewProgress == nil {
+			b.viewProgress = make(map[uint64]confchange.Progress, len(t.records))
 		}
-		cfg, progress = ms.viewConfig, ms.viewProgress
+		cfg, progress = *b.viewConfig, b.viewProgress
 		clear(progress)
 	} else {
 		cfg, progress = confchange.ConfigFromConfState(cs), make(map[uint64]confchange.Progress, len(t.records))
 	}
+	if b.viewMembersOf != t {
+		b.viewMembers, b.viewRemoved, b.viewMembersOf = t.recordMap(), t.removedMap(), t
+	}
 	v := confchange.View{
 		Config:        cfg,
-		Members:       t.records,
-		Removed:       t.removed,
+		Members:       b.viewMembers,
+		Removed:       b.viewRemoved,
 		Leader:        n.cfg.ID,
 		LastIndex:     ms.lastIndex,
 		Now:           time.Now(),
 		Progress:      progress,
-		ReadySince:    withInherited(ms.readySince, ms.inherited),
+		ReadySince:    withInherited(b.readySince, b.inherited),
 		PendingChange: l.rn.BasicStatus().Applied < ms.confGate || ms.checking != 0,
 	}
-	if ms.firstSeen == nil {
-		ms.firstSeen = make(map[uint64]time.Time)
+	if b.firstSeen == nil {
+		b.firstSeen = make(map[uint64]time.Time)
 	}
 	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
 		if id == n.cfg.ID {
@@ -318,15 +300,15 @@ func (n *Node) buildView(reuse bool) confchange.View {
 		// tracked it, not from before it existed.
 		// While quiesced, the group is silent: a member of the quiesce
 		// set counts as heard when its host was.
-		heard, viaHost := n.hostHeard(id, l.lastContact[id])
+		heard, viaHost := n.hostHeard(id, l.lastContact.get(id))
 		lc := heard
-		if lc.Before(ms.leaderSince) {
-			lc = ms.leaderSince
+		if lc.Before(b.leaderSince) {
+			lc = b.leaderSince
 		}
-		first, ok := ms.firstSeen[id]
+		first, ok := b.firstSeen[id]
 		if !ok {
 			first = v.Now
-			ms.firstSeen[id] = first
+			b.firstSeen[id] = first
 		}
 		if lc.Before(first) {
 			lc = first
@@ -376,13 +358,13 @@ func (n *Node) maybeMembershipTick() {
 	if l.role != RoleLeader {
 		return
 	}
-	ms := &l.ms
+	b := l.ms.leaderBook()
 	t, cs := n.members.Load(), n.settings.Load()
-	if l.ticks-l.lastBookkeeping < n.bookkeepingTicks() && t == ms.bookMembers && cs == ms.bookSettings && n.membershipAtRest() {
+	if l.ticks-b.lastBookkeeping < n.bookkeepingTicks() && t == b.bookMembers && cs == b.bookSettings && n.membershipAtRest() {
 		return
 	}
-	l.lastBookkeeping = l.ticks
-	ms.bookMembers, ms.bookSettings = t, cs
+	b.lastBookkeeping = l.ticks
+	b.bookMembers, b.bookSettings = t, cs
 	n.membershipTick()
 }
 
@@ -410,7 +392,7 @@ func (n *Node) bookkeepingTicks() uint64 {
 // an election timeout of taking over). Learners may be there.
 func (n *Node) membershipAtRest() bool {
 	ms := &n.loop.ms
-	if n.settings.Load() == nil || ms.checking != 0 || ms.confGate > n.applied.get() || len(ms.inherited) > 0 {
+	if n.settings.Load() == nil || ms.checking != 0 || ms.confGate > n.applied.get() || (ms.book != nil && len(ms.book.inherited) > 0) {
 		return false
 	}
 	t := n.members.Load()
@@ -430,14 +412,15 @@ func (n *Node) membershipTick() {
 		return
 	}
 	v := n.buildView(!n.ownPolicy)
+	b := l.ms.book // made by buildView
 	for id, p := range v.Progress {
 		tr := n.trackCatchUp(id, p.Match, v.Now)
 		n.emitCatchUp(id, n.catchUp(id, p.Lag(v.LastIndex), tr), tr, v.Now)
 	}
 	settings := n.membershipSettings()
-	l.ms.readySince = confchange.UpdateReadySince(v, settings)
+	b.readySince = confchange.UpdateReadySince(v, settings)
 	n.creditReadiness(v.Now)
-	v.ReadySince = l.ms.readySince
+	v.ReadySince = b.readySince
 	if v.PendingChange {
 		return // so the applied member table is current
 	}
@@ -459,8 +442,8 @@ func (n *Node) membershipTick() {
 		return
 	}
 	if !n.ownPolicy {
-		if w := (confchange.DefaultPolicy{Settings: settings}).Waiting(v); w != l.ms.waiting {
-			l.ms.waiting = w
+		if w := (confchange.DefaultPolicy{Settings: settings}).Waiting(v); w != b.waiting {
+			b.waiting = w
 			n.events.emit(Event{Type: EventPolicyWaiting, Term: l.term, Detail: w})
 		}
 	}

@@ -226,8 +226,11 @@ func (d *dedupWindow) add(id requestID) bool {
 	return dedupAdd(d, &d.idx32, id)
 }
 
-// ids returns the remembered IDs, oldest first.
+// ids returns the remembered IDs, oldest first (none for a nil window).
 func (d *dedupWindow) ids() []requestID {
+	if d == nil {
+		return nil
+	}
 	out := make([]requestID, 0, len(d.ring))
 	out = append(out, d.ring[d.head:]...)
 	return append(out, d.ring[:d.head]...)

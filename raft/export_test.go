@@ -56,3 +56,20 @@ func ReadPasses(ctx context.Context, n *Node) (passes uint64, err error) {
 	err = n.do(ctx, func() { passes = n.loop.readPasses })
 	return passes, err
 }
+
+// LeaderStateHeld reports what of a leader's state the node's loop holds:
+// its membership bookkeeping (book), the reused parts of its views
+// (views), its relay state (relay). Asked without waking a quiesced node.
+func LeaderStateHeld(ctx context.Context, n *Node) (book, views, relay bool, err error) {
+	err = n.doQuiet(ctx, func() {
+		b := n.loop.ms.book
+		book = b != nil
+		views = b != nil && (b.viewProgress != nil || b.viewConfigOf != nil)
+		relay = n.loop.relay != nil
+	})
+	return book, views, relay, err
+}
+
+// ApplyBuffersHeld reports whether the node's apply task holds its batch
+// buffers.
+func ApplyBuffersHeld(n *Node) bool { return n.applyBufsHeld.Load() }

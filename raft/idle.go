@@ -45,6 +45,23 @@ func (n *Node) dropIdle() {
 		l.pending = nil
 	}
 	l.catchUp = nil // the wake drops it too: rates over a quiet spell mean nothing
+	if l.role != RoleLeader {
+		// A leader's bookkeeping: becameLeader makes it afresh.
+		l.ms.book = nil
+	} else if b := l.ms.book; b != nil {
+		// The reused parts of its views, made again by the next.
+		b.viewProgress, b.viewConfig, b.viewConfigOf = nil, nil, nil
+		b.viewMembers, b.viewRemoved, b.viewMembersOf = nil, nil, nil
+	}
+	if l.relay != nil && (l.role != RoleLeader || l.relay.idle()) {
+		// Nothing relayed: the next relayTick of a leader makes it again.
+		l.relay = nil
+	}
+	if n.applyBufsHeld.Load() {
+		n.applyTask.Signal() // it lets its buffers go (applyIdle)
+	}
+	n.changes.release()
+	n.waiters.release()
 	n.recv.release()
 	n.local.release()
 	n.acts.release()
@@ -59,6 +76,37 @@ func (n *Node) dropIdle() {
 	if d, ok := n.tr.(cacheDropper); ok {
 		d.DropCaches()
 	}
+}
+
+// applyIdle, at the end of each run of the apply task, lets the task's
+// batch buffers go if the group is quiesced and no batch is in progress:
+// the next batch makes them again. On the apply task.
+func (n *Node) applyIdle() {
+	a := &n.apply
+	if a.bufs == nil || !n.quiesced.Load() || n.applies.len() > 0 ||
+		len(a.bufs.cmds) > 0 || len(a.bufs.pend) > 0 {
+		return
+	}
+	a.bufs = nil
+	n.applyBufsHeld.Store(false)
+}
+
+// release lets the set's map go when no proposal is waited for.
+func (w *waiterSet) release() {
+	w.mu.Lock()
+	if len(w.m) == 0 {
+		w.m = nil
+	}
+	w.mu.Unlock()
+}
+
+// release lets the set's map go when no change is waited for.
+func (s *changeSet) release() {
+	s.mu.Lock()
+	if len(s.m) == 0 {
+		s.m = nil
+	}
+	s.mu.Unlock()
 }
 
 // release lets an empty queue's buffer go.

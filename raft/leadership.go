@@ -174,7 +174,7 @@ func (n *Node) pickHandOffTarget(began time.Time, final bool) (target uint64, do
 		if id == n.cfg.ID || cfg.CanLead(id) != nil {
 			continue
 		}
-		if n.loop.lastContact[id].Before(began) {
+		if n.loop.lastContact.get(id).Before(began) {
 			waiting = true // not answered (yet): it cannot take over
 			continue
 		}
@@ -210,7 +210,7 @@ func (n *Node) abandonSilentTransfer(ctx context.Context, cancel context.CancelF
 		}
 		var silent bool
 		if err := n.do(ctx, func() {
-			silent = !n.answersNow(target) && n.loop.lastContact[target].Before(began)
+			silent = !n.answersNow(target) && n.loop.lastContact.get(target).Before(began)
 		}); err != nil {
 			return
 		}
@@ -228,8 +228,8 @@ func (n *Node) abandonSilentTransfer(ctx context.Context, cancel context.CancelF
 // must not be handed leadership, or the stop waits for a transfer that
 // cannot complete while proposals are refused.
 func (n *Node) answersNow(id uint64) bool {
-	heard := n.loop.lastContact[id]
-	if heard.IsZero() || heard.Before(n.loop.ms.leaderSince) {
+	heard := n.loop.lastContact.get(id)
+	if heard.IsZero() || (n.loop.ms.book != nil && heard.Before(n.loop.ms.book.leaderSince)) {
 		return false
 	}
 	window := max(3*time.Duration(n.cfg.HeartbeatTicks)*n.cfg.TickInterval, 50*time.Millisecond)

@@ -76,3 +76,36 @@ func TestStopIsBoundedByContext(t *testing.T) {
 		t.Fatal("the node did not finish stopping after Apply returned")
 	}
 }
+
+// TestDoneMadeOnDemand: a node makes its Done channel for its first
+// caller (a host's idle replicas hold none), and Done is closed once the
+// node is done whether it was asked before the stop, or only after.
+func TestDoneMadeOnDemand(t *testing.T) {
+	for _, askFirst := range []bool{true, false} {
+		n := newTestNode(t, 1, nopSM{})
+		if err := n.Start(loneTransport{}); err != nil {
+			t.Fatal(err)
+		}
+		if n.donec.Load() != nil {
+			t.Fatal("a started node made its Done channel before anyone asked")
+		}
+		var done <-chan struct{}
+		if askFirst {
+			done = n.Done()
+		}
+		if err := n.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !askFirst {
+			done = n.Done()
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("asked first %t: Done not closed after Stop returned", askFirst)
+		}
+		if n.Done() != done {
+			t.Fatalf("asked first %t: Done returned another channel", askFirst)
+		}
+	}
+}

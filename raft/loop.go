@@ -30,18 +30,16 @@ type loopState struct {
 	// peerRound is the last read round that took held requests: while it
 	// is in readRounds, the requests held wait for its answer.
 	peerRound   uint64
-	lastContact map[uint64]time.Time
+	lastContact contacts
 	// bootCampaign: this node bootstrapped a new cluster and has not yet
-	// decided whether to campaign at once (bootcampaign.go).
-	bootCampaign bool
+	// decided whether to campaign at once (bootcampaign.go). nowLeader:
+	// it became leader in the Ready being handled.
+	bootCampaign, nowLeader bool
 	// bufs are the reused buffers (nil: none yet, or let go while
 	// quiesced); buffers makes them.
-	bufs *loopBufs
-	// lastBookkeeping is the tick of the last membershipTick.
-	lastBookkeeping uint64
-	lastBatch       int // proposals in the last flush
-	ms              membershipLoop
-	nowLeader       bool // became leader in the Ready being handled
+	bufs      *loopBufs
+	lastBatch int // proposals in the last flush
+	ms        membershipLoop
 	// confAdded is the index of the last conf change raft took that added
 	// a member (in any role): a snapshot sent to a member must be at least
 	// that recent to list it (see snapshotToSend).
@@ -52,8 +50,9 @@ type loopState struct {
 	catchUp map[uint64]*catchUpTrack
 	// q is the quiescence state (quiesce.go).
 	q quiesceState
-	// relay is the leader's choice of relays for its standbys (relay.go).
-	relay relayState
+	// relay is the leader's choice of relays for its standbys (relay.go;
+	// nil: none made, or let go while quiesced).
+	relay *relayState
 	// applyHere: the Ready being handled queued committed entries for the
 	// apply task, to be applied on the loop's worker (Config.InlineApply).
 	// appendHere: it queued an append with no entries for the append task,
@@ -144,7 +143,7 @@ func (n *Node) restore() (err error) {
 				return fmt.Errorf("%w: InitialMembers: %w", ErrInvalidConfig, err)
 			}
 			peers[i] = etcdraft.Peer{ID: m.ID, Context: ctx}
-			t.records[m.ID] = m
+			t.put(m)
 		}
 		n.setMembers(t)
 		if err := rn.Bootstrap(peers); err != nil {
@@ -162,10 +161,7 @@ func (n *Node) restore() (err error) {
 	if err := n.preloadPeers(applied+1, min(hs.GetCommit(), last)); err != nil {
 		return err
 	}
-	n.loop = loopState{
-		rn:          rn,
-		lastContact: make(map[uint64]time.Time),
-	}
+	n.loop = loopState{rn: rn}
 	n.loop.term = hs.GetTerm()
 	n.loop.bootCampaign = bootstrapped
 	n.loop.ms.lastIndex = last
@@ -337,7 +333,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 		return n.stepRelayedAnswers(m, now)
 	}
 	if from := m.GetFrom(); from != 0 {
-		l.lastContact[from] = now
+		l.lastContact.set(from, now)
 	}
 	quiet, consumed := n.quietStep(m)
 	if consumed || n.holdReadIndex(m) {
@@ -416,6 +412,9 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	b := l.buffers()
 	live := b.live[:0]
 	n.waiters.mu.Lock()
+	if n.waiters.m == nil {
+		n.waiters.m = make(map[uint64]*proposal) // the first batch, or the first since quiesced
+	}
 	for _, p := range batch {
 		if p.canceled.Load() {
 			continue

@@ -168,7 +168,7 @@ func (n *Node) membershipOnLoop() (Membership, error) {
 		m.Members = append(m.Members, ms)
 	}
 	if !n.ownPolicy && n.autoPromote() && n.settings.Load() != nil {
-		v.ReadySince = n.loop.ms.readySince
+		v.ReadySince = n.loop.ms.readySince()
 		m.Waiting = confchange.DefaultPolicy{Settings: n.membershipSettings()}.Waiting(v)
 	}
 	return m, nil

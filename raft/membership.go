@@ -3,7 +3,6 @@ package raft
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -57,19 +56,86 @@ func changeContext(cc raftpb.ConfChangeI) (confchange.Context, error) {
 // removed from the cluster (never reused). The apply task builds a new
 // table on every change and publishes it; a published table is never
 // modified, so the run loop reads it without a lock.
+//
+// Records and removed IDs are sorted lists, binary searched: a group has
+// a handful of members, and maps cost each of a host's many replicas about
+// half a kilobyte. (A leader's views take maps: leaderBook.members.)
 type memberTable struct {
 	// index is the log index the table is current at.
 	index     uint64
 	confState *raftpb.ConfState
-	records   map[uint64]Member
-	removed   map[uint64]bool
+	records   []Member // by ID
+	removed   []uint64 // sorted (nil: none)
 	// jointChangeID is the change ID that entered the current joint
 	// configuration (0 when not joint, or unknown after a snapshot).
 	jointChangeID uint64
 }
 
 func newMemberTable() *memberTable {
-	return &memberTable{confState: &raftpb.ConfState{}, records: map[uint64]Member{}, removed: map[uint64]bool{}}
+	return &memberTable{confState: &raftpb.ConfState{}}
+}
+
+func (t *memberTable) find(id uint64) (int, bool) {
+	return slices.BinarySearchFunc(t.records, id, func(m Member, id uint64) int { return cmp.Compare(m.ID, id) })
+}
+
+// record returns member id's record, if the table has one.
+func (t *memberTable) record(id uint64) (Member, bool) {
+	if i, ok := t.find(id); ok {
+		return t.records[i], true
+	}
+	return Member{}, false
+}
+
+// put records m (replacing the record of its ID).
+func (t *memberTable) put(m Member) {
+	i, ok := t.find(m.ID)
+	if ok {
+		t.records[i] = m
+		return
+	}
+	t.records = slices.Insert(t.records, i, m)
+}
+
+// forget deletes member id's record.
+func (t *memberTable) forget(id uint64) {
+	if i, ok := t.find(id); ok {
+		t.records = slices.Delete(t.records, i, i+1)
+	}
+}
+
+// isRemoved reports whether id was removed from the cluster.
+func (t *memberTable) isRemoved(id uint64) bool {
+	_, ok := slices.BinarySearch(t.removed, id)
+	return ok
+}
+
+// markRemoved remembers id as removed.
+func (t *memberTable) markRemoved(id uint64) {
+	if i, ok := slices.BinarySearch(t.removed, id); !ok {
+		t.removed = slices.Insert(t.removed, i, id)
+	}
+}
+
+// recordMap returns the records as a map (what confchange.View takes).
+func (t *memberTable) recordMap() map[uint64]Member {
+	m := make(map[uint64]Member, len(t.records))
+	for _, r := range t.records {
+		m[r.ID] = r
+	}
+	return m
+}
+
+// removedMap returns the removed IDs as a set (nil: none).
+func (t *memberTable) removedMap() map[uint64]bool {
+	if len(t.removed) == 0 {
+		return nil
+	}
+	m := make(map[uint64]bool, len(t.removed))
+	for _, id := range t.removed {
+		m[id] = true
+	}
+	return m
 }
 
 // clone returns a copy that can be changed.
@@ -77,8 +143,8 @@ func (t *memberTable) clone() *memberTable {
 	return &memberTable{
 		index:         t.index,
 		confState:     t.confState,
-		records:       maps.Clone(t.records),
-		removed:       maps.Clone(t.removed),
+		records:       slices.Clone(t.records),
+		removed:       slices.Clone(t.removed),
 		jointChangeID: t.jointChangeID,
 	}
 }
@@ -95,17 +161,17 @@ func (t *memberTable) clone() *memberTable {
 // the cluster accept its new copy under the old ID.
 func (t *memberTable) apply(index uint64, ctx confchange.Context, cs *raftpb.ConfState) (removed []uint64) {
 	for _, m := range ctx.Members {
-		if old, ok := t.records[m.ID]; ok && old.Incarnation != 0 {
+		if old, ok := t.record(m.ID); ok && old.Incarnation != 0 {
 			m.Incarnation = old.Incarnation
 		}
-		t.records[m.ID] = m
+		t.put(m)
 	}
 	before := confchange.ConfigFromConfState(t.confState)
 	after := confchange.ConfigFromConfState(cs)
 	for _, id := range before.IDs() {
 		if !after.Contains(id) {
-			t.removed[id] = true
-			delete(t.records, id)
+			t.markRemoved(id)
+			t.forget(id)
 			removed = append(removed, id)
 		}
 	}
@@ -120,11 +186,11 @@ func (t *memberTable) apply(index uint64, ctx confchange.Context, cs *raftpb.Con
 
 // sorted returns the records in ID order.
 func (t *memberTable) sorted() []Member {
-	return slices.SortedFunc(maps.Values(t.records), func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return slices.Clone(t.records)
 }
 
 // removedIDs returns the removed IDs in order.
-func (t *memberTable) removedIDs() []uint64 { return slices.Sorted(maps.Keys(t.removed)) }
+func (t *memberTable) removedIDs() []uint64 { return slices.Clone(t.removed) }
 
 // bootstrapContext is the context of a bootstrap conf change: member m's record.
 func bootstrapContext(m Member) ([]byte, error) {
@@ -139,7 +205,7 @@ func (n *Node) Member(id uint64) (Member, bool) {
 	if t == nil || !confchange.ConfigFromConfState(t.confState).Contains(id) {
 		return Member{}, false
 	}
-	m, ok := t.records[id]
+	m, ok := t.record(id)
 	if !ok {
 		m = Member{ID: id}
 	}

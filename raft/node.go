@@ -38,9 +38,14 @@ type Node struct {
 	// The node runs as three tasks of its Scheduler: the run loop (owns
 	// the RawNode), the append task (persists the log) and the apply task
 	// (applies committed entries). Each is run by one goroutine at a time.
-	sched                           *Scheduler
-	ownSched                        bool // sched is the node's own: closed when it stops
-	loopTask, appendTask, applyTask *sched.Task
+	sched    *Scheduler
+	ownSched bool // sched is the node's own: closed when it stops
+	// ownPolicy: the host gave Config.Policy (else the default policy runs
+	// with the replicated settings).
+	ownPolicy bool
+	// Owned by their tasks: each has exited.
+	loopExited, appendExited, applyExited bool
+	loopTask, appendTask, applyTask       *sched.Task
 	// running is set once Start has restored the node: the tasks do nothing
 	// before.
 	running atomic.Bool
@@ -65,8 +70,9 @@ type Node struct {
 	applies              queue[applyTask]
 	// snapWake makes the apply task look at the snapshot state.
 	snapWake atomic.Bool
-	// Owned by their tasks: each has exited.
-	loopExited, appendExited, applyExited bool
+	// applyBufsHeld: the apply task holds its buffers (apply.bufs); a
+	// quiesced loop signals it to let them go (applyIdle).
+	applyBufsHeld atomic.Bool
 	// applyMu is held by the apply task while it runs (it guards the
 	// apply state and applyExited): a stopping node whose apply task
 	// waits for a worker ends it from the append task (exitApplyIdle).
@@ -81,9 +87,12 @@ type Node struct {
 	// the node is done when it drops to zero.
 	live     atomic.Int32
 	doneOnce sync.Once
-	donec    chan struct{} // closed once every task and goroutine has exited
-	errMu    sync.Mutex
-	err      error // the fatal error the node stopped with, if any
+	// donec is closed once every task and goroutine has exited: made by
+	// the first Done caller (nil: none asked yet), or closedChan when the
+	// node was done first (a host's idle replicas hold no channel).
+	donec atomic.Pointer[chan struct{}]
+	errMu sync.Mutex
+	err   error // the fatal error the node stopped with, if any
 
 	// runID is random per Start: it makes read contexts unique across runs
 	// of this member, and seeds the proposal sequence numbers.
@@ -100,20 +109,20 @@ type Node struct {
 	// replicated yet; the Config seeds them).
 	settings atomic.Pointer[confchange.ClusterSettings]
 	// ready are the readiness records applied (readiness.go).
-	ready readyRecords
-	// ownPolicy: the host gave Config.Policy (else the default policy runs
-	// with the replicated settings).
-	ownPolicy bool
-	applied   *watched[uint64]
-	state     *watched[nodeState]
-	events    eventHub
+	ready   readyRecords
+	applied *watched[uint64]
+	state   *watched[nodeState]
+	events  eventHub
 	// hostReports counts PeerHandler.HostLiveness calls.
 	hostReports atomic.Uint64
 	// quiesced is the loop's quiescence, published for the handlers;
 	// quietLeader is the leader of the quiesced group (this member's ID
 	// when it leads it). quietActs are calls that do not wake it (Status,
 	// Membership). ticked counts raft ticks.
-	quiesced    atomic.Bool
+	quiesced atomic.Bool
+	// saving: a SaveAsync is in flight: the append task waits for its
+	// completion.
+	saving      atomic.Bool
 	quietLeader atomic.Uint64
 	quietActs   queue[func()]
 	ticked      atomic.Uint64
@@ -126,10 +135,9 @@ type Node struct {
 	// (relay_answers.go).
 	answers relayAnswers
 
-	loop   loopState   // owned by the run loop
-	apply  applyState  // owned by the apply task
-	saved  appendState // owned by the append task (and by a SaveAsync completion while saving)
-	saving atomic.Bool // a SaveAsync is in flight: the append task waits for its completion
+	loop  loopState   // owned by the run loop
+	apply applyState  // owned by the apply task
+	saved appendState // owned by the append task (and by a SaveAsync completion while saving)
 }
 
 // NewNode validates cfg and returns a node that is not started yet. store
@@ -156,7 +164,6 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		sm:    sm,
 		store: store,
 		stopc: make(chan struct{}),
-		donec: make(chan struct{}),
 		state: newWatched(nodeState{}),
 		sched: cfg.Scheduler,
 	}
@@ -178,7 +185,11 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 	n.local = newMailbox(n.loopTask.Signal)
 	n.cancelTick = func() {}
 	n.ownPolicy = ownPolicy
-	n.waiters.m = make(map[uint64]*proposal)
+	if !ownPolicy {
+		// The default policy runs with the settings in force (policy): the
+		// one WithDefaults boxed is not kept for each of a host's replicas.
+		n.cfg.Policy = nil
+	}
 	return n, nil
 }
 
@@ -208,7 +219,7 @@ func (n *Node) Start(tr Transport) error {
 	if !n.sched.enter() {
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.events.closeAll()
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		return fmt.Errorf("%w: its scheduler is closed", ErrStopped)
 	}
 	n.tr = tr
@@ -229,9 +240,12 @@ func (n *Node) Start(tr Transport) error {
 		n.events.closeAll()
 		n.sched.leave()
 		n.closeOwnScheduler()
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		return err
 	}
+	// The initial members served the bootstrap only (their records are in
+	// the member table now): a host's many replicas need not keep them.
+	n.cfg.InitialMembers = nil
 	n.live.Store(3)
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
 	n.running.Store(true)
@@ -281,7 +295,7 @@ func (n *Node) release() {
 		if n.ownSched {
 			n.sched.close() // its goroutines exit: Stop waits for them
 		}
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		if f := n.cfg.OnStopped; f != nil {
 			go f(n.Err())
 		}
@@ -472,7 +486,34 @@ func (n *Node) Err() error {
 
 // Done is closed once the node has stopped and all its tasks and goroutines have
 // exited, whether by Stop or by a fatal error (see Err).
-func (n *Node) Done() <-chan struct{} { return n.donec }
+func (n *Node) Done() <-chan struct{} {
+	if p := n.donec.Load(); p != nil {
+		return *p
+	}
+	ch := make(chan struct{})
+	if n.donec.CompareAndSwap(nil, &ch) {
+		return ch
+	}
+	return *n.donec.Load()
+}
+
+// closedChan is the channel Done returns once a node is done before
+// anyone asked.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// closeDone closes the Done channel (once), or marks the node done if
+// nobody asked for it yet.
+func (n *Node) closeDone() {
+	n.doneOnce.Do(func() {
+		if !n.donec.CompareAndSwap(nil, &closedChan) {
+			close(*n.donec.Load())
+		}
+	})
+}
 
 // Stop shuts the node down. A leader first hands leadership to the most
 // caught-up voter, bounded by ctx (a ctx that is already done skips the
@@ -491,7 +532,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.events.closeAll()
 		n.stopOnce.Do(func() { close(n.stopc) })
 		n.closeOwnScheduler()
-		n.doneOnce.Do(func() { close(n.donec) })
+		n.closeDone()
 		return nil
 	}
 	if ctx.Err() == nil {
@@ -499,13 +540,13 @@ func (n *Node) Stop(ctx context.Context) error {
 	}
 	n.closeStop()
 	select {
-	case <-n.donec:
+	case <-n.Done():
 		n.closeOwnScheduler()
 		return n.Err()
 	default:
 	}
 	select {
-	case <-n.donec:
+	case <-n.Done():
 		n.closeOwnScheduler()
 		return n.Err()
 	case <-ctx.Done():

@@ -106,8 +106,8 @@ func (n *Node) preloadPeers(lo, hi uint64) error {
 	if err := replayCommitted(n.store, r, lo, hi); err != nil {
 		return err
 	}
-	for id, m := range r.table.records {
-		if id != n.cfg.ID && !n.apply.members.removed[id] {
+	for _, m := range r.table.records {
+		if id := m.ID; id != n.cfg.ID && !n.apply.members.isRemoved(id) {
 			n.tr.AddPeer(id, m.PeerAddr)
 			n.setPeerIncarnation(id, m.Incarnation)
 		}
@@ -243,10 +243,10 @@ func StoredMembers(store Storage) (members map[uint64]Member, removed []uint64, 
 				return nil, nil, herr
 			}
 			for _, m := range h.members {
-				table.records[m.ID] = m
+				table.put(m)
 			}
 			for _, id := range h.removed {
-				table.removed[id] = true
+				table.markRemoved(id)
 			}
 		}
 		_ = rc.Close()
@@ -275,8 +275,8 @@ func StoredMembers(store Storage) (members map[uint64]Member, removed []uint64, 
 		return nil, nil, err
 	}
 	members = make(map[uint64]Member, len(table.records))
-	for id, m := range table.records {
-		if !table.removed[id] {
+	for _, m := range table.records {
+		if id := m.ID; !table.isRemoved(id) {
 			if m.Incarnation == 0 {
 				m.Incarnation = incs[id] // from the uncommitted tail (learnIncarnations)
 			}

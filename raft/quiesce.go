@@ -87,8 +87,12 @@ func quiesceKindOf(ctx []byte) byte {
 
 // quiesceState is the run loop's quiescence state.
 type quiesceState struct {
-	on    bool
-	since time.Time
+	// on: the group is quiesced (since when); busy: something that is not
+	// idle happened since the last tick (see lastBusy); stirred: something
+	// that wakes a quiesced node happened in this run of the loop (cause,
+	// and the sender of a message).
+	on, busy, stirred bool
+	since             time.Time
 	// set are the members the leader told to quiesce (nil on a follower);
 	// lagging those on a host not live, left untold (quiesce_lagging.go).
 	set     []uint64
@@ -98,18 +102,13 @@ type quiesceState struct {
 	deadline    *time.Timer
 	deadlineGen uint64
 	// lastBusy is the tick at which the group was last busy; sig is what
-	// it had done then (last index, applied, term); busy: something that
-	// is not idle happened since the last tick.
+	// it had done then (last index, applied, term).
 	lastBusy uint64
 	sig      [3]uint64
-	busy     bool
 	// after is the current idle threshold in ticks (0: quiesceAfterTicks).
 	after uint64
-	// stirred: something that wakes a quiesced node happened in this run
-	// of the loop (cause, and the sender of a message).
-	stirred bool
-	cause   wakeCause
-	from    uint64
+	cause wakeCause
+	from  uint64
 	// woken counts this node's wakes by cause, last the latest (Status).
 	woken [numWakeCauses]uint64
 	last  wakeCause
@@ -188,7 +187,7 @@ func (n *Node) maybeQuiesce() {
 			// silence is what the policy would see after a wake (not
 			// heard within an election timeout, by its group or its
 			// host) and no snapshot is in flight to it.
-			if n.recentlyActive(later(l.lastContact[id], at), now) || pr.PendingSnapshot != 0 {
+			if n.recentlyActive(later(l.lastContact.get(id), at), now) || pr.PendingSnapshot != 0 {
 				return
 			}
 			lagging = append(lagging, id)
@@ -198,8 +197,8 @@ func (n *Node) maybeQuiesce() {
 			return
 		}
 		if pr.IsLearner {
-			since, ready := ms.readySince[id]
-			if !ready || !ms.recorded[id] || now.Sub(since) < settings.Stabilization {
+			since, ready := ms.readySince()[id]
+			if !ready || ms.book == nil || !ms.book.recorded[id] || now.Sub(since) < settings.Stabilization {
 				return // a learner catching up or stabilizing keeps the group awake
 			}
 		}
@@ -237,7 +236,7 @@ func (n *Node) maybeQuiesce() {
 		// (its host not live) it would be lost: it goes directly.
 		var direct []*raftpb.Message
 		msgs = slices.DeleteFunc(msgs, func(m *raftpb.Message) bool {
-			if via := l.relay.via[m.GetTo()]; via != 0 && slices.Contains(lagging, via) {
+			if via := l.relayVia(m.GetTo()); via != 0 && slices.Contains(lagging, via) {
 				direct = append(direct, m)
 				return true
 			}
@@ -341,8 +340,8 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 			if live {
 				at = now
 			}
-			if at.After(l.lastContact[id]) {
-				l.lastContact[id] = at
+			if at.After(l.lastContact.get(id)) {
+				l.lastContact.set(id, at)
 			}
 		}
 	}

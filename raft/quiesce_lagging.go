@@ -54,7 +54,7 @@ func (n *Node) laggingDeadline(lagging []uint64, now time.Time) (at time.Time, o
 		return time.Time{}, false
 	}
 	v := n.view()
-	v.ReadySince = n.loop.ms.readySince
+	v.ReadySince = n.loop.ms.readySince()
 	for _, id := range lagging {
 		pr, ok := v.Progress[id]
 		if !ok {

@@ -112,13 +112,13 @@ func (n *Node) applyReadiness(idx uint64, data []byte) error {
 // inheritReadiness, at the start of a term, takes the readiness records
 // this member applied as what it may credit.
 func (n *Node) inheritReadiness() {
-	ms := &n.loop.ms
-	ms.inherited = n.ready.snapshot()
-	ms.recorded = make(map[uint64]bool, len(ms.inherited))
-	for id := range ms.inherited {
-		ms.recorded[id] = true
+	b := n.loop.ms.leaderBook()
+	b.inherited = n.ready.snapshot()
+	b.recorded = make(map[uint64]bool, len(b.inherited))
+	for id := range b.inherited {
+		b.recorded[id] = true
 	}
-	ms.recordedAt = make(map[uint64]uint64)
+	b.recordedAt = make(map[uint64]uint64)
 }
 
 // creditReadiness backdates the stabilization clock of members ready under
@@ -126,28 +126,28 @@ func (n *Node) inheritReadiness() {
 // timeout of taking over; then records the transitions of this term.
 func (n *Node) creditReadiness(now time.Time) {
 	l := &n.loop
-	ms := &l.ms
-	for id, since := range ms.inherited {
-		if cur, ok := ms.readySince[id]; ok {
+	b := l.ms.leaderBook()
+	for id, since := range b.inherited {
+		if cur, ok := b.readySince[id]; ok {
 			if since.Before(cur) {
-				ms.readySince[id] = since
+				b.readySince[id] = since
 			}
-			delete(ms.inherited, id)
-		} else if now.Sub(ms.leaderSince) > n.electionTimeout() {
-			delete(ms.inherited, id) // not ready again in time: the clock starts over
+			delete(b.inherited, id)
+		} else if now.Sub(b.leaderSince) > n.electionTimeout() {
+			delete(b.inherited, id) // not ready again in time: the clock starts over
 		}
 	}
 	t := n.members.Load()
 	for _, id := range t.confState.GetLearners() {
-		_, ready := ms.readySince[id]
-		if ready == ms.recorded[id] || l.ticks < ms.recordedAt[id] {
+		_, ready := b.readySince[id]
+		if ready == b.recorded[id] || l.ticks < b.recordedAt[id] {
 			continue
 		}
 		if err := n.proposeOwn(func(rid requestID) []byte { return appendReadiness(nil, rid, id, ready) }); err != nil {
 			continue // retried next tick
 		}
-		ms.recorded[id] = ready
-		ms.recordedAt[id] = l.ticks + uint64(n.cfg.ElectionTicks)
+		b.recorded[id] = ready
+		b.recordedAt[id] = l.ticks + uint64(n.cfg.ElectionTicks)
 	}
 }
 

@@ -116,8 +116,16 @@ func (n *Node) fallbackTicks() uint64 { return uint64(max(2, n.cfg.ElectionTicks
 // standbys, at most Config.RelayFanout each.
 func (n *Node) relayTick() {
 	l := &n.loop
-	r := &l.relay
-	if _, ok := n.tr.(RelayTransport); !ok || !n.cfg.Relay || l.role != RoleLeader || r.term != l.term {
+	r := l.relay
+	_, ok := n.tr.(RelayTransport)
+	if !ok || !n.cfg.Relay || l.role != RoleLeader || r == nil || r.term != l.term {
+		if r == nil {
+			if !ok || !n.cfg.Relay || l.role != RoleLeader {
+				return // nothing to reset: none made, or let go while quiesced
+			}
+			r = new(relayState)
+			l.relay = r
+		}
 		r.reset()
 		r.term = l.term
 		return
@@ -138,7 +146,7 @@ func (n *Node) relayTick() {
 	// stepped what waits for it, and must not blame every standby at once.
 	var newest time.Time
 	l.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, _ tracker.Progress) {
-		if at := l.lastContact[id]; id != n.cfg.ID && at.After(newest) {
+		if at := l.lastContact.get(id); id != n.cfg.ID && at.After(newest) {
 			newest = at
 		}
 	})
@@ -146,7 +154,7 @@ func (n *Node) relayTick() {
 		if id == n.cfg.ID {
 			return
 		}
-		heard := !l.lastContact[id].IsZero() && newest.Sub(l.lastContact[id]) <= fresh
+		heard := !l.lastContact.get(id).IsZero() && newest.Sub(l.lastContact.get(id)) <= fresh
 		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
 	ticks := l.ticks
@@ -208,7 +216,7 @@ func (n *Node) relayTick() {
 // relayStalled reports whether relayed standby s made no progress within
 // fb ticks: its Match did not reach the commit index of fb ticks ago.
 func (n *Node) relayStalled(s, match, commit, fb uint64) bool {
-	r := &n.loop.relay
+	r := n.loop.relay
 	mk, ok := r.mark[s]
 	if !ok || match >= mk.index {
 		r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
@@ -222,7 +230,7 @@ func (n *Node) relayStalled(s, match, commit, fb uint64) bool {
 // fed directly that answered, keeps up with the commit index and
 // replicates (or relays already).
 func (n *Node) relayFit(id, commit uint64) bool {
-	r := &n.loop.relay
+	r := n.loop.relay
 	p, ok := r.peers[id]
 	if !ok || !p.heard || r.down[id] != 0 {
 		return false
@@ -251,7 +259,7 @@ const relayKeepUpTicks = 3
 // at most relayKeepUpTicks ago (the first time it is asked, whether it is
 // at the commit index now).
 func (n *Node) keepsUp(id, match, commit uint64) bool {
-	r := &n.loop.relay
+	r := n.loop.relay
 	ticks := n.loop.ticks
 	mk, ok := r.keep[id]
 	if match >= commit {
@@ -274,7 +282,7 @@ func (n *Node) keepsUp(id, match, commit uint64) bool {
 // relay with room: the least loaded fit follower voter, else a standby
 // relay, else it becomes a relay itself (if caught up) or stays direct.
 func (n *Node) assignRelays(commit uint64) {
-	r := &n.loop.relay
+	r := n.loop.relay
 	k := n.cfg.RelayFanout
 	var relays, pending []uint64
 	for id, p := range r.peers {
@@ -324,7 +332,7 @@ func (n *Node) assignRelays(commit uint64) {
 // unrelay feeds standby s directly from now on. probe: what was in flight
 // through its relay may be lost, so raft resends from its Match.
 func (n *Node) unrelay(s uint64, probe bool) {
-	r := &n.loop.relay
+	r := n.loop.relay
 	via, ok := r.via[s]
 	if !ok {
 		return
@@ -342,7 +350,7 @@ func (n *Node) unrelay(s uint64, probe bool) {
 
 // fallBack feeds relayed standby s directly for an election timeout.
 func (n *Node) fallBack(s uint64, p relayPeer, last uint64, why string) {
-	r := &n.loop.relay
+	r := n.loop.relay
 	n.log.Debug("standby fed directly again", slog.Uint64("standby", s), slog.Uint64("relay", r.via[s]), slog.String("why", why))
 	n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
 	r.direct[s] = n.loop.ticks + uint64(n.cfg.ElectionTicks)
@@ -351,8 +359,8 @@ func (n *Node) fallBack(s uint64, p relayPeer, last uint64, why string) {
 // relayDown stops using relay id for an election timeout: its standbys
 // are fed directly.
 func (n *Node) relayDown(id uint64, why string) {
-	r := &n.loop.relay
-	if r.via == nil {
+	r := n.loop.relay
+	if r == nil || r.via == nil {
 		return
 	}
 	r.down[id] = n.loop.ticks + uint64(n.cfg.ElectionTicks)
@@ -372,13 +380,29 @@ func (n *Node) relayDown(id uint64, why string) {
 // relayUnreachable is the transport's report that a message to id could
 // not be sent (on the loop): a relay it concerns is not used for a while.
 func (n *Node) relayUnreachable(id uint64) {
-	if n.loop.relay.load[id] > 0 {
+	if r := n.loop.relay; r != nil && r.load[id] > 0 {
 		n.relayDown(id, "unreachable")
 	}
 }
 
 // relayedBy returns the relay feeding standby id, 0 if none (Status).
-func (n *Node) relayedBy(id uint64) uint64 { return n.loop.relay.via[id] }
+func (n *Node) relayedBy(id uint64) uint64 { return n.loop.relayVia(id) }
+
+// relayVia returns the relay feeding standby id, 0 if none.
+func (l *loopState) relayVia(id uint64) uint64 {
+	if l.relay == nil {
+		return 0
+	}
+	return l.relay.via[id]
+}
+
+// idle reports whether the relay state holds nothing but reused buffers:
+// no standby relayed, none fed directly or avoided for a while, no relay
+// down, no progress tracked. A quiesced node lets such a state go.
+func (r *relayState) idle() bool {
+	return len(r.via) == 0 && len(r.load) == 0 && len(r.direct) == 0 && len(r.down) == 0 &&
+		len(r.mark) == 0 && len(r.keep) == 0 && len(r.avoid) == 0
+}
 
 // sendOut sends a Ready's network messages: directly, except the appends
 // and heartbeats to relayed standbys, which go to their relay in one
@@ -386,14 +410,14 @@ func (n *Node) relayedBy(id uint64) uint64 { return n.loop.relay.via[id] }
 // entry once.
 func (n *Node) sendOut(out []*raftpb.Message) {
 	l := &n.loop
-	r := &l.relay
+	r := l.relay
 	if l.role == RoleLearner && n.answers.route.Load() != nil {
 		if out = n.answersThroughRelay(out); len(out) == 0 {
 			return
 		}
 	}
 	rt, ok := n.tr.(RelayTransport)
-	if !ok || len(r.via) == 0 || l.role != RoleLeader {
+	if !ok || r == nil || len(r.via) == 0 || l.role != RoleLeader {
 		n.tr.Send(out)
 		return
 	}

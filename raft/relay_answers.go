@@ -234,12 +234,12 @@ func (n *Node) flushAnswers() {
 // dropped and counted. It reports whether all were quiet (stepPeer).
 func (n *Node) stepRelayedAnswers(c *raftpb.Message, now time.Time) (quiet bool) {
 	l := &n.loop
-	r := &l.relay
+	r := l.relay // nil: this member relays no standby through anyone
 	relay := c.GetFrom()
 	quiet = true
 	for _, m := range c.Responses {
 		s := m.GetFrom()
-		if !isAnswer(m) || m.GetTo() != n.cfg.ID || l.role != RoleLeader || r.term != l.term || relay == 0 || r.via[s] != relay {
+		if !isAnswer(m) || m.GetTo() != n.cfg.ID || l.role != RoleLeader || r == nil || r.term != l.term || relay == 0 || r.via[s] != relay {
 			n.answers.dropped.Add(1)
 			continue
 		}
@@ -258,8 +258,8 @@ func (n *Node) stepRelayedAnswers(c *raftpb.Message, now time.Time) (quiet bool)
 // answers directly once it applies the same change; what it sent through
 // its relay meanwhile is dropped here, which raft tolerates.
 func (n *Node) relayFollowConfig(cs *raftpb.ConfState) {
-	r := &n.loop.relay
-	if len(r.via) == 0 {
+	r := n.loop.relay
+	if r == nil || len(r.via) == 0 {
 		return
 	}
 	learners := cs.GetLearners()

@@ -182,7 +182,8 @@ func (n *Node) sessionCommand(idx uint64, id requestID, rid RequestID) (answered
 	switch st {
 	case seqNew:
 		s.add(rid.Seq)
-		a.pend = append(a.pend, pendingResult{s: s, seq: rid.Seq, i: len(a.cmds)})
+		b := n.applyBuffers()
+		b.pend = append(b.pend, pendingResult{s: s, seq: rid.Seq, i: len(b.cmds)})
 		s.ack(rid.Acked)
 		return false, nil
 	case seqForgotten:
@@ -229,12 +230,12 @@ type pendingResult struct {
 }
 
 // keepResults stores the results of the session commands just applied.
-func (a *applyState) keepResults(results []Result) {
-	for _, p := range a.pend {
+func (b *applyBufs) keepResults(results []Result) {
+	for _, p := range b.pend {
 		p.s.fill(p.seq, &results[p.i])
 	}
-	clear(a.pend)
-	a.pend = a.pend[:0]
+	clear(b.pend)
+	b.pend = b.pend[:0]
 }
 
 // resultError is a state machine's error as a session keeps it: its

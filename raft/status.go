@@ -171,7 +171,7 @@ func (n *Node) status() Status {
 			if id == n.cfg.ID {
 				continue
 			}
-			heard, viaHost := n.hostHeard(id, l.lastContact[id])
+			heard, viaHost := n.hostHeard(id, l.lastContact.get(id))
 			pp := PeerProgress{
 				Match:           pr.Match,
 				Next:            pr.Next,

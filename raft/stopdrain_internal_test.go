@@ -83,7 +83,7 @@ func TestAppendsPersistedAfterASnapshotSavedAtStop(t *testing.T) {
 		n.live.Store(2)
 		n.sched.enter() // as Start does
 		n.runAppend()
-		<-n.donec // the apply task closed the queued restore's files
+		<-n.Done() // the apply task closed the queued restore's files
 		n.closeOwnScheduler()
 
 		last, err := st.LastIndex()

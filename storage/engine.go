@@ -451,11 +451,7 @@ func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
 	}.withDefaults()
 	s := &Store{
 		e:           e,
-		dir:         e.dir,
-		dbPath:      e.dbPath,
-		snapDir:     e.snapDir,
 		opts:        opts,
-		log:         opts.Logger.With("group", id),
 		logBucket:   logBucketName(id),
 		stateBucket: stateBucketName(id),
 		hs:          &raftpb.HardState{},
@@ -466,7 +462,7 @@ func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
 		return nil, err
 	}
 	s.pruneSnapshots()
-	s.log.Debug("storage group opened", "dir", e.dir, "first", s.dummy+1, "last", s.last,
+	s.logger().Debug("storage group opened", "dir", e.dir, "first", s.dummy+1, "last", s.last,
 		"snapshot", s.snap.GetMetadata().GetIndex(), "tail", len(s.tail.ents))
 	return s, nil
 }

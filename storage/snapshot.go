@@ -142,7 +142,7 @@ func (s *Store) ReceiveSnapshot(snap *raftpb.Snapshot, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	s.log.Debug("received snapshot", "file", got.Name, "size", got.Size)
+	s.logger().Debug("received snapshot", "file", got.Name, "size", got.Size)
 	return nil
 }
 
@@ -164,7 +164,7 @@ func (s *Store) OpenSnapshot(snap *raftpb.Snapshot) (rc io.ReadCloser, size int6
 	if err != nil {
 		return nil, 0, err
 	}
-	path := filepath.Join(s.snapDir, d.Name)
+	path := filepath.Join(s.e.snapDir, d.Name)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("storage: open snapshot: %w", err)
@@ -243,7 +243,7 @@ func (w *hashingWriter) Write(p []byte) (int, error) {
 // temporary file, fsynced, renamed, directory fsynced. If want is given, the
 // contents must match it. On error no file is left behind.
 func (s *Store) writeSnapshotFile(name string, fill func(io.Writer) error, want ...Descriptor) (d Descriptor, err error) {
-	f, err := os.CreateTemp(s.snapDir, name+tmpMarker+"*")
+	f, err := os.CreateTemp(s.e.snapDir, name+tmpMarker+"*")
 	if err != nil {
 		return d, fmt.Errorf("storage: create snapshot file: %w", err)
 	}
@@ -258,14 +258,14 @@ func (s *Store) writeSnapshotFile(name string, fill func(io.Writer) error, want 
 	if err := fill(hw); err != nil {
 		var ce *CorruptError
 		if errors.As(err, &ce) {
-			ce.File = filepath.Join(s.snapDir, name)
+			ce.File = filepath.Join(s.e.snapDir, name)
 			return d, ce
 		}
 		return d, fmt.Errorf("storage: write snapshot %s: %w", name, err)
 	}
 	d = Descriptor{Name: name, Size: hw.n, CRC32C: hw.h.Sum32()}
 	if len(want) > 0 && d != want[0] {
-		return d, &CorruptError{File: filepath.Join(s.snapDir, name),
+		return d, &CorruptError{File: filepath.Join(s.e.snapDir, name),
 			Detail: fmt.Sprintf("received %d bytes with CRC-32C %08x, descriptor says %d bytes with %08x", d.Size, d.CRC32C, want[0].Size, want[0].CRC32C)}
 	}
 	if !s.opts.NoSync {
@@ -276,7 +276,7 @@ func (s *Store) writeSnapshotFile(name string, fill func(io.Writer) error, want 
 	if err := f.Close(); err != nil {
 		return d, fmt.Errorf("storage: close snapshot %s: %w", name, err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.snapDir, name)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(s.e.snapDir, name)); err != nil {
 		return d, fmt.Errorf("storage: rename snapshot %s: %w", name, err)
 	}
 	if err := s.syncDir(); err != nil {
@@ -290,7 +290,7 @@ func (s *Store) syncDir() error {
 	if s.opts.NoSync {
 		return nil
 	}
-	return syncDir(s.snapDir)
+	return syncDir(s.e.snapDir)
 }
 
 // syncDir fsyncs directory dir (a file created, renamed or removed in it
@@ -328,7 +328,7 @@ func (s *Store) checkSnapshotFile() error {
 		return nil
 	}
 	if err := s.checkSnapshotFileFor(s.snap); err != nil {
-		return &CorruptError{File: s.dbPath, Where: string(s.stateBucket) + "/" + string(snapshotKey),
+		return &CorruptError{File: s.e.dbPath, Where: string(s.stateBucket) + "/" + string(snapshotKey),
 			Detail: "recorded snapshot is unusable", Err: err}
 	}
 	return nil
@@ -347,9 +347,9 @@ func (s *Store) pruneSnapshots() {
 // recorded one (received, not yet saved). Caller holds snapMu. Failures are
 // logged: a file left behind is removed at the next pruning.
 func (s *Store) pruneSnapshotsLocked() {
-	des, err := os.ReadDir(s.snapDir)
+	des, err := os.ReadDir(s.e.snapDir)
 	if err != nil {
-		s.log.Warn("prune snapshots", "err", err)
+		s.logger().Warn("prune snapshots", "err", err)
 		return
 	}
 	s.mu.RLock()
@@ -371,11 +371,11 @@ func (s *Store) pruneSnapshotsLocked() {
 		if i < s.opts.KeepSnapshots || f.index >= latest {
 			continue
 		}
-		if err := os.Remove(filepath.Join(s.snapDir, f.name)); err != nil {
-			s.log.Warn("prune snapshot", "file", f.name, "err", err)
+		if err := os.Remove(filepath.Join(s.e.snapDir, f.name)); err != nil {
+			s.logger().Warn("prune snapshot", "file", f.name, "err", err)
 			continue
 		}
-		s.log.Debug("pruned snapshot", "file", f.name)
+		s.logger().Debug("pruned snapshot", "file", f.name)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 func snapFiles(t testing.TB, s *Store) []string {
 	t.Helper()
-	des, err := os.ReadDir(s.snapDir)
+	des, err := os.ReadDir(s.e.snapDir)
 	require.NoError(t, err)
 	var names []string
 	for _, de := range des {
@@ -233,7 +233,7 @@ func TestOpenSnapshotDetectsDamage(t *testing.T) {
 			snap, err := s.CreateSnapshot(2, confState(1), writeBytes(data))
 			require.NoError(t, err)
 			d, _ := ParseDescriptor(snap.GetData())
-			path := filepath.Join(s.snapDir, d.Name)
+			path := filepath.Join(s.e.snapDir, d.Name)
 			damage(path)
 			_, err = readSnapshot(t, s, snap)
 			if name == "removed" {

@@ -59,17 +59,16 @@ type Identity = raftio.Identity
 // A Store is a view of one group in an Engine's data dir: Open makes a data
 // dir's Engine and its one group's Store together (closing the Store closes
 // the Engine); Engine.Group opens one group of many.
+//
+// Its directory, file and logger are its Engine's (a host holds a Store
+// per replica of its many groups).
 type Store struct {
-	e       *Engine
-	owner   bool // Open made e for this Store: Close closes it
-	dir     string
-	dbPath  string
-	snapDir string
-	opts    Options
-	log     *slog.Logger
+	e    *Engine
+	opts Options
 
 	logBucket, stateBucket []byte
 
+	owner  bool // Open made e for this Store: Close closes it
 	closed atomic.Bool
 
 	// snapMu serialises the pruning of snapshot files. It is held for a
@@ -110,6 +109,9 @@ type Store struct {
 
 	m metrics
 }
+
+// logger returns the group's logger (made when it logs: rarely).
+func (s *Store) logger() *slog.Logger { return s.opts.Logger.With("group", s.opts.GroupID) }
 
 // Open opens (creating it if needed) the data dir dir and the group
 // opts.GroupID in it: an Engine of its own with that one group, which the
@@ -158,13 +160,13 @@ func (s *Store) load() error {
 	if fresh {
 		err := s.update(func(tx kvTx) error { return s.e.createGroupBuckets(tx, s.opts.GroupID) })
 		if err != nil {
-			return fmt.Errorf("storage: initialise group %d in %s: %w", s.opts.GroupID, s.dbPath, err)
+			return fmt.Errorf("storage: initialise group %d in %s: %w", s.opts.GroupID, s.e.dbPath, err)
 		}
 	}
 	err = s.view(func(tx kvTx) error {
 		sb := tx.Bucket(s.stateBucket)
 		if sb.Get(removedKey) != nil {
-			return fmt.Errorf("%w: %s (group %d)", ErrRemoved, s.dir, s.opts.GroupID)
+			return fmt.Errorf("%w: %s (group %d)", ErrRemoved, s.e.dir, s.opts.GroupID)
 		}
 		if v := sb.Get(hardStateKey); v != nil {
 			hs, err := decodeHardState(v)
@@ -228,12 +230,12 @@ func (s *Store) loadLog(tx kvTx) error {
 		return nil
 	}
 	if len(k) != 8 || binary.BigEndian.Uint64(k) != s.dummy+1 {
-		return &CorruptError{File: s.dbPath, Where: string(s.logBucket),
+		return &CorruptError{File: s.e.dbPath, Where: string(s.logBucket),
 			Detail: fmt.Sprintf("first key %x, want index %d", k, s.dummy+1)}
 	}
 	k, v := c.Last()
 	if len(k) != 8 || binary.BigEndian.Uint64(k) <= s.dummy {
-		return &CorruptError{File: s.dbPath, Where: string(s.logBucket), Detail: fmt.Sprintf("last key %x", k)}
+		return &CorruptError{File: s.e.dbPath, Where: string(s.logBucket), Detail: fmt.Sprintf("last key %x", k)}
 	}
 	s.last = binary.BigEndian.Uint64(k)
 	// Warm the tail, newest first, within its budget.
@@ -289,7 +291,7 @@ func (s *Store) closeView() {
 }
 
 // Dir returns the data dir the store was opened on.
-func (s *Store) Dir() string { return s.dir }
+func (s *Store) Dir() string { return s.e.dir }
 
 // GroupID returns the group the store holds.
 func (s *Store) GroupID() uint64 { return s.opts.GroupID }
@@ -324,15 +326,15 @@ func (s *Store) commitDone(dur, writeTime time.Duration) {
 }
 
 func (s *Store) corrupt(where, detail string, err error) error {
-	return &CorruptError{File: s.dbPath, Where: where, Detail: detail, Err: err}
+	return &CorruptError{File: s.e.dbPath, Where: where, Detail: detail, Err: err}
 }
 
 func (s *Store) corruptKey(bucket, key []byte, err error) error {
-	return &CorruptError{File: s.dbPath, Where: string(bucket) + "/" + string(key), Err: err}
+	return &CorruptError{File: s.e.dbPath, Where: string(bucket) + "/" + string(key), Err: err}
 }
 
 func (s *Store) corruptIndex(i uint64, err error) error {
-	return &CorruptError{File: s.dbPath, Where: fmt.Sprintf("%s/%016x (entry %d)", s.logBucket, i, i), Err: err}
+	return &CorruptError{File: s.e.dbPath, Where: fmt.Sprintf("%s/%016x (entry %d)", s.logBucket, i, i), Err: err}
 }
 
 func indexKey(buf []byte, i uint64) []byte { return binary.BigEndian.AppendUint64(buf, i) }

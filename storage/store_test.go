@@ -413,7 +413,7 @@ func TestApplySnapshotAndMetrics(t *testing.T) {
 // closed.
 func logKeys(t *testing.T, s *Store) []uint64 {
 	t.Helper()
-	e, err := OpenEngine(s.dir, EngineOptions{Backend: testBackend, NoSync: true})
+	e, err := OpenEngine(s.e.dir, EngineOptions{Backend: testBackend, NoSync: true})
 	require.NoError(t, err)
 	defer e.Close()
 	var keys []uint64

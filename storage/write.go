@@ -462,8 +462,8 @@ func (s *Store) writable() error {
 // fail reports a failed write. Its commit failed, which failed the engine
 // (Engine.fail): no later write of any group is attempted. Caller holds wmu.
 func (s *Store) fail(op string, err error) error {
-	s.log.Debug("storage write failed", "op", op, "err", err) // the engine logs the failure once
-	return fmt.Errorf("storage: %s in %s: %w", op, s.dbPath, err)
+	s.logger().Debug("storage write failed", "op", op, "err", err) // the engine logs the failure once
+	return fmt.Errorf("storage: %s in %s: %w", op, s.e.dbPath, err)
 }
 
 // checkSnapshotFileFor checks that the file snap's descriptor names is in
@@ -477,7 +477,7 @@ func (s *Store) checkSnapshotFileFor(snap *raftpb.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(s.snapDir, d.Name)
+	path := filepath.Join(s.e.snapDir, d.Name)
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("storage: snapshot file for index %d: %w", snap.GetMetadata().GetIndex(), err)

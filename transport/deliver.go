@@ -97,6 +97,9 @@ func (in *inbox) close() {
 }
 
 func (in *inbox) droppedCount() uint64 {
+	if in == nil {
+		return 0
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return in.dropped

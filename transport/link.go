@@ -31,9 +31,9 @@ type flow struct {
 	told uint8
 
 	// Owned by l's writer goroutine.
-	deficit   int       // bytes it may still write in this round (negative: in debt)
-	sentGen   uint64    // the connection its attachment was last written on
-	lastWrite time.Time // for a learner's gathering
+	deficit   int           // bytes it may still write in this round (negative: in debt)
+	sentGen   uint64        // the connection its attachment was last written on
+	lastWrite time.Duration // for a learner's gathering: since the mux started (0: never)
 }
 
 // link is the raft-message connection from this host to the host at addr:

@@ -201,7 +201,7 @@ func (w *linkWriter) serveFlow(f *flow, alone bool) (more bool, err error) {
 		}
 		f.deficit -= w.encode(f, w.batch)
 		clear(w.batch)
-		f.lastWrite = w.now
+		f.lastWrite = max(w.now.Sub(w.l.m.start), 1)
 		if len(w.buf) >= flushSize {
 			if err := w.flush(); err != nil {
 				return false, err
@@ -231,7 +231,7 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 				// Relayed answers for a peer of a previous release: lost
 				// (a relay takes answers only when its link to the
 				// leader's host carries them; raft tolerates the loss).
-				p.c.dropVersion.Add(1)
+				p.c.more().dropVersion.Add(1)
 				continue
 			}
 			if w.c.reply.Version < wire.RelayVersion {
@@ -239,7 +239,7 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 				// relay frame: the envelope is lost, and the member
 				// reported unreachable, so that the leader feeds its
 				// standbys directly (the relay is marked down).
-				p.c.dropVersion.Add(1)
+				p.c.more().dropVersion.Add(1)
 				p.t.markUnreachable(p.id)
 				continue
 			}
@@ -249,7 +249,7 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 		}
 		switch {
 		case err != nil:
-			p.c.dropLarge.Add(1)
+			p.c.more().dropLarge.Add(1)
 			p.t.logOnce(p.id, "encode", "cannot encode message", "type", m.GetType().String(), "err", err)
 			continue
 		case len(w.buf)-at-wire.HeaderSize > maxFrame:
@@ -300,7 +300,7 @@ func (w *linkWriter) flush() error {
 	_, err := w.c.Write(w.buf)
 	for _, s := range w.pending {
 		if err != nil {
-			s.f.p.c.dropDown.Add(uint64(s.msgs))
+			s.f.p.c.more().dropDown.Add(uint64(s.msgs))
 			continue
 		}
 		s.f.p.c.msgsSent.Add(uint64(s.msgs))
@@ -327,5 +327,8 @@ func (f *flow) gatherFor(now time.Time) time.Duration {
 	if !gather {
 		return 0
 	}
-	return delay - now.Sub(f.lastWrite)
+	if f.lastWrite == 0 {
+		return 0 // never written
+	}
+	return delay - (now.Sub(f.l.m.start) - f.lastWrite)
 }

@@ -29,7 +29,7 @@ type peer struct {
 	// inc is the peer's incarnation as recorded (SetPeerIncarnation), 0
 	// while unknown: what it presents must match (wiped).
 	inc atomic.Uint64
-	c   *peerCounters
+	c   peerCounters
 
 	// routeMu serializes the peer's moves between host links (reroute):
 	// each leaves the link the one before it joined, so that the peer has
@@ -38,32 +38,34 @@ type peer struct {
 
 	// mu guards the fields below; never held during I/O or Handler calls,
 	// and never while taking a link's or the mux's lock.
-	mu         sync.Mutex
-	recorded   string // the address the node gave (AddPeer, UpdatePeer)
-	owner      uint64 // the host ID that first spoke for the member on this host's links (identity.go); 0: none yet
-	addr       string // where it is dialed: recorded, through the mux's address book
-	flow       *flow  // where its messages go now: host (or its fallback stream); nil once stopped
-	host       *flow  // its flow on the host link of addr
-	urgent     bool   // the queue holds a message a learner must get at once
-	idle       bool   // its group quiesced (DropCaches): the queue's buffer goes once drained
-	down       bool   // the link is down or the attachment refused: Send drops rather than queue
-	queue      []*raftpb.Message
-	head       int                    // queue[head:] is queued
-	queueBytes int64                  // of queue[head:]
-	retry      *time.Timer            // re-attaches after a refusal
-	bo         backoff                // between re-attachments
-	inbound    map[net.Conn]wire.Kind // nil: none
-	inLinks    []*inLink              // inbound host links it is admitted on (usually one)
-	snapping   bool                   // a snapshot to this peer is in flight
-	snapProg   *SnapshotProgress      // its progress (nil: none)
-	stopped    bool
-	// ops are its requests and snapshots in flight, canceled by stop.
-	ops opSet
+	mu       sync.Mutex
+	recorded string // the address the node gave (AddPeer, UpdatePeer)
+	owner    uint64 // the host ID that first spoke for the member on this host's links (identity.go); 0: none yet
+	addr     string // where it is dialed: recorded, through the mux's address book
+	flow     *flow  // where its messages go now: host (or its fallback stream); nil once stopped
+	host     *flow  // its flow on the host link of addr
+	urgent   bool   // the queue holds a message a learner must get at once
+	idle     bool   // its group quiesced (DropCaches): the queue's buffer goes once drained
+	down     bool   // the link is down or the attachment refused: Send drops rather than queue
+	snapping bool   // a snapshot to this peer is in flight
+	stopped  bool
 	// hostRefused: its attachment on the host link was refused since it
 	// was last accepted (HostContact then knows nothing of the member).
 	hostRefused bool
+	queue       []*raftpb.Message
+	head        int                    // queue[head:] is queued
+	queueBytes  int64                  // of queue[head:]
+	retry       *time.Timer            // re-attaches after a refusal
+	boCur       time.Duration          // the backoff between re-attachments (its bounds are the Config's)
+	inbound     map[net.Conn]wire.Kind // nil: none
+	inLinks     []*inLink              // inbound host links it is admitted on (usually one)
+	snapProg    *SnapshotProgress      // progress of the snapshot in flight (nil: none)
+	// ops are its requests and snapshots in flight, canceled by stop.
+	ops opSet
 
-	largeLog rateLog // messages too large for the peer, logged at warning level
+	// largeAt is when a message too large for the peer was last logged at
+	// warning level (Unix nanoseconds; 0: never).
+	largeAt atomic.Int64
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -72,8 +74,6 @@ func newPeer(t *Transport, id uint64, addr string) *peer {
 		id:       id,
 		recorded: addr,
 		addr:     t.mux.resolve(0, addr),
-		c:        newPeerCounters(),
-		bo:       backoff{min: t.cfg.MinBackoff, max: t.cfg.MaxBackoff},
 	}
 	return p
 }
@@ -193,7 +193,7 @@ func (p *peer) enqueue(m *raftpb.Message) {
 	f := p.flow
 	if p.down || p.stopped || f == nil {
 		p.mu.Unlock()
-		p.c.dropDown.Add(1)
+		p.c.more().dropDown.Add(1)
 		p.t.markUnreachable(p.id)
 		return
 	}
@@ -205,7 +205,7 @@ func (p *peer) enqueue(m *raftpb.Message) {
 	n := len(p.queue) - p.head
 	if n >= p.t.cfg.MaxQueueMessages || (n > 0 && p.queueBytes+size > budget) {
 		p.mu.Unlock()
-		p.c.dropFull.Add(1)
+		p.c.more().dropFull.Add(1)
 		p.t.markUnreachable(p.id)
 		return
 	}
@@ -275,13 +275,14 @@ func (p *peer) take(f *flow, limit int, dst []*raftpb.Message) (out []*raftpb.Me
 // refusalLogInterval, so that a group whose appends never reach a peer
 // (raft resends them, and they are dropped again) is not silent.
 func (p *peer) tooLarge(m *raftpb.Message, size, limit int) {
-	n := p.c.dropLarge.Add(1)
+	n := p.c.more().dropLarge.Add(1)
 	msg := "message larger than the frame limit dropped; raft resends it, and it is dropped again: raise MaxFrameSize (on every host) or write smaller entries"
 	args := []any{"peer", p.hexID(), "type", m.GetType().String(), "bytes", size, "limit", limit, "dropped_too_large", n}
 	if limit < p.t.cfg.MaxFrameSize {
 		args = append(args, "detail", "the limit is the peer host's MaxFrameSize, smaller than this member's")
 	}
-	if p.largeLog.allow("too_large", time.Now()) {
+	now := time.Now()
+	if last := p.largeAt.Load(); (last == 0 || now.Sub(time.Unix(0, last)) >= refusalLogInterval) && p.largeAt.CompareAndSwap(last, now.UnixNano()) {
 		p.t.log.Warn(msg, args...)
 		return
 	}
@@ -324,7 +325,9 @@ func (p *peer) dropQueue(down bool) {
 		p.down = false
 	}
 	p.mu.Unlock()
-	p.c.dropDown.Add(uint64(dropped))
+	if dropped > 0 {
+		p.c.more().dropDown.Add(uint64(dropped))
+	}
 }
 
 // linkUp is called when f's link connected: the peer may queue again (its
@@ -350,7 +353,7 @@ func (p *peer) linkDown(f *flow, dialFailed bool) {
 		return
 	}
 	if dialFailed {
-		p.c.dialFailures.Add(1)
+		p.c.more().dialFailures.Add(1)
 	}
 	p.dropQueue(true)
 	p.c.connected.Store(false)
@@ -372,15 +375,19 @@ func (p *peer) accepted(f *flow, addr string) {
 	if p.retry != nil {
 		p.retry.Stop()
 	}
-	p.bo.reset()
+	p.boCur = 0
 	p.mu.Unlock()
 	p.c.dials.Add(1)
 	p.c.connected.Store(true)
-	p.c.lastRefusal.Store(nil) // a refusal before this connection is stale
-	if p.c.dials.Load() > 1 || p.c.dialFailures.Load() > 0 {
+	if r := p.c.rare.Load(); r != nil {
+		r.lastRefusal.Store(nil) // a refusal before this connection is stale
+	}
+	if p.c.dials.Load() > 1 || p.c.read().dialFailures.Load() > 0 {
 		p.t.log.Info("connected to peer", "peer", p.hexID(), "addr", addr)
 	}
-	p.t.logged.Delete(logKey{p.id, "unreachable"})
+	if r := p.t.rare.Load(); r != nil {
+		r.logged.Delete(logKey{p.id, "unreachable"})
+	}
 }
 
 // refused is called when the peer refused f's attachment (or hello), or
@@ -402,7 +409,10 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 		}
 		l := f.l
 		var t *time.Timer
-		t = time.AfterFunc(p.bo.next(), func() {
+		bo := backoff{min: p.t.cfg.MinBackoff, max: p.t.cfg.MaxBackoff, cur: p.boCur}
+		wait := bo.next()
+		p.boCur = bo.cur
+		t = time.AfterFunc(wait, func() {
 			p.mu.Lock()
 			if p.retry == t {
 				p.retry = nil // fired: an idle peer keeps no timer
@@ -415,9 +425,9 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 	p.mu.Unlock()
 	p.dropQueue(true)
 	p.c.connected.Store(false)
-	p.c.dialFailures.Add(1)
-	p.c.refusals.Add(1)
-	p.c.lastRefusal.Store(&re.Reason)
+	p.c.more().dialFailures.Add(1)
+	p.c.more().refusals.Add(1)
+	p.c.more().lastRefusal.Store(&re.Reason)
 	p.t.markUnreachable(p.id)
 	if p.t.ownMux {
 		p.t.logOnce(p.id, re.Reason, "peer refused our connection", "addr", re.Addr, "detail", re.Detail)
@@ -463,15 +473,15 @@ func (p *peer) stats() PeerStats {
 	}
 	f := p.flow
 	p.mu.Unlock()
-	c := p.c
+	c, r := &p.c, p.c.read()
 	s.Connected = c.connected.Load()
 	s.MessagesSent, s.BytesSent = c.msgsSent.Load(), c.bytesSent.Load()
 	s.MessagesReceived, s.BytesReceived = c.msgsRecv.Load(), c.bytesRecv.Load()
-	s.DroppedQueueFull, s.DroppedDisconnected, s.DroppedTooLarge = c.dropFull.Load(), c.dropDown.Load(), c.dropLarge.Load()
-	s.DroppedOldVersion = c.dropVersion.Load()
-	s.Dials, s.DialFailures, s.Refusals = c.dials.Load(), c.dialFailures.Load(), c.refusals.Load()
-	if r := c.lastRefusal.Load(); r != nil {
-		s.LastRefusal = *r
+	s.DroppedQueueFull, s.DroppedDisconnected, s.DroppedTooLarge = r.dropFull.Load(), r.dropDown.Load(), r.dropLarge.Load()
+	s.DroppedOldVersion = r.dropVersion.Load()
+	s.Dials, s.DialFailures, s.Refusals = c.dials.Load(), r.dialFailures.Load(), r.refusals.Load()
+	if lr := r.lastRefusal.Load(); lr != nil {
+		s.LastRefusal = *lr
 	}
 	if f != nil {
 		s.RTT = time.Duration(f.l.rtt.Load())
@@ -479,9 +489,9 @@ func (p *peer) stats() PeerStats {
 	} else {
 		s.RTTHistory = emptyHistogram(rttBounds)
 	}
-	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = c.snapsSent.Load(), c.snapsFailed.Load(), c.snapsRecv.Load()
-	s.SnapshotBytesSent, s.SnapshotBytesReceived = c.snapBytesSent.Load(), c.snapBytesRecv.Load()
-	s.SnapshotSendDuration = c.snapHist.snapshot()
+	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = r.snapsSent.Load(), r.snapsFailed.Load(), r.snapsRecv.Load()
+	s.SnapshotBytesSent, s.SnapshotBytesReceived = r.snapBytesSent.Load(), r.snapBytesRecv.Load()
+	s.SnapshotSendDuration = r.snapHist.snapshot()
 	s.SnapshotInFlight = p.snapshotProgress()
 	return s
 }

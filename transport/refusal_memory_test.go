@@ -13,12 +13,12 @@ import (
 // loggedEntries counts what the transport remembers about logged reasons.
 func (t *Transport) loggedEntries() int {
 	n := 0
-	t.logged.Range(func(any, any) bool { n++; return true })
-	t.refusalLog.mu.Lock()
-	for e := t.refusalLog.last; e != nil; e = e.next {
+	t.more().logged.Range(func(any, any) bool { n++; return true })
+	t.more().refusalLog.mu.Lock()
+	for e := t.more().refusalLog.last; e != nil; e = e.next {
 		n++
 	}
-	t.refusalLog.mu.Unlock()
+	t.more().refusalLog.mu.Unlock()
 	return n
 }
 
@@ -68,7 +68,7 @@ func TestRefusedHellosLeaveMemoryBounded(t *testing.T) {
 	if err := helloOnce(addr, h, wire.CodeClusterMismatch); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := tr.logged.Load(logKey{1, "refused_" + ReasonClusterMismatch}); !ok {
+	if _, ok := tr.more().logged.Load(logKey{1, "refused_" + ReasonClusterMismatch}); !ok {
 		t.Fatal("the refusal of known member 1 is not remembered as logged")
 	}
 }

@@ -13,7 +13,7 @@ func TestRefusalForgottenOnceConnected(t *testing.T) {
 	b := newTestTransport(t, 2, hb)
 	a.AddPeer(2, b.Addr().String()) // b does not know a yet
 	a.Send(appMsgs(1, 2))
-	waitFor(t, "a refused as unknown", func() bool { return a.peer(2).c.lastRefusal.Load() != nil })
+	waitFor(t, "a refused as unknown", func() bool { return a.peer(2).c.read().lastRefusal.Load() != nil })
 	b.AddPeer(1, a.Addr().String())
 	waitFor(t, "a connected", func() bool {
 		a.Send(appMsgs(1, 2))

@@ -24,7 +24,7 @@ type RelayHandler interface {
 func (t *Transport) SendRelay(to uint64, env *raftio.RelayEnvelope) {
 	p := t.peer(to)
 	if p == nil || len(env.Msgs) == 0 {
-		t.droppedUnknown.Add(1)
+		t.more().droppedUnknown.Add(1)
 		return
 	}
 	p.enqueue(wire.RelayCarrier(t.cfg.ID, to, env))
@@ -46,7 +46,7 @@ func (t *Transport) deliverRelayed(msgs []*raftpb.Message) {
 		rh, ok := t.handler.(RelayHandler)
 		env, err := wire.RelayEnvelopeOf(m)
 		if !ok || err != nil {
-			t.droppedRelay.Add(1)
+			t.more().droppedRelay.Add(1)
 			continue
 		}
 		t.hmu.RLock()

@@ -111,7 +111,7 @@ func (t *Transport) logRefusal(h wire.Hello, reason, remote, why string) {
 		return
 	}
 	args = append(args, "claimed_sender", fmt.Sprintf("%x", h.From), "reason", "refused_"+reason)
-	if !t.refusalLog.allow(reason, time.Now()) {
+	if !t.more().refusalLog.allow(reason, time.Now()) {
 		t.log.Debug(msg, args...)
 		return
 	}

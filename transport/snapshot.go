@@ -21,7 +21,7 @@ func (p *peer) sendSnapshot(m *raftpb.Message) {
 	p.mu.Lock()
 	if p.snapping || p.stopped {
 		p.mu.Unlock()
-		p.c.dropFull.Add(1)
+		p.c.more().dropFull.Add(1)
 		return
 	}
 	p.snapping = true
@@ -44,11 +44,11 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 		return // removed, or the transport is closing: raft no longer cares
 	}
 	if err != nil {
-		p.c.snapsFailed.Add(1)
+		p.c.more().snapsFailed.Add(1)
 		var re *RefusedError
 		if errors.As(err, &re) {
-			p.c.refusals.Add(1)
-			p.c.lastRefusal.Store(&re.Reason)
+			p.c.more().refusals.Add(1)
+			p.c.more().lastRefusal.Store(&re.Reason)
 			p.t.logOnce(p.id, re.Reason, "peer refused our snapshot", "detail", re.Detail)
 			if !errors.Is(err, ErrBusy) {
 				p.t.handler.ReportRefused(p.id, err)
@@ -60,9 +60,9 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 		return
 	}
 	d := time.Since(start)
-	p.c.snapsSent.Add(1)
-	p.c.snapBytesSent.Add(uint64(size))
-	p.c.snapHist.observe(d)
+	p.c.more().snapsSent.Add(1)
+	p.c.more().snapBytesSent.Add(uint64(size))
+	p.c.more().snapHist.observe(d)
 	p.t.log.Info("snapshot sent", "peer", p.hexID(), "index", m.GetSnapshot().GetMetadata().GetIndex(), "bytes", size, "duration", d)
 	p.t.handler.ReportSnapshot(p.id, raft.SnapshotFinish)
 }
@@ -241,8 +241,8 @@ func (t *Transport) receiveSnapshot(a *accepted) error {
 		}
 		return err
 	}
-	a.peer.c.snapsRecv.Add(1)
-	a.peer.c.snapBytesRecv.Add(size)
+	a.peer.c.more().snapsRecv.Add(1)
+	a.peer.c.more().snapBytesRecv.Add(size)
 	t.log.Info("snapshot received", "peer", fmt.Sprintf("%x", a.hello.From), "index", m.GetSnapshot().GetMetadata().GetIndex(), "bytes", size, "duration", time.Since(start))
 	t.handler.Process(m)
 	_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))

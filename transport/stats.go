@@ -136,21 +136,48 @@ func (h *histogram) snapshot() Histogram {
 	return out
 }
 
-// peerCounters are one peer's counters, updated without locks.
+// peerCounters are one peer's counters, updated without locks: those of
+// every message and connection in the peer, the rare ones (drops,
+// failures, refusals, snapshots) made with the first of them, so that the
+// peers of a host's many idle groups hold none.
 type peerCounters struct {
 	msgsSent, bytesSent, msgsRecv, bytesRecv atomic.Uint64
-	dropFull, dropDown, dropLarge            atomic.Uint64
-	dropVersion                              atomic.Uint64
-	dials, dialFailures, refusals            atomic.Uint64
-	snapsSent, snapsFailed, snapsRecv        atomic.Uint64
-	snapBytesSent, snapBytesRecv             atomic.Uint64
-	lastRefusal                              atomic.Pointer[string]
-	snapHist                                 lazyHistogram // snapshots are rare: allocated with the first
+	dials                                    atomic.Uint64
+	rare                                     atomic.Pointer[rareCounters]
 	connected                                atomic.Bool
 }
 
-func newPeerCounters() *peerCounters {
-	return &peerCounters{snapHist: lazyHistogram{bounds: snapshotBounds}}
+// rareCounters are a peer's counters of what a healthy peer rarely does.
+type rareCounters struct {
+	dropFull, dropDown, dropLarge     atomic.Uint64
+	dropVersion                       atomic.Uint64
+	dialFailures, refusals            atomic.Uint64
+	snapsSent, snapsFailed, snapsRecv atomic.Uint64
+	snapBytesSent, snapBytesRecv      atomic.Uint64
+	lastRefusal                       atomic.Pointer[string]
+	snapHist                          lazyHistogram // allocated with the first snapshot
+}
+
+// noRareCounters are the rare counters of a peer that has none yet: read,
+// never written.
+var noRareCounters = rareCounters{snapHist: lazyHistogram{bounds: snapshotBounds}}
+
+// more returns the peer's rare counters, made with the first.
+func (c *peerCounters) more() *rareCounters {
+	if r := c.rare.Load(); r != nil {
+		return r
+	}
+	c.rare.CompareAndSwap(nil, &rareCounters{snapHist: lazyHistogram{bounds: snapshotBounds}})
+	return c.rare.Load()
+}
+
+// read returns the peer's rare counters for reading (all zero if none
+// were made).
+func (c *peerCounters) read() *rareCounters {
+	if r := c.rare.Load(); r != nil {
+		return r
+	}
+	return &noRareCounters
 }
 
 // lazyHistogram is a histogram allocated with its first observation.

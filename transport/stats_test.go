@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 func TestHistogram(t *testing.T) {
@@ -39,5 +41,35 @@ func TestBackoff(t *testing.T) {
 	b.reset()
 	if d := b.next(); d > 100*time.Millisecond {
 		t.Fatalf("after reset: %v", d)
+	}
+}
+
+// TestHealthyPeerHoldsNoRareCounters: peers that only exchange messages
+// hold none of the counters of drops, failures, refusals and snapshots
+// (each peer of a host's many idle groups carried them all); the first
+// drop makes them, and Stats counts it.
+func TestHealthyPeerHoldsNoRareCounters(t *testing.T) {
+	ha, hb := &fakeHandler{}, &fakeHandler{}
+	a := newTestTransport(t, 1, ha)
+	b := newTestTransport(t, 2, hb)
+	connect(a, b)
+	a.Send([]*raftpb.Message{heartbeat(1, 2)})
+	waitFor(t, "b receives the heartbeat", func() bool { return hb.count() == 1 })
+	b.Send([]*raftpb.Message{heartbeat(2, 1)})
+	waitFor(t, "a receives the heartbeat", func() bool { return ha.count() == 1 })
+	if a.peer(2).c.rare.Load() != nil || b.peer(1).c.rare.Load() != nil {
+		t.Fatal("a peer that only exchanged messages holds the rare counters")
+	}
+	if s := a.Stats().Peers[0]; s.MessagesSent != 1 || s.MessagesReceived != 1 || s.DroppedDisconnected != 0 || s.SnapshotSendDuration.Count != 0 {
+		t.Fatalf("a's stats of b: %+v", s)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sendUntil(t, a, []*raftpb.Message{heartbeat(1, 2)}, "a drop counted", func() bool {
+		return a.Stats().Peers[0].DroppedDisconnected > 0
+	})
+	if a.peer(2).c.rare.Load() == nil {
+		t.Fatal("a drop was counted without the rare counters")
 	}
 }

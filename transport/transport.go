@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -58,18 +57,29 @@ type Transport struct {
 	snapRecv chan struct{} // semaphore: snapshots being received
 
 	events events // reports to the Handler, on a goroutine of their own
-	inbox  inbox  // received messages for a Handler that is no BatchHandler
+	inbox  *inbox // received messages for a Handler that is no BatchHandler (nil for one)
 
 	// hmu makes Close wait for a BatchHandler call of a host link's reader
 	// in progress; hclosed stops new ones.
 	hmu     sync.RWMutex
 	hclosed bool
 
-	// Counters not tied to a peer.
+	// Counters not tied to a peer (refusals and connection errors are
+	// common as a host's groups start: those of rare events are in rare).
+	refused    reasonCounter
+	connErrors reasonCounter
+
+	// rare holds the counters of rare drops and the memory of what was
+	// logged: made with the first, so that the transports of a host's
+	// many groups hold none.
+	rare atomic.Pointer[transportRare]
+}
+
+// transportRare is what a Transport counts and remembers of what rarely
+// happens (see Transport.rare).
+type transportRare struct {
 	droppedUnknown atomic.Uint64
 	droppedRelay   atomic.Uint64 // relay envelopes for a Handler that takes none
-	refused        reasonCounter
-	connErrors     reasonCounter
 
 	// logged holds the (peer, reason) pairs already logged at warning
 	// level; peer is 0 or a member the node told this transport of (a peer
@@ -77,7 +87,24 @@ type Transport struct {
 	// logRefusal): its size is bounded by the membership's history.
 	logged     sync.Map
 	refusalLog rateLog // refusals of senders that are not known members
-	start      time.Time
+}
+
+// more returns the transport's rare counters and logs, made with the
+// first.
+func (t *Transport) more() *transportRare {
+	if r := t.rare.Load(); r != nil {
+		return r
+	}
+	t.rare.CompareAndSwap(nil, new(transportRare))
+	return t.rare.Load()
+}
+
+// droppedUnknownCount returns the messages dropped for unknown peers.
+func (t *Transport) droppedUnknownCount() uint64 {
+	if r := t.rare.Load(); r != nil {
+		return r.droppedUnknown.Load()
+	}
+	return 0
 }
 
 // New validates cfg, starts listening (on cfg.ListenAddr if cfg.Listener is
@@ -91,20 +118,24 @@ func New(cfg Config) (*Transport, error) {
 	}
 	cfg = cfg.WithDefaults()
 	t := &Transport{
-		cfg:      cfg,
-		log:      cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
-		handler:  cfg.Handler,
-		mux:      cfg.Mux,
-		snapSend: newSlots(cfg.MaxConcurrentSnapshots),
-		snapRate: snapshotLimiter(cfg),
-		snapRecv: make(chan struct{}, cfg.MaxConcurrentSnapshots),
-		start:    time.Now(),
+		cfg:     cfg,
+		log:     cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
+		handler: cfg.Handler,
+		mux:     cfg.Mux,
+	}
+	if _, ok := cfg.Handler.(BatchHandler); !ok {
+		t.inbox = new(inbox)
 	}
 	t.cluster.Store(cfg.ClusterID)
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
 	t.peers.Store(&peerList{})
-	if t.mux == nil {
+	if t.mux != nil {
+		// A host's groups share its snapshot budget.
+		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
+	} else {
+		t.snapSend, t.snapRate = newSlots(cfg.MaxConcurrentSnapshots), snapshotLimiter(cfg)
+		t.snapRecv = make(chan struct{}, cfg.MaxConcurrentSnapshots)
 		mux, err := newMux(MuxConfig{
 			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
 			HandshakeTimeout: cfg.HandshakeTimeout, DialTimeout: cfg.DialTimeout,
@@ -126,10 +157,6 @@ func New(cfg Config) (*Transport, error) {
 			t.AddPeer(id, addr)
 			t.SetPeerIncarnation(id, cfg.PeerIncarnations[id])
 		}
-	}
-	if !t.ownMux {
-		// A host's groups share its snapshot budget.
-		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
 	}
 	if err := t.mux.register(t); err != nil {
 		_ = t.Close()
@@ -211,7 +238,9 @@ func (t *Transport) Close() error {
 	t.closing.Store(true)
 	t.calls.stop(&t.mu)
 	t.events.close()
-	t.inbox.close()
+	if t.inbox != nil {
+		t.inbox.close()
+	}
 	t.mux.unregister(t)
 	// On a shared mux, the host goes on without the group: the peers hosts'
 	// attachments for it are revoked, as a new attempt would be refused. A
@@ -432,7 +461,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		p := peers.get(m.GetTo())
 		if p == nil {
-			t.droppedUnknown.Add(1)
+			t.more().droppedUnknown.Add(1)
 			if m.GetType() == raftpb.MsgSnap {
 				to := m.GetTo()
 				t.goTracked(func() { t.handler.ReportSnapshot(to, raft.SnapshotFailure) })
@@ -451,7 +480,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 func (t *Transport) Stats() Stats {
 	peers := *t.peers.Load()
 	s := Stats{
-		DroppedUnknownPeer:      t.droppedUnknown.Load(),
+		DroppedUnknownPeer:      t.droppedUnknownCount(),
 		DroppedReceiveQueueFull: t.inbox.droppedCount(),
 		Refused:                 t.refused.snapshot(),
 		ConnErrors:              t.connErrors.snapshot(),
@@ -477,7 +506,7 @@ func (t *Transport) Stats() Stats {
 // few seconds does not flood the log.
 func (t *Transport) logOnce(peer uint64, reason, msg string, args ...any) {
 	args = append(args, "peer", fmt.Sprintf("%x", peer), "reason", reason)
-	if _, seen := t.logged.LoadOrStore(logKey{peer, reason}, true); seen {
+	if _, seen := t.more().logged.LoadOrStore(logKey{peer, reason}, true); seen {
 		t.log.Debug(msg, args...)
 		return
 	}
@@ -499,7 +528,7 @@ func (t *Transport) Refusal(id uint64) string {
 	if p == nil || p.c.connected.Load() {
 		return ""
 	}
-	if r := p.c.lastRefusal.Load(); r != nil {
+	if r := p.c.read().lastRefusal.Load(); r != nil {
 		return *r
 	}
 	return ""
