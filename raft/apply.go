@@ -72,9 +72,8 @@ type applyState struct {
 	sessions sessionTable
 	snap     snapState
 	// onLoop: this turn runs on the loop's worker (onloop.go), which
-	// steps the answers itself after it.
-	onLoop  bool
-	answers []*raftpb.Message
+	// steps the answers (left in its buffers) itself after it.
+	onLoop bool
 	// bufs are the reused buffers of a batch (nil: none yet, or let go
 	// while quiesced: applyIdle).
 	bufs *applyBufs
@@ -297,7 +296,8 @@ func (n *Node) applyEntries(t applyTask) error {
 	if a.onLoop {
 		// The loop steps the answers after this turn, and a snapshot is
 		// left to the apply workers.
-		a.answers = append(a.answers, t.msg.GetResponses()...)
+		b := n.loop.buffers() // on the loop's goroutine
+		b.answers = append(b.answers, t.msg.GetResponses()...)
 		if n.snapshotMayBeDue() {
 			n.wakeSnapshots()
 		}

@@ -128,10 +128,6 @@ func (n *Node) applyOnLoopOnce() {
 	a.onLoop = true
 	defer func() {
 		a.onLoop = false
-		b := n.loop.buffers()
-		b.answers = append(b.answers, a.answers...)
-		clear(a.answers)
-		a.answers = a.answers[:0]
 		if r := recover(); r != nil {
 			n.fail("applying committed entries", panicError(r))
 		}

@@ -109,9 +109,18 @@ type quiesceState struct {
 	after uint64
 	cause wakeCause
 	from  uint64
-	// woken counts this node's wakes by cause, last the latest (Status).
-	woken [numWakeCauses]uint64
+	// woken counts this node's wakes by cause (made with the first),
+	// last the latest (Status).
+	woken *[numWakeCauses]uint64
 	last  wakeCause
+}
+
+// wakeCounts returns the node's wakes by cause (zero before the first).
+func (q *quiesceState) wakeCounts() [numWakeCauses]uint64 {
+	if q.woken == nil {
+		return [numWakeCauses]uint64{}
+	}
+	return *q.woken
 }
 
 // stir notes something that is not idle: it wakes a quiesced node at the
@@ -330,6 +339,9 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 	n.quietLeader.Store(0)
 	n.sched.quiesced.Add(-1)
 	n.sched.woken[cause].Add(1)
+	if q.woken == nil {
+		q.woken = new([numWakeCauses]uint64)
+	}
 	q.woken[cause]++
 	q.last = cause
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)

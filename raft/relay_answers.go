@@ -35,6 +35,15 @@ type relayAnswers struct {
 	// learner is whether this member is a learner (its role, as the loop
 	// set it): the append task sends answers too.
 	learner atomic.Bool
+	// box is the rest, made with the first answer this member hands on
+	// as a relay or steps as a leader (most members of a host's many
+	// groups never do: the Node stays in its size class).
+	box atomic.Pointer[answerBox]
+}
+
+// answerBox is a relay's and a leader's side of the answers that travel
+// through relays.
+type answerBox struct {
 	// handedOn counts the standbys' answers this member handed on as a
 	// relay; stepped and dropped the relayed answers this member stepped
 	// as leader, and those it dropped (not from the relay of their
@@ -48,6 +57,23 @@ type relayAnswers struct {
 	outbox   []*raftpb.Message
 	flushing bool
 	flush    func() // flushAnswers, bound once
+}
+
+// answerBox returns the box, made if there is none yet.
+func (a *relayAnswers) answerBox() *answerBox {
+	if b := a.box.Load(); b != nil {
+		return b
+	}
+	a.box.CompareAndSwap(nil, new(answerBox))
+	return a.box.Load()
+}
+
+// counts returns the handed-on, stepped and dropped counts (Status).
+func (a *relayAnswers) counts() (handedOn, stepped, dropped uint64) {
+	if b := a.box.Load(); b != nil {
+		return b.handedOn.Load(), b.stepped.Load(), b.dropped.Load()
+	}
+	return 0, 0, 0
 }
 
 // answerEnvelope is a standby's envelope of answers with room for one (a
@@ -174,7 +200,7 @@ func (n *Node) handOnAnswers(answers []*raftpb.Message) {
 	if !n.running.Load() || n.stopped() {
 		return
 	}
-	a := &n.answers
+	a := n.answers.answerBox()
 	a.mu.Lock()
 	room := maxAnswerOutbox - len(a.outbox)
 	answers = answers[:min(len(answers), max(room, 0))]
@@ -193,7 +219,7 @@ func (n *Node) handOnAnswers(answers []*raftpb.Message) {
 
 // flushAnswers hands on the answers queued by handOnAnswers.
 func (n *Node) flushAnswers() {
-	a := &n.answers
+	a := n.answers.answerBox()
 	a.mu.Lock()
 	answers := a.outbox
 	a.outbox, a.flushing = nil, false
@@ -221,7 +247,7 @@ func (n *Node) flushAnswers() {
 				}
 			}
 		}
-		n.answers.handedOn.Add(uint64(len(msgs)))
+		n.answers.answerBox().handedOn.Add(uint64(len(msgs)))
 		rt.SendRelay(to, &RelayEnvelope{Msgs: msgs, Counts: zeroCounts(len(msgs))})
 		answers = rest
 	}
@@ -240,10 +266,10 @@ func (n *Node) stepRelayedAnswers(c *raftpb.Message, now time.Time) (quiet bool)
 	for _, m := range c.Responses {
 		s := m.GetFrom()
 		if !isAnswer(m) || m.GetTo() != n.cfg.ID || l.role != RoleLeader || r == nil || r.term != l.term || relay == 0 || r.via[s] != relay {
-			n.answers.dropped.Add(1)
+			n.answers.answerBox().dropped.Add(1)
 			continue
 		}
-		n.answers.stepped.Add(1)
+		n.answers.answerBox().stepped.Add(1)
 		if !n.stepPeer(m, now) {
 			quiet = false
 		}

@@ -130,29 +130,27 @@ func (n *Node) status() Status {
 	last := l.ms.lastIndex
 	cfg := confchange.ConfigFromTracker(rs.Config)
 	st := Status{
-		ID:                    n.cfg.ID,
-		Role:                  l.role,
-		Term:                  rs.GetTerm(),
-		Leader:                rs.Lead,
-		Commit:                rs.GetCommit(),
-		Applied:               n.applied.get(),
-		Voters:                cfg.Voters,
-		VotersOutgoing:        cfg.VotersOutgoing,
-		Learners:              cfg.Learners,
-		LearnersNext:          cfg.LearnersNext,
-		EventsDropped:         n.events.dropped.Load(),
-		PeerMessagesDropped:   n.recv.droppedCount(),
-		HostLivenessReports:   n.hostReports.Load(),
-		Quiesced:              l.q.on,
-		RelayedOn:             n.relayedOn.Load(),
-		AnswersHandedOn:       n.answers.handedOn.Load(),
-		RelayedAnswers:        n.answers.stepped.Load(),
-		RelayedAnswersDropped: n.answers.dropped.Load(),
+		ID:                  n.cfg.ID,
+		Role:                l.role,
+		Term:                rs.GetTerm(),
+		Leader:              rs.Lead,
+		Commit:              rs.GetCommit(),
+		Applied:             n.applied.get(),
+		Voters:              cfg.Voters,
+		VotersOutgoing:      cfg.VotersOutgoing,
+		Learners:            cfg.Learners,
+		LearnersNext:        cfg.LearnersNext,
+		EventsDropped:       n.events.dropped.Load(),
+		PeerMessagesDropped: n.recv.droppedCount(),
+		HostLivenessReports: n.hostReports.Load(),
+		Quiesced:            l.q.on,
+		RelayedOn:           n.relayedOn.Load(),
 	}
+	st.AnswersHandedOn, st.RelayedAnswers, st.RelayedAnswersDropped = n.answers.counts()
 	if l.q.on {
 		st.QuiescedSince = l.q.since
 	}
-	for c, k := range l.q.woken {
+	for c, k := range l.q.wakeCounts() {
 		if k > 0 {
 			if st.Wakes == nil {
 				st.Wakes = make(map[string]uint64, numWakeCauses)
