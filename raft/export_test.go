@@ -56,3 +56,8 @@ func ReadPasses(ctx context.Context, n *Node) (passes uint64, err error) {
 	err = n.do(ctx, func() { passes = n.loop.readPasses })
 	return passes, err
 }
+
+// QuietHeir reports whether the quiesced follower n ranks first among its
+// group's voters but the leader: its wake goes first when the leader's
+// host dies.
+func QuietHeir(n *Node) bool { return n.quietHeir.Load() }

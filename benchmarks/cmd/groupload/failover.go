@@ -60,7 +60,10 @@ type failoverResult struct {
 // connections drop), then the host is closed on a context that is already
 // done, which stops its groups with no leadership hand-off and waits for
 // nothing (as the robustness tests crash every host at once).
-func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart bool) (*failoverResult, error) {
+//
+// profile, if not empty, is the file a CPU profile of the kill window (from
+// the kill until each group it led has a leader, or the timeout) goes to.
+func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart bool, profile string) (*failoverResult, error) {
 	if c.layout != layoutHost {
 		return nil, errors.New("-kill needs the host layout")
 	}
@@ -88,6 +91,18 @@ func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart b
 	w := c.watchLeaders(led, survivors, replicaID(k))
 	defer w.stop()
 	s0 := c.sched(survivors)
+	var stopProfile func() error
+	if profile != "" {
+		var err error
+		if stopProfile, err = startCPUProfile(profile); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if stopProfile != nil {
+				_ = stopProfile()
+			}
+		}()
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	h := c.hosts[k]
 	c.hosts[k] = nil
@@ -128,6 +143,13 @@ wait:
 	f.leaderless = len(led) - len(times)
 	f.all = time.Since(t0)
 	f.cpu = cpuTime() - cpu0
+	if stopProfile != nil {
+		err := stopProfile()
+		stopProfile = nil
+		if err != nil {
+			return nil, err
+		}
+	}
 	s1 := c.sched(survivors)
 	f.cpuSurvivor = float64(f.cpu) / float64(len(survivors)) / float64(f.all)
 	f.wakes, f.wakesDeferred = s1.wakesSince(s0), s1.wakesDeferred-s0.wakesDeferred

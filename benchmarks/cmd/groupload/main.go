@@ -85,6 +85,8 @@
 //
 // -cpuprofile profiles each measured window, -startcpuprofile each start
 // (until every group has a leader), -idlecpuprofile each idle period,
+// -killcpuprofile each -kill window (from the kill until every group the
+// killed host led has a leader),
 // -memprofile writes the heap at the end of each idle period, and -trace
 // an execution trace of one second of load before each window. -v adds,
 // per configuration: how long the start calls took, the leaders per host,
@@ -136,6 +138,7 @@ type config struct {
 	startTimeout  time.Duration
 	cpuProfile    string
 	idleProfile   string
+	killProfile   string
 	startProfile  string
 	tracePath     string
 	memProfile    string
@@ -171,6 +174,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured window to this file (with several configurations, -<layout>-<groups> is added before the extension)")
 	fs.StringVar(&c.startProfile, "startcpuprofile", "", "write a CPU profile of each start (until every group has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.idleProfile, "idlecpuprofile", "", "write a CPU profile of each idle period to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.killProfile, "killcpuprofile", "", "write a CPU profile of each -kill window (from the kill until every group the killed host led has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
 	fs.BoolVar(&c.verbose, "v", false, "print start, close and storage details for each configuration")
@@ -454,7 +458,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		if err := sleep(ctx, cfg.idle); err != nil {
 			return nil, err
 		}
-		f, err := c.failover(ctx, cfg.startTimeout, cfg.restart)
+		var profile string
+		if cfg.killProfile != "" {
+			profile = profileName(cfg, cfg.killProfile, layout, n)
+		}
+		f, err := c.failover(ctx, cfg.startTimeout, cfg.restart, profile)
 		if err != nil {
 			return nil, err
 		}
