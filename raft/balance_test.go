@@ -67,6 +67,7 @@ func TestTryTransferLeadership(t *testing.T) {
 	if err := <-changed; err != nil {
 		t.Fatalf("removing learner 4 after the heal: %v", err)
 	}
+	c.Crash(4) // removed: out of the running members
 
 	lead, err := c.Leader(ctx)
 	if err != nil {
