@@ -209,9 +209,12 @@ type SchedulerStats struct {
 	// counts one node's.
 	Wakes map[string]uint64
 	// WakesQueued are the wake-ups a host's liveness caused that wait for
-	// MaxWakesPerSec; WakesDeferred counts those that waited.
+	// MaxWakesPerSec; WakesDeferred counts those that waited, WakesSkipped
+	// those dropped when their turn came because the node was awake
+	// already (they take nothing of the rate).
 	WakesQueued   int
 	WakesDeferred uint64
+	WakesSkipped  uint64
 }
 
 // Stats returns the scheduler's goroutines and work so far.
@@ -220,6 +223,6 @@ func (s *Scheduler) Stats() SchedulerStats {
 		Workers: s.loops.Started(), IOWorkers: s.appends.Started(), ApplyWorkers: s.applies.Started(),
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
 		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
-		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
+		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(), WakesSkipped: s.wakes.Skipped(),
 	}
 }

@@ -66,10 +66,11 @@
 // killed host's Close returned, while the survivors elect); the process's
 // CPU from the kill until the last of those groups had a leader, divided
 // by the 2 survivors and that time (the teardown's CPU, where it
-// overlaps, included); and the survivors' wake-ups of quiesced replicas
-// over that time by cause (raft.SchedulerStats.Wakes), and how many
-// waited for the host's wake throttle (MaxWakesPerSec: -sched's fourth
-// field). -restart (implies -kill) then opens the host again on its data
+// overlaps, included), and that CPU per group it led; and the survivors'
+// wake-ups of quiesced replicas over that time by cause
+// (raft.SchedulerStats.Wakes), how many waited for the host's wake
+// throttle (MaxWakesPerSec: -sched's fourth field) and how many it
+// dropped, the replica awake already (WakesSkipped). -restart (implies -kill) then opens the host again on its data
 // dir and the same port, starts its groups again (-start-parallel at a
 // time), and adds: the time until every start call returned ("running"),
 // and until every group had a leader that its replica on the restarted
