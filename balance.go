@@ -62,7 +62,16 @@ type balancer struct {
 	done    chan struct{}
 	refused map[uint64]time.Time // group ID: left out of the plans until then
 	moved   uint64
+	// last is the fingerprint of the last round that planned nothing, and
+	// quiet the rounds since: a round with the same fingerprint skips the
+	// view, up to balanceRescanRounds.
+	last  uint64
+	quiet int
 }
+
+// balanceRescanRounds is how many rounds with nothing changed (the same
+// fingerprint) a host skips before it reads its whole view again.
+const balanceRescanRounds = 30
 
 // startBalancer starts h's balancing unless it is disabled.
 func (h *Host) startBalancer() {
@@ -107,11 +116,21 @@ func (b *balancer) round(ctx context.Context) {
 			delete(b.refused, id)
 		}
 	}
+	// An idle host costs next to nothing: unless its groups' leaders and
+	// terms, its peers' liveness or the refusals changed since a round that
+	// planned nothing, the round reads no view (a few atomics per group).
+	fp := b.h.leaderFingerprint() ^ uint64(len(b.refused))
+	if fp == b.last && b.quiet < balanceRescanRounds {
+		b.quiet++
+		return
+	}
 	self, view, byID := b.h.leaderView(b.refused)
 	moves := placement.LeaderMoves(self, view, b.cfg.MaxMoves)
 	if len(moves) == 0 {
+		b.last, b.quiet = fp, 0
 		return
 	}
+	b.last = 0
 	started := 0
 	for _, m := range moves {
 		g := byID[m.Group]
@@ -185,6 +204,24 @@ func (h *Host) leaderView(skip map[uint64]time.Time) (self string, view []placem
 		}
 	}
 	return self, view, byID
+}
+
+// leaderFingerprint sums, over the host's groups, their leaders and terms
+// (atomics, no loop), and over its host links, their liveness changes: it
+// changes when a leadership or a peer host's liveness does.
+func (h *Host) leaderFingerprint() uint64 {
+	h.mu.Lock()
+	fp := uint64(len(h.groups))
+	for id, g := range h.groups {
+		if g != nil {
+			fp += (id*0x9e3779b97f4a7c15 ^ g.Leader()) * (g.Term() | 1)
+		}
+	}
+	h.mu.Unlock()
+	for _, hl := range h.mux.Stats().Hosts {
+		fp += hl.Transitions * 0xbf58476d1ce4e5b9
+	}
+	return fp
 }
 
 // leaderCount is how many groups of view host leads.
