@@ -46,8 +46,9 @@ func TestThrottleLanesAndStale(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	run := func(s string) func() { return func() { mu.Lock(); got = append(got, s); mu.Unlock() } }
-	block := make(chan struct{})
-	th.Push("first", func() { <-block })
+	block, running := make(chan struct{}), make(chan struct{})
+	th.Push("first", func() { close(running); <-block })
+	<-running
 	th.PushLane("later1", LaneLater, nil, run("later1"))
 	th.PushLane("soon1", LaneSoon, nil, run("soon1"))
 	th.PushLane("stale", LaneUrgent, func() bool { return true }, run("stale"))
