@@ -436,12 +436,13 @@ func (n *Node) hostKnownDead(id uint64) bool {
 }
 
 // quiesceHostLiveness is the HostLiveness report on a quiesced node: a
-// quiesced leader one of whose members' host died, or a quiesced
-// follower whose leader's host died, is woken through the scheduler's
-// throttle (a dead host's groups wake at a bounded rate); so is a
-// quiesced leader that left a member lagging whose host turned live again
-// (hostBack). Reads atomics only; what is queued checks again on the loop
-// and wakes nothing else.
+// quiesced follower whose leader's host died is woken through the
+// scheduler's throttle (a dead host's groups wake at a bounded rate, the
+// heirs first: wakeLane), and a quiesced leader one of whose members' host
+// died is looked at through it (hostDied: it leaves the member lagging, or
+// wakes); so is a quiesced leader that left a member lagging whose host
+// turned live again (hostBack). Reads atomics only; what is queued checks
+// again on the loop and wakes nothing else.
 func (n *Node) quiesceHostLiveness(member uint64, live bool) {
 	if !n.cfg.Quiesce || !n.quiesced.Load() {
 		return
