@@ -119,9 +119,15 @@ func (b *balancer) round(ctx context.Context) {
 	// An idle host costs next to nothing: unless its groups' leaders and
 	// terms, its peers' liveness or the refusals changed since a round that
 	// planned nothing, the round reads no view (a few atomics per group).
-	fp := b.h.leaderFingerprint() ^ uint64(len(b.refused))
+	fp, leaderless, total := b.h.leaderFingerprint()
+	fp ^= uint64(len(b.refused))
 	if fp == b.last && b.quiet < balanceRescanRounds {
 		b.quiet++
+		return
+	}
+	if leaderless > total/16 {
+		// An election storm (a peer host died, or the groups start): the
+		// loads move by themselves; plan once they have settled.
 		return
 	}
 	self, view, byID := b.h.leaderView(b.refused)
@@ -208,20 +214,27 @@ func (h *Host) leaderView(skip map[uint64]time.Time) (self string, view []placem
 
 // leaderFingerprint sums, over the host's groups, their leaders and terms
 // (atomics, no loop), and over its host links, their liveness changes: it
-// changes when a leadership or a peer host's liveness does.
-func (h *Host) leaderFingerprint() uint64 {
+// changes when a leadership or a peer host's liveness does. It also counts
+// the groups running and those without a known leader.
+func (h *Host) leaderFingerprint() (fp uint64, leaderless, total int) {
 	h.mu.Lock()
-	fp := uint64(len(h.groups))
+	fp = uint64(len(h.groups))
 	for id, g := range h.groups {
-		if g != nil {
-			fp += (id*0x9e3779b97f4a7c15 ^ g.Leader()) * (g.Term() | 1)
+		if g == nil {
+			continue
 		}
+		total++
+		lead := g.Leader()
+		if lead == 0 {
+			leaderless++
+		}
+		fp += (id*0x9e3779b97f4a7c15 ^ lead) * (g.Term() | 1)
 	}
 	h.mu.Unlock()
 	for _, hl := range h.mux.Stats().Hosts {
 		fp += hl.Transitions * 0xbf58476d1ce4e5b9
 	}
-	return fp
+	return fp, leaderless, total
 }
 
 // leaderCount is how many groups of view host leads.
