@@ -84,6 +84,9 @@
 //	go run ./cmd/groupload -groups 100 -layout host -cpuprofile cpu.out
 //	go run ./cmd/groupload -groups 48,1000 -active 48 -quiesce -restart -idle 10s
 //
+// The hosts balance their groups' leadership (HostConfig.LeaderBalance,
+// the library's default) unless -balance=false.
+//
 // -cpuprofile profiles each measured window, -startcpuprofile each start
 // (until every group has a leader), -idlecpuprofile each idle period,
 // -killcpuprofile each -kill window (from the kill until every group the
@@ -130,6 +133,7 @@ type config struct {
 	settle        time.Duration
 	tick          time.Duration
 	quiesce       bool
+	balance       bool
 	active        int
 	kill, restart bool
 	tailCache     int64
@@ -163,6 +167,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.settle, "settle", 0, "unmeasured wait after every group has a leader, before the idle period (a new cluster's replicas publish their incarnations, groups quiesce)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", true, "quiesce idle groups (raft.Config.Quiesce, the host's default; -quiesce=false sets GroupConfig.DisableQuiescence): they stop ticking and heartbeating")
+	fs.BoolVar(&c.balance, "balance", true, "the hosts balance their groups' leadership (HostConfig.LeaderBalance, the default; -balance=false disables it)")
 	var sched string
 	fs.StringVar(&sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers[,wakes per second] (e.g. 2,4,4 or 0,0,0,500; empty or 0: the defaults)")
 	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
@@ -340,6 +345,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
 		tick: cfg.tick, quiesce: cfg.quiesce, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		noBalance: !cfg.balance,
 	})
 	cancel()
 	if stopStart != nil {
