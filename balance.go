@@ -61,7 +61,6 @@ type balancer struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	refused map[uint64]time.Time // group ID: left out of the plans until then
-	moved   uint64
 	// last is the fingerprint of the last round that planned nothing, and
 	// quiet the rounds since: a round with the same fingerprint skips the
 	// view, up to balanceRescanRounds.
@@ -125,7 +124,7 @@ func (b *balancer) round(ctx context.Context) {
 		b.quiet++
 		return
 	}
-	if leaderless > total/16 {
+	if leaderless > max(total/16, 1) {
 		// An election storm (a peer host died, or the groups start): the
 		// loads move by themselves; plan once they have settled.
 		return
@@ -155,7 +154,6 @@ func (b *balancer) round(ctx context.Context) {
 			b.h.log.Debug("leader balance: move failed", slog.Uint64("group", m.Group), slog.Uint64("to", m.To.Member), slog.Any("err", err))
 		}
 	}
-	b.moved += uint64(started)
 	if started > 0 {
 		b.h.log.Info("leader balance: moved leaderships to hosts leading fewer than their share",
 			slog.Int("moved", started), slog.Int("planned", len(moves)), slog.Int("leading", b.h.leaderCount(view, self)-started))
@@ -165,8 +163,8 @@ func (b *balancer) round(ctx context.Context) {
 // leaderView is the host's view of its groups for placement: its own key
 // (the address its groups record for it), each running group's leader's
 // host and voters' hosts with their liveness (a host is keyed by the
-// address the group records for its replica there), less the groups in
-// skip, and the groups by ID. Nothing here goes through a group's loop or
+// address the group records for its replica there), the groups in skip
+// pinned (counted, not moved), and the groups by ID. Nothing here goes through a group's loop or
 // wakes it.
 func (h *Host) leaderView(skip map[uint64]time.Time) (self string, view []placement.Group, byID map[uint64]*Group) {
 	h.mu.Lock()
