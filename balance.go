@@ -115,16 +115,16 @@ func (b *balancer) round(ctx context.Context) {
 			delete(b.refused, id)
 		}
 	}
-	// An idle host costs next to nothing: unless its groups' leaders and
-	// terms, its peers' liveness or the refusals changed since a round that
-	// planned nothing, the round reads no view (a few atomics per group).
-	fp, leaderless, total := b.h.leaderFingerprint()
-	fp ^= uint64(len(b.refused))
+	// An idle host costs next to nothing: unless a group's leader, term or
+	// role, the groups run, its peers' liveness or the refusals changed
+	// since a round that planned nothing, the round reads no view (a few
+	// counters, whatever the number of groups).
+	fp := b.h.leaderFingerprint() ^ uint64(len(b.refused))
 	if fp == b.last && b.quiet < balanceRescanRounds {
 		b.quiet++
 		return
 	}
-	if leaderless > max(total/16, 1) {
+	if leaderless, total := b.h.leaderless(); leaderless > max(total/16, 1) {
 		// An election storm (a peer host died, or the groups start): the
 		// loads move by themselves; plan once they have settled.
 		return
@@ -210,29 +210,35 @@ func (h *Host) leaderView(skip map[uint64]time.Time) (self string, view []placem
 	return self, view, byID
 }
 
-// leaderFingerprint sums, over the host's groups, their leaders and terms
-// (atomics, no loop), and over its host links, their liveness changes: it
-// changes when a leadership or a peer host's liveness does. It also counts
-// the groups running and those without a known leader.
-func (h *Host) leaderFingerprint() (fp uint64, leaderless, total int) {
+// leaderFingerprint changes when a leadership or a peer host's liveness
+// does: the leader, term and role changes the host's groups published
+// (raft.Scheduler.StateChanges), the groups it runs and its host links'
+// liveness changes. O(peer hosts), not O(groups).
+func (h *Host) leaderFingerprint() uint64 {
 	h.mu.Lock()
-	fp = uint64(len(h.groups))
-	for id, g := range h.groups {
-		if g == nil {
-			continue
-		}
-		total++
-		lead := g.Leader()
-		if lead == 0 {
-			leaderless++
-		}
-		fp += (id*0x9e3779b97f4a7c15 ^ lead) * (g.Term() | 1)
-	}
+	fp := uint64(len(h.groups))*0x9e3779b97f4a7c15 + h.sched.StateChanges()
 	h.mu.Unlock()
 	for _, hl := range h.mux.Stats().Hosts {
 		fp += hl.Transitions * 0xbf58476d1ce4e5b9
 	}
-	return fp, leaderless, total
+	return fp
+}
+
+// leaderless counts the host's groups running and those without a known
+// leader.
+func (h *Host) leaderless() (leaderless, total int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, g := range h.groups {
+		if g == nil {
+			continue
+		}
+		total++
+		if g.Leader() == 0 {
+			leaderless++
+		}
+	}
+	return leaderless, total
 }
 
 // leaderCount is how many groups of view host leads.

@@ -52,6 +52,9 @@ type Scheduler struct {
 	// quiesced counts the nodes quiesced; woken counts wake-ups by cause.
 	quiesced atomic.Int64
 	woken    [numWakeCauses]atomic.Uint64
+	// stateChanges counts the leader, term or role changes its nodes
+	// published (StateChanges).
+	stateChanges atomic.Uint64
 
 	mu      sync.Mutex
 	closing bool
@@ -226,3 +229,9 @@ func (s *Scheduler) Stats() SchedulerStats {
 		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(), WakesSkipped: s.wakes.Skipped(),
 	}
 }
+
+// StateChanges counts the changes of leader, term or role that the nodes
+// on the scheduler published (Node.Leader, Term, IsLeader): a host reads it
+// to tell whether any of its groups' leadership moved without looking at
+// each of them (its leader balancing, while nothing changes).
+func (s *Scheduler) StateChanges() uint64 { return s.stateChanges.Load() }
