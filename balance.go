@@ -70,7 +70,7 @@ type balancer struct {
 
 // balanceRescanRounds is how many rounds with nothing changed (the same
 // fingerprint) a host skips before it reads its whole view again.
-const balanceRescanRounds = 30
+const balanceRescanRounds = 300
 
 // startBalancer starts h's balancing unless it is disabled.
 func (h *Host) startBalancer() {
