@@ -65,6 +65,10 @@ type HostConfig struct {
 	// same names; zero fields take the transport's defaults.
 	Links LinkSettings
 
+	// LeaderBalance spreads the groups' leadership over the hosts they
+	// span: on by default (see LeaderBalance for why).
+	LeaderBalance LeaderBalance
+
 	// Scheduler bounds the goroutines that run every group's raft work
 	// (raft.Scheduler: the run loops, the appends, the applies). Zero
 	// fields take the defaults: GOMAXPROCS loop workers, 32 I/O workers,
@@ -112,6 +116,8 @@ type Host struct {
 	// reserved in groups): Close cancels them and waits for them (starts).
 	starting map[uint64]context.CancelCauseFunc
 	starts   sync.WaitGroup
+	// balance is the leader balancing (nil: disabled).
+	balance *balancer
 }
 
 // NewHost opens the data dir and starts listening for peers. On error
@@ -205,12 +211,14 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		listenAddr = ln.Addr().String()
 	}
 	cfg.Listener = ln
-	return &Host{
+	h := &Host{
 		cfg: cfg, log: cfg.Logger, engine: engine, mux: mux, listenAddr: listenAddr, id: hostID,
 		sched:    raft.NewScheduler(cfg.Scheduler),
 		groups:   map[uint64]*Group{},
 		starting: map[uint64]context.CancelCauseFunc{},
-	}, nil
+	}
+	h.startBalancer()
+	return h, nil
 }
 
 // ID returns the host's ID: made at random the first time a host opened
@@ -448,6 +456,9 @@ func (h *Host) Close(ctx context.Context) error {
 		return nil
 	}
 	h.closed = true
+	h.mu.Unlock()
+	h.stopBalancer()
+	h.mu.Lock()
 	var gs []*Group
 	for _, g := range h.groups {
 		if g != nil {

@@ -148,7 +148,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 	so := cfg.Storage
 	h, err := NewHost(HostConfig{
 		DataDir: cfg.DataDir, ListenPeer: cfg.ListenPeer, Listener: cfg.Listener,
-		TLS: cfg.TLS, Logger: cfg.Logger,
+		TLS: cfg.TLS, Logger: cfg.Logger, LeaderBalance: LeaderBalance{Disabled: true}, // one group: nothing to spread
 		MaxConcurrentSnapshots: cfg.Transport.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.Transport.SnapshotBytesPerSec,
 		Storage: storage.EngineOptions{NoSync: so.NoSync, Logger: so.Logger, LockTimeout: so.LockTimeout, NoOpenCheck: so.NoOpenCheck, Backend: so.Backend, NewBackend: storage.BackendBolt},
 	})

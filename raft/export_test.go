@@ -73,3 +73,8 @@ func LeaderStateHeld(ctx context.Context, n *Node) (book, views, relay bool, err
 // ApplyBuffersHeld reports whether the node's apply task holds its batch
 // buffers.
 func ApplyBuffersHeld(n *Node) bool { return n.applyBufsHeld.Load() }
+
+// QuietHeir reports whether the quiesced follower n ranks first among its
+// group's voters but the leader: its wake goes first when the leader's
+// host dies.
+func QuietHeir(n *Node) bool { return n.quietHeir.Load() }

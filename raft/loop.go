@@ -14,10 +14,12 @@ import (
 
 // loopState is owned by the run loop.
 type loopState struct {
-	rn         *etcdraft.RawNode
-	leader     uint64
-	term       uint64
-	role       Role
+	rn     *etcdraft.RawNode
+	leader uint64
+	term   uint64
+	role   Role
+	// published is the state last published (publishState).
+	published  nodeState
 	ticks      uint64
 	pending    []*proposal // waiting to be handed to raft (no leader yet)
 	readQueue  []*readRequest
@@ -625,7 +627,12 @@ func (n *Node) setRole(r Role) {
 
 func (n *Node) publishState() {
 	l := &n.loop
-	n.state.set(nodeState{leader: l.leader, term: l.term, role: l.role})
+	st := nodeState{leader: l.leader, term: l.term, role: l.role}
+	if st != l.published {
+		l.published = st
+		n.sched.stateChanges.Add(1)
+	}
+	n.state.set(st)
 }
 
 // raftStorage is the node's Storage as etcd raft reads it. The node writes a

@@ -124,8 +124,12 @@ type Node struct {
 	// completion.
 	saving      atomic.Bool
 	quietLeader atomic.Uint64
-	quietActs   queue[func()]
-	ticked      atomic.Uint64
+	// quietHeir: this quiesced follower ranks first among the voters but
+	// its leader (campaignRank with every host live), so that, its
+	// leader's host dead, its wake goes first (sched.LaneUrgent).
+	quietHeir atomic.Bool
+	quietActs queue[func()]
+	ticked    atomic.Uint64
 	// quietLagging are the members a quiesced leader left lagging (on a
 	// host not live; nil when none), published for HostLiveness.
 	quietLagging atomic.Pointer[[]uint64]

@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/raft/v3/quorum"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/understudy-raft/understudy/internal/sched"
 )
 
 // Quiescence (Config.Quiesce): an idle group stops ticking and sending.
@@ -101,6 +103,8 @@ type quiesceState struct {
 	// lagging members (nil: none); deadlineGen tells a stale one's firing.
 	deadline    *time.Timer
 	deadlineGen uint64
+	// deadlineAt is when deadline fires.
+	deadlineAt time.Time
 	// lastBusy is the tick at which the group was last busy; sig is what
 	// it had done then (last index, applied, term).
 	lastBusy uint64
@@ -306,6 +310,7 @@ func (n *Node) quiesce(set []uint64, leader uint64) {
 	n.cancelTick()
 	n.cancelTick = func() {}
 	n.quietLeader.Store(leader)
+	n.quietHeir.Store(leader != n.cfg.ID && n.rankAmongVoters(leader, nil) == 0)
 	n.quiesced.Store(true)
 	n.sched.quiesced.Add(1)
 	n.log.Debug("quiesced", slog.Uint64("leader", leader), slog.Uint64("term", l.term))
@@ -442,12 +447,13 @@ func (n *Node) hostKnownDead(id uint64) bool {
 }
 
 // quiesceHostLiveness is the HostLiveness report on a quiesced node: a
-// quiesced leader one of whose members' host died, or a quiesced
-// follower whose leader's host died, is woken through the scheduler's
-// throttle (a dead host's groups wake at a bounded rate); so is a
-// quiesced leader that left a member lagging whose host turned live again
-// (hostBack). Reads atomics only; what is queued checks again on the loop
-// and wakes nothing else.
+// quiesced follower whose leader's host died is woken through the
+// scheduler's throttle (a dead host's groups wake at a bounded rate, the
+// heirs first: wakeLane), and a quiesced leader one of whose members' host
+// died is looked at through it (hostDied: it leaves the member lagging, or
+// wakes); so is a quiesced leader that left a member lagging whose host
+// turned live again (hostBack). Reads atomics only; what is queued checks
+// again on the loop and wakes nothing else.
 func (n *Node) quiesceHostLiveness(member uint64, live bool) {
 	if !n.cfg.Quiesce || !n.quiesced.Load() {
 		return
@@ -455,15 +461,36 @@ func (n *Node) quiesceHostLiveness(member uint64, live bool) {
 	lead := n.quietLeader.Load()
 	if live {
 		if lag := n.quietLagging.Load(); lead == n.cfg.ID && lag != nil && slices.Contains(*lag, member) {
-			n.sched.wakes.Push(wakeKey{n, wakeHostUp, member}, func() { n.postQuiet(func() { n.hostBack(member) }) })
+			n.sched.wakes.PushLane(wakeKey{n, wakeHostUp, member}, sched.LaneLater, n.awake, func() { n.postQuiet(func() { n.hostBack(member) }) })
 		}
 		return
 	}
 	if lead != n.cfg.ID && member != lead {
 		return
 	}
-	n.sched.wakes.Push(wakeKey{n, wakeHostDown, member}, func() { n.postQuiet(func() { n.hostDied(member) }) })
+	n.sched.wakes.PushLane(wakeKey{n, wakeHostDown, member}, n.wakeLane(lead), n.awake, func() { n.postQuiet(func() { n.hostDied(member) }) })
 }
+
+// wakeLane is the throttle's lane for a wake of this quiesced node about
+// its group's leader lead: a follower whose leader is gone goes first if it
+// is the one to campaign (quietHeir), next if not (it only forgets the
+// leader; the heir's vote request wakes it anyway); a leader's own wakes
+// (a member's host died or came back, the policy's timer) go last: nothing
+// waits on them.
+func (n *Node) wakeLane(lead uint64) int {
+	switch {
+	case lead == n.cfg.ID:
+		return sched.LaneLater
+	case n.quietHeir.Load():
+		return sched.LaneUrgent
+	default:
+		return sched.LaneSoon
+	}
+}
+
+// awake reports whether the node no longer reads as quiesced: a wake
+// queued for it then has nothing to do (the throttle drops it).
+func (n *Node) awake() bool { return !n.quiesced.Load() }
 
 // quiesceRefused is a refusal of a quiesced follower's connection by its
 // leader (its group stopped there: "group not run", a revoked attachment)
@@ -475,7 +502,7 @@ func (n *Node) quiesceRefused(from uint64) {
 	if !n.cfg.Quiesce || !n.quiesced.Load() || from != n.quietLeader.Load() || from == n.cfg.ID {
 		return
 	}
-	n.sched.wakes.Push(wakeKey{n, wakeLeaderGone, from}, func() {
+	n.sched.wakes.PushLane(wakeKey{n, wakeLeaderGone, from}, n.wakeLane(from), n.awake, func() {
 		n.postQuiet(func() {
 			if l := &n.loop; l.q.on && l.leader == from {
 				n.wake(wakeLeaderGone, 0)
@@ -485,8 +512,10 @@ func (n *Node) quiesceRefused(from uint64) {
 }
 
 // hostDied runs on the loop for a quiesced node told that member's host
-// died: a leader that told that member to quiesce wakes so that the
-// policy may act (one it left lagging has its timer already); a follower
+// died: a leader that told that member to quiesce leaves it lagging and
+// stays quiesced until the policy's next decision about it (lagInPlace),
+// or wakes so that the policy may act when it cannot (one it left lagging
+// has its timer already); a follower
 // whose leader it was wakes, forgets the leader, and campaigns at once if
 // it ranks first among the live voters (the others grant it; they
 // campaign on their own after an election timeout if it does not win).
@@ -497,7 +526,7 @@ func (n *Node) hostDied(member uint64) {
 		return
 	}
 	if l.role == RoleLeader {
-		if slices.Contains(l.q.set, member) {
+		if slices.Contains(l.q.set, member) && !n.lagInPlace(member) {
 			n.wake(wakeHostDown, 0)
 		}
 		return

@@ -5,7 +5,10 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/raft/v3/quorum"
+
 	"github.com/understudy-raft/understudy/confchange"
+	"github.com/understudy-raft/understudy/internal/sched"
 )
 
 // A quiesced leader's lagging members: those on a host not live when it
@@ -31,8 +34,10 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// laggingDeadline returns when the policy would next act with the lagging
-// members silent and nothing else changing (the zero time: never), and
+// laggingDeadline returns when the leader should wake for the policy's
+// next decision with the lagging members silent and nothing else changing
+// — two election timeouts before the policy would act (the zero time:
+// never) — and
 // whether the group may quiesce with them: the policy must be a
 // confchange.Deadliner (the default is), and its next decision not due
 // within a tick. A member left lagging is read as its group will read it
@@ -75,10 +80,28 @@ func (n *Node) laggingDeadline(lagging []uint64, now time.Time) (at time.Time, o
 		}
 	}()
 	at = d.NextDecision(v)
+	if !at.IsZero() {
+		// Awake two election timeouts before the decision: a member whose
+		// host reads as dead while its group's traffic still flows (host
+		// liveness and group traffic disagree) answers the group before
+		// the policy reads it as silent.
+		at = at.Add(-2 * n.electionTimeout())
+	}
 	if !at.IsZero() && at.Sub(now) <= n.cfg.TickInterval {
 		return time.Time{}, false // due now: stay awake for it
 	}
 	return at, true
+}
+
+// policyHasDeadlines reports whether the policy says when it acts next (a
+// confchange.Deadliner, as the default is) or does not act on its own:
+// what a leader needs to sleep with members lagging.
+func (n *Node) policyHasDeadlines() bool {
+	if !n.autoPromote() {
+		return true
+	}
+	_, ok := n.policy().(confchange.Deadliner)
+	return ok
 }
 
 // quiesceLagging records the members a leader that just quiesced left
@@ -95,8 +118,9 @@ func (n *Node) quiesceLagging(lagging []uint64, deadline time.Time) {
 	}
 	q.deadlineGen++
 	gen := q.deadlineGen
+	q.deadlineAt = deadline
 	q.deadline = time.AfterFunc(time.Until(deadline), func() {
-		n.sched.wakes.Push(wakeKey{n, wakePolicy, 0}, func() { n.postQuiet(func() { n.policyDue(gen) }) })
+		n.sched.wakes.PushLane(wakeKey{n, wakePolicy, 0}, sched.LaneLater, n.awake, func() { n.postQuiet(func() { n.policyDue(gen) }) })
 	})
 	n.log.Debug("quiesced with lagging members", slog.Any("lagging", lagging), slog.Time("policy", deadline))
 }
@@ -134,11 +158,70 @@ func (n *Node) endLagging() {
 // policyDue runs on the loop when the policy's timer armed as gen fired:
 // the leader, still quiesced under that timer, wakes so that the policy
 // acts on its next tick.
+//
+// The timer may also be lagInPlace's look again, once a member whose host
+// died reads as silent: the policy is then asked as maybeQuiesce asks it,
+// and the leader stays quiesced with its next decision's timer armed if
+// that decision is not due yet.
 func (n *Node) policyDue(gen uint64) {
 	q := &n.loop.q
-	if q.on && q.deadline != nil && q.deadlineGen == gen {
-		n.wake(wakePolicy, 0)
+	if !q.on || q.deadline == nil || q.deadlineGen != gen {
+		return
 	}
+	q.deadline = nil
+	if at, ok := n.laggingDeadline(q.lagging, time.Now()); ok {
+		n.quiesceLagging(q.lagging, at)
+		return
+	}
+	n.wake(wakePolicy, 0)
+}
+
+// lagInPlace runs on the loop of a quiesced leader told that member's
+// host died, member being one it told to quiesce: it moves member to the
+// lagging members, as if the group had quiesced with its host dead, and
+// arms the policy's timer — so that the group stays quiesced (a dead
+// host's thousands of groups led elsewhere do not wake; only those it led
+// must). While member still reads as recently active (its host answered
+// less than an election timeout ago: it was just declared dead) the timer
+// looks again once it reads as silent (policyDue). It reports false, and
+// changes nothing, when the leader must wake instead: without member, the
+// caught-up live voters and the leader would be no quorum (awake,
+// CheckQuorum acts), or the policy's next decision is not known or due
+// within a tick.
+func (n *Node) lagInPlace(member uint64) bool {
+	l := &n.loop
+	q := &l.q
+	lt, ok := n.tr.(LivenessTransport)
+	if !ok || !n.policyHasDeadlines() {
+		return false
+	}
+	set := slices.DeleteFunc(slices.Clone(q.set), func(id uint64) bool { return id == member })
+	votes := map[uint64]bool{n.cfg.ID: true}
+	for _, id := range set {
+		votes[id] = true
+	}
+	cfg := l.rn.Status().Config
+	if len(cfg.Voters[1]) > 0 || cfg.Voters[0].VoteResult(votes) != quorum.VoteWon {
+		return false
+	}
+	lagging := append(slices.Clone(q.lagging), member)
+	slices.Sort(lagging)
+	now := time.Now()
+	at, _ := lt.HostContact(member)
+	var due time.Time
+	if heard := later(l.lastContact.get(member), at); n.recentlyActive(heard, now) {
+		due = heard.Add(n.electionTimeout() + n.cfg.TickInterval)
+		if q.deadline != nil && q.deadlineAt.Before(due) {
+			due = q.deadlineAt // another lagging member's decision comes first
+		}
+	} else if due, ok = n.laggingDeadline(lagging, now); !ok {
+		return false
+	}
+	n.endLagging()
+	q.set = set
+	n.quiesceLagging(lagging, due)
+	n.log.Debug("a member's host died: left lagging, quiesced still", slog.Uint64("member", member))
+	return true
 }
 
 // hostBack runs on the loop for a quiesced leader told that member's host

@@ -199,7 +199,8 @@ func TestEveryWakeCauseWakes(t *testing.T) {
 // and no voter is failed over while their hosts live — during the spell
 // (through their hosts: "via host") and after a wake (the hosts' contact is
 // carried into the group's); once a voter's host dies, the leader wakes
-// and the policy fails it over to the standby.
+// (at once, or at the policy's deadline) and the policy fails it over to
+// the standby.
 func TestQuiescedJoinReadinessAndFailover(t *testing.T) {
 	c := quiesceCluster(t, cluster.Options{Membership: confchange.Settings{
 		Stabilization: 100 * time.Millisecond, FailoverAfter: 500 * time.Millisecond,
@@ -250,13 +251,14 @@ func TestQuiescedJoinReadinessAndFailover(t *testing.T) {
 	}
 
 	lost := follower(t, c, lead).ID
+	woken := wakes(lead.Node)["hostDown"] + wakes(lead.Node)["policy"]
 	c.Crash(lost)
 	c.Net.SetHostLive(lost, false)
 	waitMembership(ctx, t, lead.Node, "lost voter failed over to 4", func(m raft.Membership) bool {
 		return slices.Contains(m.Config.Voters, 4) && !slices.Contains(m.Config.Voters, lost) && !m.Joint() && !m.Pending
 	})
-	if w := wakes(lead.Node)["hostDown"]; w == 0 {
-		t.Fatalf("the leader was not woken by its member's host's death: %v", wakes(lead.Node))
+	if w := wakes(lead.Node)["hostDown"] + wakes(lead.Node)["policy"]; w == woken {
+		t.Fatalf("the leader was not woken by its member's host's death or the policy's deadline after it: %v", wakes(lead.Node))
 	}
 	propose(ctx, t, lead.Node, kv.Put("after", "failover"))
 }
@@ -322,6 +324,34 @@ func TestQuiescedFollowerPartitionedAndBack(t *testing.T) {
 	for _, m := range c.Running() {
 		if m.Node.Term() != term || m.Node.Leader() != lead.ID {
 			t.Fatalf("member %d: leader %d term %d; want %d at term %d (no disruption)", m.ID, m.Node.Leader(), m.Node.Term(), lead.ID, term)
+		}
+	}
+}
+
+// TestQuiescedFollowersKnowTheHeir: in a quiesced group exactly one
+// follower is the heir (raft.QuietHeir) — the first of the voters but the
+// leader in the order members campaign in when a leader's host dies
+// (VoterOrder) — so that its wake goes first in its host's throttle; the
+// leader is none. A wake clears nothing that matters: after a write and a
+// new quiescence, the same.
+func TestQuiescedFollowersKnowTheHeir(t *testing.T) {
+	c := quiesceCluster(t, cluster.Options{})
+	ctx := ctxT(t, 30*time.Second)
+	lead := c.WaitLeader()
+	for round := range 2 {
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprintf("k%d", round), "v"))
+		waitQuiesced(ctx, t, c)
+		var others []uint64
+		for _, id := range c.Members() {
+			if id != lead.ID {
+				others = append(others, id)
+			}
+		}
+		want := raft.VoterOrder(lead.Node.ClusterID(), others)[0]
+		for _, m := range c.Running() {
+			if got := raft.QuietHeir(m.Node); got != (m.ID == want) {
+				t.Fatalf("round %d: member %d QuietHeir %t; want the heir to be %d (leader %d)", round, m.ID, got, want, lead.ID)
+			}
 		}
 	}
 }

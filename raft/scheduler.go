@@ -54,6 +54,9 @@ type Scheduler struct {
 	// quiesced counts the nodes quiesced; woken counts wake-ups by cause.
 	quiesced atomic.Int64
 	woken    [numWakeCauses]atomic.Uint64
+	// stateChanges counts the leader, term or role changes its nodes
+	// published (StateChanges).
+	stateChanges atomic.Uint64
 
 	mu      sync.Mutex
 	closing bool
@@ -216,9 +219,12 @@ type SchedulerStats struct {
 	// counts one node's.
 	Wakes map[string]uint64
 	// WakesQueued are the wake-ups a host's liveness caused that wait for
-	// MaxWakesPerSec; WakesDeferred counts those that waited.
+	// MaxWakesPerSec; WakesDeferred counts those that waited, WakesSkipped
+	// those dropped when their turn came because the node was awake
+	// already (they take nothing of the rate).
 	WakesQueued   int
 	WakesDeferred uint64
+	WakesSkipped  uint64
 }
 
 // Stats returns the scheduler's goroutines and work so far.
@@ -228,6 +234,12 @@ func (s *Scheduler) Stats() SchedulerStats {
 		LoopRuns: s.loops.Runs(), AppendRuns: s.appends.Runs(), ApplyRuns: s.applies.Runs(),
 		AppendInline: s.appends.InlineRuns(), ApplyInline: s.applies.InlineRuns(),
 		Quiesced: int(s.quiesced.Load()), Wakes: s.wakeCounts(),
-		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(),
+		WakesQueued: s.wakes.Queued(), WakesDeferred: s.wakes.Deferred(), WakesSkipped: s.wakes.Skipped(),
 	}
 }
+
+// StateChanges counts the changes of leader, term or role that the nodes
+// on the scheduler published (Node.Leader, Term, IsLeader): a host reads it
+// to tell whether any of its groups' leadership moved without looking at
+// each of them (its leader balancing, while nothing changes).
+func (s *Scheduler) StateChanges() uint64 { return s.stateChanges.Load() }

@@ -9,7 +9,9 @@ var emptySnapshot = raftpb.EnsureSnapshot(nil)
 
 // DropCaches lets go of what the store holds in memory only to be fast
 // while its group is busy: the tail of recent entries (Entries and Term read
-// them from the database afterwards, and Save starts a new tail) and, unless
+// them from the database afterwards, and Save starts a new tail) but for the
+// last entry's term (an election asks for it on every member: no database
+// read for it) and, unless
 // a write is in progress, the buffers Save reuses. A node calls it when its
 // group quiesces, so that an idle replica of a host's many groups holds no
 // copy of its log; the next Save or read brings what it needs back. Like
@@ -17,7 +19,7 @@ var emptySnapshot = raftpb.EnsureSnapshot(nil)
 // appends) to commit. Safe for concurrent use.
 func (s *Store) DropCaches() {
 	s.mu.Lock()
-	s.tail.reset()
+	s.tail.dropIdle()
 	s.mu.Unlock()
 	if s.wmu.TryLock() {
 		s.encBuf, s.keyBuf = nil, nil

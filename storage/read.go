@@ -85,9 +85,10 @@ func (s *Store) termLocked(i uint64) (uint64, error) {
 		return 0, ErrUnavailable
 	case i == s.dummy:
 		return s.dummyTerm, nil
-	case s.tail.covers(i):
+	}
+	if term, ok := s.tail.term(i); ok {
 		s.m.tailHits.Add(1)
-		return s.tail.get(i).GetTerm(), nil
+		return term, nil
 	}
 	s.m.tailMisses.Add(1)
 	var term uint64

@@ -22,6 +22,12 @@ type tail struct {
 	max   int64 // the group's budget; < 0 disables
 	// shared is the engine's budget for every group's tail, or nil.
 	shared *tailBudget
+	// lastIndex and lastTerm are the last entry's, kept by dropIdle when
+	// it empties the tail (0: none): raft asks for the last term of an
+	// idle group's log on every election it holds or votes in, which
+	// would otherwise be a database read each. Any change of the log's
+	// end (append, truncate, reset) forgets them.
+	lastIndex, lastTerm uint64
 }
 
 // tailBudget is the engine's bound on its groups' tails together
@@ -83,6 +89,9 @@ func (t *tail) get(i uint64) *raftpb.Entry { return t.ents[i-t.start] }
 // first dropping tail entries at or after ents[0]'s index (a conflicting
 // suffix). The log's last index must then be ents' last.
 func (t *tail) append(ents []*raftpb.Entry) {
+	if len(ents) > 0 {
+		t.lastIndex = 0
+	}
 	if t.max < 0 || len(ents) == 0 {
 		return
 	}
@@ -106,6 +115,7 @@ func (t *tail) append(ents []*raftpb.Entry) {
 
 // truncate drops the entries at index i and after.
 func (t *tail) truncate(i uint64) {
+	t.lastIndex = 0
 	keep := int(i - t.start)
 	wasEmpty := len(t.ents) == 0
 	var d int64
@@ -160,8 +170,32 @@ func (t *tail) dropFront(n int) {
 }
 
 func (t *tail) reset() {
+	t.lastIndex = 0
 	t.setEmpty(len(t.ents) == 0, true)
 	t.addBytes(-t.bytes)
 	clear(t.ents)
 	t.ents, t.start = nil, 0
+}
+
+// dropIdle empties the tail of an idle group but for the last entry's
+// index and term (a tail already empty keeps what it kept).
+func (t *tail) dropIdle() {
+	if len(t.ents) == 0 {
+		return
+	}
+	last := t.ents[len(t.ents)-1]
+	t.reset()
+	t.lastIndex, t.lastTerm = last.GetIndex(), last.GetTerm()
+}
+
+// term returns entry i's term if the tail knows it: an entry it holds, or
+// the last one dropIdle kept.
+func (t *tail) term(i uint64) (uint64, bool) {
+	switch {
+	case t.covers(i):
+		return t.get(i).GetTerm(), true
+	case i != 0 && i == t.lastIndex:
+		return t.lastTerm, true
+	}
+	return 0, false
 }

@@ -49,7 +49,10 @@ type clusterOptions struct {
 	sched raft.SchedulerConfig
 	// startParallel bounds the StartGroup / Start calls in flight per host.
 	startParallel int
-	logger        *slog.Logger
+	// noBalance disables the hosts' leader balancing
+	// (HostConfig.LeaderBalance).
+	noBalance bool
+	logger    *slog.Logger
 }
 
 // cluster is N groups of three replicas on loopback, in either layout.
@@ -142,6 +145,7 @@ func (c *cluster) openHost(i int, ln net.Listener) (*understudy.Host, error) {
 		Logger:        c.opts.logger,
 		Storage:       storage.EngineOptions{Backend: c.opts.backend},
 		Scheduler:     c.opts.sched,
+		LeaderBalance: understudy.LeaderBalance{Disabled: c.opts.noBalance},
 	})
 }
 

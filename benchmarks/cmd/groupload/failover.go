@@ -41,6 +41,7 @@ type failoverResult struct {
 	// throttle (raft.SchedulerConfig.MaxWakesPerSec).
 	wakes         string
 	wakesDeferred uint64
+	wakesSkipped  uint64
 
 	// restarted: -restart ran. restartRunning is from the host's NewHost
 	// until every StartGroup on it returned; restartLed until, besides,
@@ -60,7 +61,10 @@ type failoverResult struct {
 // connections drop), then the host is closed on a context that is already
 // done, which stops its groups with no leadership hand-off and waits for
 // nothing (as the robustness tests crash every host at once).
-func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart bool) (*failoverResult, error) {
+//
+// profile, if not empty, is the file a CPU profile of the kill window (from
+// the kill until each group it led has a leader, or the timeout) goes to.
+func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart bool, profile string) (*failoverResult, error) {
 	if c.layout != layoutHost {
 		return nil, errors.New("-kill needs the host layout")
 	}
@@ -88,6 +92,18 @@ func (c *cluster) failover(ctx context.Context, timeout time.Duration, restart b
 	w := c.watchLeaders(led, survivors, replicaID(k))
 	defer w.stop()
 	s0 := c.sched(survivors)
+	var stopProfile func() error
+	if profile != "" {
+		var err error
+		if stopProfile, err = startCPUProfile(profile); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if stopProfile != nil {
+				_ = stopProfile()
+			}
+		}()
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	h := c.hosts[k]
 	c.hosts[k] = nil
@@ -128,9 +144,16 @@ wait:
 	f.leaderless = len(led) - len(times)
 	f.all = time.Since(t0)
 	f.cpu = cpuTime() - cpu0
+	if stopProfile != nil {
+		err := stopProfile()
+		stopProfile = nil
+		if err != nil {
+			return nil, err
+		}
+	}
 	s1 := c.sched(survivors)
 	f.cpuSurvivor = float64(f.cpu) / float64(len(survivors)) / float64(f.all)
-	f.wakes, f.wakesDeferred = s1.wakesSince(s0), s1.wakesDeferred-s0.wakesDeferred
+	f.wakes, f.wakesDeferred, f.wakesSkipped = s1.wakesSince(s0), s1.wakesDeferred-s0.wakesDeferred, s1.wakesSkipped-s0.wakesSkipped
 	f.p50, f.p99 = percentile(times, 50), percentile(times, 99)
 	if len(times) > 0 {
 		f.max = times[len(times)-1]
@@ -289,9 +312,13 @@ func listenAgain(ctx context.Context, addr string) (net.Listener, error) {
 
 // line is the -kill figures as printed under the configuration's line.
 func (f *failoverResult) line() string {
-	s := fmt.Sprintf("kill host %d (led %d groups, %.0f groups quiesced): a leader on the survivors after p50 %s p99 %s max %s (teardown %s); survivors' CPU %.1f%% of a core each (%s over %s); wakes %s, %d throttled",
+	var perGroup time.Duration
+	if f.led > 0 {
+		perGroup = f.cpu / time.Duration(f.led)
+	}
+	s := fmt.Sprintf("kill host %d (led %d groups, %.0f groups quiesced): a leader on the survivors after p50 %s p99 %s max %s (teardown %s); survivors' CPU %.1f%% of a core each (%s over %s, %s per group it led); wakes %s, %d throttled, %d skipped (awake already)",
 		f.host, f.led, f.quiesced, ms3(f.p50), ms3(f.p99), ms3(f.max), ms3(f.teardown),
-		100*f.cpuSurvivor, f.cpu.Round(time.Millisecond), f.all.Round(time.Millisecond), f.wakes, f.wakesDeferred)
+		100*f.cpuSurvivor, f.cpu.Round(time.Millisecond), f.all.Round(time.Millisecond), perGroup.Round(time.Microsecond), f.wakes, f.wakesDeferred, f.wakesSkipped)
 	if f.leaderless > 0 {
 		s += fmt.Sprintf("; %d groups still without a leader", f.leaderless)
 	}

@@ -40,6 +40,9 @@ type schedCounts struct {
 	// wakesDeferred counts the liveness wake-ups that waited for the
 	// scheduler's throttle (MaxWakesPerSec).
 	wakesDeferred uint64
+	// wakesSkipped counts those dropped because the replica was awake
+	// already when their turn came.
+	wakesSkipped uint64
 }
 
 // sched sums the schedulers' stats of the given hosts.
@@ -50,6 +53,7 @@ func (c *cluster) sched(hosts []int) schedCounts {
 			st := sc.Stats()
 			s.quiesced += st.Quiesced
 			s.wakesDeferred += st.WakesDeferred
+			s.wakesSkipped += st.WakesSkipped
 			for k, v := range st.Wakes {
 				s.wakes[k] += v
 			}

@@ -67,10 +67,11 @@
 // killed host's Close returned, while the survivors elect); the process's
 // CPU from the kill until the last of those groups had a leader, divided
 // by the 2 survivors and that time (the teardown's CPU, where it
-// overlaps, included); and the survivors' wake-ups of quiesced replicas
-// over that time by cause (raft.SchedulerStats.Wakes), and how many
-// waited for the host's wake throttle (MaxWakesPerSec: -sched's fourth
-// field). -restart (implies -kill) then opens the host again on its data
+// overlaps, included), and that CPU per group it led; and the survivors'
+// wake-ups of quiesced replicas over that time by cause
+// (raft.SchedulerStats.Wakes), how many waited for the host's wake
+// throttle (MaxWakesPerSec: -sched's fourth field) and how many it
+// dropped, the replica awake already (WakesSkipped). -restart (implies -kill) then opens the host again on its data
 // dir and the same port, starts its groups again (-start-parallel at a
 // time), and adds: the time until every start call returned ("running"),
 // and until every group had a leader that its replica on the restarted
@@ -84,8 +85,13 @@
 //	go run ./cmd/groupload -groups 100 -layout host -cpuprofile cpu.out
 //	go run ./cmd/groupload -groups 48,1000 -active 48 -quiesce -restart -idle 10s
 //
+// The hosts balance their groups' leadership (HostConfig.LeaderBalance,
+// the library's default) unless -balance=false.
+//
 // -cpuprofile profiles each measured window, -startcpuprofile each start
 // (until every group has a leader), -idlecpuprofile each idle period,
+// -killcpuprofile each -kill window (from the kill until every group the
+// killed host led has a leader),
 // -memprofile writes the heap at the end of each idle period, and -trace
 // an execution trace of one second of load before each window. -v adds,
 // per configuration: how long the start calls took, the leaders per host,
@@ -129,6 +135,7 @@ type config struct {
 	tick          time.Duration
 	quiesce       bool
 	inlineApply   bool
+	balance       bool
 	active        int
 	spread        bool
 	kill, restart bool
@@ -139,6 +146,7 @@ type config struct {
 	startTimeout  time.Duration
 	cpuProfile    string
 	idleProfile   string
+	killProfile   string
 	startProfile  string
 	tracePath     string
 	memProfile    string
@@ -163,6 +171,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", true, "quiesce idle groups (raft.Config.Quiesce, the host's default; -quiesce=false sets GroupConfig.DisableQuiescence): they stop ticking and heartbeating")
 	fs.BoolVar(&c.inlineApply, "inline-apply", false, "apply small committed batches on the loop's worker (raft.Config.InlineApply; kv.Store's Apply is quick)")
+	fs.BoolVar(&c.balance, "balance", true, "the hosts balance their groups' leadership (HostConfig.LeaderBalance, the default; -balance=false disables it)")
 	var sched string
 	fs.StringVar(&sched, "sched", "", "the hosts' scheduler bounds: loop,io,apply workers[,wakes per second] (e.g. 2,4,4 or 0,0,0,500; empty or 0: the defaults)")
 	fs.IntVar(&c.active, "active", 0, "writers write only to the first N groups, the others stay idle (0: every group)")
@@ -176,6 +185,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of each measured window to this file (with several configurations, -<layout>-<groups> is added before the extension)")
 	fs.StringVar(&c.startProfile, "startcpuprofile", "", "write a CPU profile of each start (until every group has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.idleProfile, "idlecpuprofile", "", "write a CPU profile of each idle period to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.killProfile, "killcpuprofile", "", "write a CPU profile of each -kill window (from the kill until every group the killed host led has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
 	fs.BoolVar(&c.verbose, "v", false, "print start, close and storage details for each configuration")
@@ -340,6 +350,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
 		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		noBalance: !cfg.balance,
 	})
 	cancel()
 	if stopStart != nil {
@@ -466,7 +477,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		if err := sleep(ctx, cfg.idle); err != nil {
 			return nil, err
 		}
-		f, err := c.failover(ctx, cfg.startTimeout, cfg.restart)
+		var profile string
+		if cfg.killProfile != "" {
+			profile = profileName(cfg, cfg.killProfile, layout, n)
+		}
+		f, err := c.failover(ctx, cfg.startTimeout, cfg.restart, profile)
 		if err != nil {
 			return nil, err
 		}
