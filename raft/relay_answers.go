@@ -187,6 +187,9 @@ func (n *Node) answersThroughRelay(out []*raftpb.Message) []*raftpb.Message {
 // standbys' answers to leader's messages: its transport carries them to
 // leader.
 func (n *Node) carriesAnswers(leader uint64) bool {
+	if !n.cfg.RelayAnswers {
+		return false
+	}
 	art, ok := n.tr.(AnswerRelayTransport)
 	return ok && art.CarriesRelayedAnswers(leader)
 }

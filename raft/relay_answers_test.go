@@ -49,6 +49,7 @@ func measureLeaderLoadOnce(t *testing.T, standbys int, answers bool) (leaderLoad
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	opts := relayOptions(true, standbys)
+	opts.RelayAnswers = answers
 	opts.TickInterval = 40 * time.Millisecond // an election timeout of 400ms: a loaded leader stays
 	c := cluster.New(t, opts)
 	defer c.Close()
@@ -181,6 +182,7 @@ func TestRelayAnswersOnlyFromTheirRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := relayOptions(true, 4)
+	opts.RelayAnswers = true
 	opts.RelayFanout = 2
 	c, lead, ids := withStandbys(ctx, t, opts, 4)
 	defer c.Close()
@@ -241,6 +243,7 @@ func TestRelayAnswersAfterRelayDies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	opts := relayOptions(true, 6)
+	opts.RelayAnswers = true
 	opts.RelayFanout = 3
 	c, lead, ids := withStandbys(ctx, t, opts, 6)
 	defer c.Close()
@@ -303,6 +306,7 @@ func TestRelayedStandbyPromoted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	opts := relayOptions(true, 4)
+	opts.RelayAnswers = true
 	opts.RelayFanout = 2
 	c, lead, ids := withStandbys(ctx, t, opts, 4)
 	defer c.Close()

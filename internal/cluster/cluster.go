@@ -58,9 +58,10 @@ type Options struct {
 	ManualMembership bool
 	// Quiesce as in raft.Config.
 	Quiesce bool
-	// Relay and RelayFanout as in raft.Config.
-	Relay       bool
-	RelayFanout int
+	// Relay, RelayFanout and RelayAnswers as in raft.Config.
+	Relay        bool
+	RelayFanout  int
+	RelayAnswers bool
 	// InlineApply as in raft.Config.
 	InlineApply bool
 }
@@ -155,6 +156,7 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		Quiesce:                c.opts.Quiesce,
 		Relay:                  c.opts.Relay,
 		RelayFanout:            c.opts.RelayFanout,
+		RelayAnswers:           c.opts.RelayAnswers,
 		InlineApply:            c.opts.InlineApply,
 	}
 }
