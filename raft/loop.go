@@ -37,6 +37,11 @@ type loopState struct {
 	// decided whether to campaign at once (bootcampaign.go). nowLeader:
 	// it became leader in the Ready being handled.
 	bootCampaign, nowLeader bool
+	// applyHere: the Ready being handled queued committed entries for the
+	// apply task, to be applied on the loop's worker (Config.InlineApply).
+	// appendHere: it queued an append with no entries for the append task,
+	// which may have nothing to write (onloop.go).
+	applyHere, appendHere bool
 	// bufs are the reused buffers (nil: none yet, or let go while
 	// quiesced); buffers makes them.
 	bufs      *loopBufs
@@ -55,11 +60,6 @@ type loopState struct {
 	// relay is the leader's choice of relays for its standbys (relay.go;
 	// nil: none made, or let go while quiesced).
 	relay *relayState
-	// applyHere: the Ready being handled queued committed entries for the
-	// apply task, to be applied on the loop's worker (Config.InlineApply).
-	// appendHere: it queued an append with no entries for the append task,
-	// which may have nothing to write (onloop.go).
-	applyHere, appendHere bool
 	// readPasses counts the loop's passes that took at least one ReadIndex
 	// request of another member (the coalescing's bound, reads.go).
 	readPasses uint64
@@ -618,7 +618,7 @@ func (n *Node) updateRole(cs *raftpb.ConfState) {
 }
 
 func (n *Node) setRole(r Role) {
-	n.answers.learner.Store(r == RoleLearner)
+	n.answersLearner.Store(r == RoleLearner)
 	if r != n.loop.role {
 		n.loop.role = r
 		n.events.emit(Event{Type: EventRoleChanged, Role: r, Term: n.loop.term})

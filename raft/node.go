@@ -128,13 +128,15 @@ type Node struct {
 	// its leader (campaignRank with every host live), so that, its
 	// leader's host dead, its wake goes first (sched.LaneUrgent).
 	quietHeir atomic.Bool
-	quietActs queue[func()]
-	ticked    atomic.Uint64
+	// answersLearner is whether this member is a learner (its role, as
+	// the loop set it) for its answers through relays: the append task
+	// sends answers too (relay_answers.go).
+	answersLearner atomic.Bool
+	quietActs      queue[func()]
+	ticked         atomic.Uint64
 	// quietLagging are the members a quiesced leader left lagging (on a
 	// host not live; nil when none), published for HostLiveness.
 	quietLagging atomic.Pointer[[]uint64]
-	// relayedOn counts the messages this member handed on as a relay.
-	relayedOn atomic.Uint64
 	// answers is the state of the answers that travel through relays
 	// (relay_answers.go).
 	answers relayAnswers

@@ -32,9 +32,6 @@ type relayAnswers struct {
 	// the relay its latest leader message came through, if that relay
 	// said it takes them; nil: directly.
 	route atomic.Pointer[answerRoute]
-	// learner is whether this member is a learner (its role, as the loop
-	// set it): the append task sends answers too.
-	learner atomic.Bool
 	// box is the rest, made with the first answer this member hands on
 	// as a relay or steps as a leader (most members of a host's many
 	// groups never do: the Node stays in its size class).
@@ -42,13 +39,16 @@ type relayAnswers struct {
 }
 
 // answerBox is a relay's and a leader's side of the answers that travel
-// through relays.
+// through relays, and a relay's count of the messages it handed on.
 type answerBox struct {
 	// handedOn counts the standbys' answers this member handed on as a
 	// relay; stepped and dropped the relayed answers this member stepped
 	// as leader, and those it dropped (not from the relay of their
 	// standby at the time).
 	handedOn, stepped, dropped atomic.Uint64
+	// relayedOn counts the leader's messages this member handed on to
+	// standbys as a relay.
+	relayedOn atomic.Uint64
 
 	// mu guards outbox, the standbys' answers this member (a relay)
 	// received and has not handed on yet, and flushing: a flush of it is
@@ -68,12 +68,13 @@ func (a *relayAnswers) answerBox() *answerBox {
 	return a.box.Load()
 }
 
-// counts returns the handed-on, stepped and dropped counts (Status).
-func (a *relayAnswers) counts() (handedOn, stepped, dropped uint64) {
+// counts returns the handed-on, stepped and dropped answers and the
+// messages relayed on (Status).
+func (a *relayAnswers) counts() (handedOn, stepped, dropped, relayedOn uint64) {
 	if b := a.box.Load(); b != nil {
-		return b.handedOn.Load(), b.stepped.Load(), b.dropped.Load()
+		return b.handedOn.Load(), b.stepped.Load(), b.dropped.Load(), b.relayedOn.Load()
 	}
-	return 0, 0, 0
+	return 0, 0, 0, 0
 }
 
 // answerEnvelope is a standby's envelope of answers with room for one (a
@@ -155,7 +156,7 @@ func (n *Node) noteDirect(ms []*raftpb.Message) {
 // answers directly.
 func (n *Node) answersThroughRelay(out []*raftpb.Message) []*raftpb.Message {
 	route := n.answers.route.Load()
-	if route == nil || !n.answers.learner.Load() {
+	if route == nil || !n.answersLearner.Load() {
 		return out
 	}
 	rt, ok := n.tr.(RelayTransport)

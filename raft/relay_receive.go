@@ -84,6 +84,6 @@ func (n *Node) handOn(to uint64, env *RelayEnvelope, i int, m *raftpb.Message, t
 	if !ok {
 		return
 	}
-	n.relayedOn.Add(1)
+	n.answers.answerBox().relayedOn.Add(1)
 	rt.SendRelay(to, &RelayEnvelope{Entries: m.Entries, Msgs: env.Msgs[i : i+1 : i+1], Counts: env.Counts[i : i+1 : i+1], TakesAnswers: takes})
 }

@@ -144,9 +144,8 @@ func (n *Node) status() Status {
 		PeerMessagesDropped: n.recv.droppedCount(),
 		HostLivenessReports: n.hostReports.Load(),
 		Quiesced:            l.q.on,
-		RelayedOn:           n.relayedOn.Load(),
 	}
-	st.AnswersHandedOn, st.RelayedAnswers, st.RelayedAnswersDropped = n.answers.counts()
+	st.AnswersHandedOn, st.RelayedAnswers, st.RelayedAnswersDropped, st.RelayedOn = n.answers.counts()
 	if l.q.on {
 		st.QuiescedSince = l.q.since
 	}

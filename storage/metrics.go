@@ -9,31 +9,34 @@ import (
 type metrics struct {
 	commits, saves, entries, bytes atomic.Uint64
 	tailHits, tailMisses           atomic.Uint64
-	snapshots, snapshotBytes       atomic.Uint64
 	commitDur, syncDur             durations
-	// snapshotDur is made with the first snapshot: most of a host's
-	// groups snapshot rarely, and a Store is per group.
-	snapshotDur lazyDurations
+	// snap (the snapshots' count, bytes and durations) is made with the
+	// first snapshot: most of a host's groups snapshot rarely, and a Store
+	// is per group.
+	snap atomic.Pointer[snapMetrics]
 }
 
-// lazyDurations is a durations histogram allocated with its first
-// observation.
-type lazyDurations struct{ p atomic.Pointer[durations] }
-
-func (l *lazyDurations) observe(v time.Duration) {
-	d := l.p.Load()
-	if d == nil {
-		l.p.CompareAndSwap(nil, new(durations))
-		d = l.p.Load()
-	}
-	d.observe(v)
+// snapMetrics are a Store's snapshot metrics.
+type snapMetrics struct {
+	count, bytes atomic.Uint64
+	dur          durations
 }
 
-func (l *lazyDurations) snapshot() Histogram {
-	if d := l.p.Load(); d != nil {
-		return d.snapshot()
+// snapMetrics returns the snapshot metrics, made with the first.
+func (m *metrics) snapMetrics() *snapMetrics {
+	if p := m.snap.Load(); p != nil {
+		return p
 	}
-	return new(durations).snapshot()
+	m.snap.CompareAndSwap(nil, new(snapMetrics))
+	return m.snap.Load()
+}
+
+// snapshots returns the snapshot count, bytes and durations.
+func (m *metrics) snapshots() (count, bytes uint64, dur Histogram) {
+	if p := m.snap.Load(); p != nil {
+		return p.count.Load(), p.bytes.Load(), p.dur.snapshot()
+	}
+	return 0, 0, new(durations).snapshot()
 }
 
 // durationBounds are the histograms' upper bounds: 0.5 ms doubling to about
@@ -129,6 +132,7 @@ func (s *Store) Metrics() Metrics {
 	s.mu.RLock()
 	n, b := len(s.tail.ents), s.tail.bytes
 	s.mu.RUnlock()
+	snaps, snapBytes, snapDur := s.m.snapshots()
 	return Metrics{
 		Commits:       s.m.commits.Load(),
 		Saves:         s.m.saves.Load(),
@@ -136,14 +140,14 @@ func (s *Store) Metrics() Metrics {
 		Bytes:         s.m.bytes.Load(),
 		TailHits:      s.m.tailHits.Load(),
 		TailMisses:    s.m.tailMisses.Load(),
-		Snapshots:     s.m.snapshots.Load(),
-		SnapshotBytes: s.m.snapshotBytes.Load(),
+		Snapshots:     snaps,
+		SnapshotBytes: snapBytes,
 		TailEntries:   n,
 		TailBytes:     b,
 
 		CommitDuration:   s.m.commitDur.snapshot(),
 		SyncDuration:     s.m.syncDur.snapshot(),
-		SnapshotDuration: s.m.snapshotDur.snapshot(),
+		SnapshotDuration: snapDur,
 	}
 }
 

@@ -71,7 +71,7 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io
 	if err != nil {
 		return nil, err
 	}
-	s.m.snapshotDur.observe(time.Since(start))
+	s.m.snapMetrics().dur.observe(time.Since(start))
 	snap := &raftpb.Snapshot{
 		Data:     d.Marshal(),
 		Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(index), Term: proto.Uint64(term), ConfState: cs},
@@ -104,7 +104,7 @@ func (s *Store) CreateSnapshot(index uint64, cs *raftpb.ConfState, write func(io
 	s.snap = snap
 	s.mu.Unlock()
 	s.wmu.Unlock()
-	s.m.snapshots.Add(1)
+	s.m.snapMetrics().count.Add(1)
 
 	s.pruneSnapshots()
 	return proto.Clone(snap).(*raftpb.Snapshot), nil
@@ -282,7 +282,7 @@ func (s *Store) writeSnapshotFile(name string, fill func(io.Writer) error, want 
 	if err := s.syncDir(); err != nil {
 		return d, err
 	}
-	s.m.snapshotBytes.Add(uint64(d.Size))
+	s.m.snapMetrics().bytes.Add(uint64(d.Size))
 	return d, nil
 }
 
