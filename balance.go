@@ -27,7 +27,11 @@ import (
 // disk carry most of the writes. A move costs a wake of a quiesced group
 // and one message; rounds are bounded. CockroachDB rebalances its leases
 // likewise; dragonboat leaves leadership where elections put it.
-// Disable it where the application places leaders itself.
+// While a voter of one of its groups is on a host that is not live, a
+// host moves nothing: the dead host's groups elected leaders elsewhere,
+// and moves would wake quiesced groups the dead host does not touch (and
+// be undone when it returns). Disable it where the application places
+// leaders itself.
 type LeaderBalance struct {
 	// Disabled turns balancing off.
 	Disabled bool
@@ -130,6 +134,13 @@ func (b *balancer) round(ctx context.Context) {
 		return
 	}
 	self, view, byID := b.h.leaderView(b.refused)
+	if placement.HostDown(view) {
+		// Balancing pauses while a peer host is out of reach
+		// (placement.LeaderMoves): remember the fingerprint, which its
+		// liveness changes when it is back.
+		b.last, b.quiet = fp, 0
+		return
+	}
 	moves := placement.LeaderMoves(self, view, b.cfg.MaxMoves)
 	if len(moves) == 0 {
 		b.last, b.quiet = fp, 0

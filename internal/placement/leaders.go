@@ -99,9 +99,15 @@ func (l Load) Under() bool { return float64(l.Leaders) < l.Share-eps }
 // at once never move the same group, and none takes a leadership that
 // would put it over its share. A target's caught-up state is not known
 // here: the host checks it as it carries a move out.
+//
+// While any voter of any group is on a host that is not live, it plans
+// nothing (HostDown): the dead host's groups elected leaders elsewhere,
+// and moves would wake quiesced groups the dead host does not touch — a
+// dead host must wake only what must elect — to be undone when it
+// returns.
 func LeaderMoves(self string, groups []Group, max int) []Move {
 	loads := Loads(groups)
-	if max <= 0 || !loads[self].Over() {
+	if max <= 0 || !loads[self].Over() || HostDown(groups) {
 		return nil
 	}
 	mine := slices.Clone(groups)
@@ -136,4 +142,17 @@ func LeaderMoves(self string, groups []Group, max int) []Move {
 		loads[self], loads[best.Host] = s, t
 	}
 	return moves
+}
+
+// HostDown reports whether a voter of some group is on a host that is not
+// live.
+func HostDown(groups []Group) bool {
+	for _, g := range groups {
+		for _, r := range g.Voters {
+			if !r.Live {
+				return true
+			}
+		}
+	}
+	return false
 }
