@@ -343,10 +343,18 @@ func TestNoTransferToLeavingVoter(t *testing.T) {
 	defer cancel()
 	c, lead := withReadyLearner(ctx, t, cluster.Options{ManualMembership: true, Membership: fastMembership})
 	old := follower(t, c, lead)
+	refusesTransferToLeaving(ctx, t, c, lead, old.ID)
+	c.Net.Heal()
+}
+
+// refusesTransferToLeaving replaces voter old by learner 4, holds the
+// group in the joint configuration (the leader's leave is dropped), waits
+// until raft's configuration (Status) is joint, and checks that a dry run
+// and a real transfer of leadership to old are refused: old is leaving.
+func refusesTransferToLeaving(ctx context.Context, t *testing.T, c *cluster.Cluster, lead *cluster.Member, old uint64) {
+	t.Helper()
 	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool { return from == lead.ID && isLeaveJoint(m) })
-	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old.ID, 4)) }()
-	// Joint in raft's configuration, in Status (the checks read raft's
-	// configuration too: TestNoTransferToLeavingVoterWhileApplyLags).
+	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old, 4)) }()
 	for {
 		st, err := lead.Node.Status(ctx)
 		if err != nil {
@@ -356,16 +364,15 @@ func TestNoTransferToLeavingVoter(t *testing.T) {
 			break
 		}
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
-			t.Fatal("never joint")
+			t.Fatal("raft never took the joint configuration")
 		}
 	}
-	if _, err := lead.Node.CheckMembership(ctx, confchange.TransferLeader(old.ID)); !errors.Is(err, confchange.ErrLearnerCannotLead) {
-		t.Fatalf("dry run of a transfer to leaving member %d: %v", old.ID, err)
+	if _, err := lead.Node.CheckMembership(ctx, confchange.TransferLeader(old)); !errors.Is(err, confchange.ErrLearnerCannotLead) {
+		t.Fatalf("dry run of a transfer to leaving member %d: %v", old, err)
 	}
-	if err := lead.Node.TransferLeadership(ctx, old.ID); !errors.Is(err, raft.ErrLearnerCannotLead) {
-		t.Fatalf("transfer to leaving member %d: %v, want ErrLearnerCannotLead", old.ID, err)
+	if err := lead.Node.TransferLeadership(ctx, old); !errors.Is(err, raft.ErrLearnerCannotLead) {
+		t.Fatalf("transfer to leaving member %d: %v, want ErrLearnerCannotLead", old, err)
 	}
-	c.Net.Heal()
 }
 
 // stalledApplies is a kv.Store whose Apply waits while stalled is set: the
@@ -423,26 +430,7 @@ func TestNoTransferToLeavingVoterWhileApplyLags(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the write never reached the leader's state machine")
 	}
-	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool { return from == lead.ID && isLeaveJoint(m) })
-	go func() { _, _ = lead.Node.ChangeMembership(ctx, confchange.Replace(old.ID, 4)) }()
-	for {
-		st, err := lead.Node.Status(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Joint() {
-			break
-		}
-		if err := pause(ctx, 5*time.Millisecond); err != nil {
-			t.Fatal("raft never took the joint configuration")
-		}
-	}
-	if _, err := lead.Node.CheckMembership(ctx, confchange.TransferLeader(old.ID)); !errors.Is(err, confchange.ErrLearnerCannotLead) {
-		t.Fatalf("dry run of a transfer to leaving member %d while the apply lags: %v", old.ID, err)
-	}
-	if err := lead.Node.TransferLeadership(ctx, old.ID); !errors.Is(err, raft.ErrLearnerCannotLead) {
-		t.Fatalf("transfer to leaving member %d while the apply lags: %v, want ErrLearnerCannotLead", old.ID, err)
-	}
+	refusesTransferToLeaving(ctx, t, c, lead, old.ID)
 	release()
 	c.Net.Heal()
 }
