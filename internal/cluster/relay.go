@@ -38,6 +38,10 @@ func (ep *endpoint) deliver(d delivery) {
 // is one, an envelope as many as it holds).
 type Traffic struct {
 	Messages, Bytes, Entries, Envelopes, Carried uint64
+	// OwnEnveloped counts the messages of its own (From the member) it
+	// sent in relay envelopes: a leader's to its relays, a standby's
+	// answers through its relay; not what a relay hands on.
+	OwnEnveloped uint64
 }
 
 // authored is one kind of raft message from its author to its addressee.
@@ -202,6 +206,7 @@ func (nw *Network) sendRelay(from, to uint64, env *raftio.RelayEnvelope) {
 	for _, h := range env.Msgs {
 		if h.GetFrom() == from {
 			nw.authored[authored{from, h.GetTo(), h.GetType()}]++
+			nw.sentBy[from].OwnEnveloped++
 		}
 	}
 	dst := nw.endpoints[to]
