@@ -29,7 +29,7 @@ import (
 // Create it with NewNode, then Start it with a Transport. Every method is
 // safe for concurrent use.
 type Node struct {
-	cfg   Config
+	cfg   nodeConfig
 	log   *slog.Logger
 	sm    StateMachine
 	store Storage
@@ -165,13 +165,16 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:   cfg,
+		cfg:   nodeConfig{ID: cfg.ID, OnStopped: cfg.OnStopped},
 		log:   cfg.Logger.With(slog.Uint64("member", cfg.ID)),
 		sm:    sm,
 		store: store,
 		stopc: make(chan struct{}),
 		state: newWatched(nodeState{}),
 		sched: cfg.Scheduler,
+	}
+	if cfg.ClusterID != 0 || len(cfg.InitialMembers) > 0 {
+		n.cfg.boot = &bootConfig{clusterID: cfg.ClusterID, initialMembers: cfg.InitialMembers}
 	}
 	if n.sched == nil {
 		// Its goroutines start only with the node's work.
@@ -194,9 +197,44 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 	if !ownPolicy {
 		// The default policy runs with the settings in force (policy): the
 		// one WithDefaults boxed is not kept for each of a host's replicas.
-		n.cfg.Policy = nil
+		cfg.Policy = nil
+	}
+	// What is the member's own is in n.cfg; the rest is shared by the
+	// nodes of a scheduler configured alike (a host's groups).
+	cfg.ID, cfg.ClusterID, cfg.InitialMembers, cfg.OnStopped, cfg.Logger = 0, 0, nil, nil, nil
+	n.cfg.Config = &cfg
+	if !n.ownSched {
+		n.cfg.Config = n.sched.configs.Share(n.cfg.Config)
 	}
 	return n, nil
+}
+
+// nodeConfig is a node's Config. Its settings, the same for a host's
+// many groups, are one Config its Scheduler's nodes configured alike share
+// (only read); what is the member's own is apart: its ID and OnStopped,
+// and, until Start, its configured cluster ID and initial members (the
+// shared Config holds none of these, nor the Logger: n.log is made from
+// it). n.cfg.X reads the member's own field where there is one.
+type nodeConfig struct {
+	*Config
+	ID        uint64
+	OnStopped func(error)
+	boot      *bootConfig // nil when neither is set, and after Start
+}
+
+// bootConfig is what Start reads of a Config and the node keeps no longer.
+type bootConfig struct {
+	clusterID      uint64
+	initialMembers []confchange.Member
+}
+
+// bootConfig returns the configured cluster ID and initial members; none
+// after Start.
+func (c *nodeConfig) bootConfig() (clusterID uint64, initial []confchange.Member) {
+	if c.boot == nil {
+		return 0, nil
+	}
+	return c.boot.clusterID, c.boot.initialMembers
 }
 
 // Start restores the state machine from the latest snapshot, bootstraps a new
@@ -251,7 +289,7 @@ func (n *Node) Start(tr Transport) error {
 	}
 	// The initial members served the bootstrap only (their records are in
 	// the member table now): a host's many replicas need not keep them.
-	n.cfg.InitialMembers = nil
+	n.cfg.boot = nil
 	n.live.Store(3)
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
 	n.running.Store(true)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/understudy-raft/understudy/internal/sched"
+	"github.com/understudy-raft/understudy/internal/shared"
 )
 
 // Scheduler runs the nodes of a host on a fixed number of goroutines,
@@ -57,6 +58,9 @@ type Scheduler struct {
 	// stateChanges counts the leader, term or role changes its nodes
 	// published (StateChanges).
 	stateChanges atomic.Uint64
+	// configs are the Configs its nodes share (nodeConfig): a host's
+	// groups are configured alike.
+	configs shared.Set[Config]
 
 	mu      sync.Mutex
 	closing bool
