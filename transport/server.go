@@ -46,7 +46,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	case wire.KindStream:
 		err = t.serveStream(a)
 	case wire.KindSnapshot:
-		defer func() { <-t.snapRecv }()
+		defer func() { <-t.mux.snapRecv }()
 		err = t.receiveSnapshot(a)
 	case wire.KindRequest:
 		err = t.serveRequests(a)
@@ -78,14 +78,14 @@ func (t *Transport) admit(hs *handshake) (*accepted, error) {
 	}
 	if !p.addInbound(nc, h.Kind) {
 		if h.Kind == wire.KindSnapshot {
-			<-t.snapRecv
+			<-t.mux.snapRecv
 		}
 		return nil, nil
 	}
 	if err := t.reply(nc, wire.HelloReply{Version: version, MaxFrame: uint32(t.cfg.MaxFrameSize), Cluster: t.cluster.Load(), Member: t.cfg.ID}); err != nil {
 		p.removeInbound(nc)
 		if h.Kind == wire.KindSnapshot {
-			<-t.snapRecv
+			<-t.mux.snapRecv
 		}
 		return nil, fmt.Errorf("sending hello reply: %w", err)
 	}
@@ -206,9 +206,9 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 	}
 	if h.Kind == wire.KindSnapshot {
 		select {
-		case t.snapRecv <- struct{}{}:
+		case t.mux.snapRecv <- struct{}{}:
 		default:
-			return 0, nil, wire.CodeBusy, fmt.Sprintf("already receiving %d snapshots", cap(t.snapRecv))
+			return 0, nil, wire.CodeBusy, fmt.Sprintf("already receiving %d snapshots", cap(t.mux.snapRecv))
 		}
 	}
 	return version, p, wire.CodeAccepted, ""

@@ -72,10 +72,10 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
 	ctx, cancel := p.ops.with(&p.mu, context.Background(), 0) // canceled by RemovePeer and Close
 	defer cancel()
-	if err := t.snapSend.acquire(ctx, p.learner.Load()); err != nil {
+	if err := t.mux.snapSend.acquire(ctx, p.learner.Load()); err != nil {
 		return 0, err
 	}
-	defer t.snapSend.release()
+	defer t.mux.snapSend.release()
 
 	var file io.Reader = eofReader{}
 	var size int64
@@ -123,14 +123,14 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return 0, fmt.Errorf("transport: sending snapshot header: %w", err)
 	}
 	buf := make([]byte, wire.HeaderSize+int(min(int64(t.cfg.SnapshotChunkSize), max(size, 1))))
-	paced := learnerPacer(t.cfg, p.learner.Load(), len(buf)-wire.HeaderSize)
+	paced := learnerPacer(*t.cfg.Config, p.learner.Load(), len(buf)-wire.HeaderSize)
 	var crc uint32
 	index := m.GetSnapshot().GetMetadata().GetIndex()
 	for sent := int64(0); sent < size; {
 		p.setSnapshotProgress(SnapshotProgress{Index: index, Sent: sent, Total: size})
 		n := int(min(int64(len(buf)-wire.HeaderSize), size-sent))
-		if t.snapRate != nil {
-			if err := t.snapRate.WaitN(ctx, n); err != nil {
+		if t.mux.snapRate != nil {
+			if err := t.mux.snapRate.WaitN(ctx, n); err != nil {
 				return sent, fmt.Errorf("transport: snapshot rate limit: %w", err)
 			}
 		}

@@ -22,7 +22,7 @@ import (
 // between the members of one cluster. Its methods are safe for concurrent
 // use.
 type Transport struct {
-	cfg     Config // with defaults
+	cfg     transportConfig // with defaults
 	log     *slog.Logger
 	handler Handler
 	mux     *Mux        // the listener, shared by a host's groups or private
@@ -52,10 +52,6 @@ type Transport struct {
 	removed map[uint64]bool        // made with the first removal
 	conns   map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
 
-	snapSend *slots        // snapshots being sent (learners first)
-	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
-	snapRecv chan struct{} // semaphore: snapshots being received
-
 	events events // reports to the Handler, on a goroutine of their own
 	inbox  *inbox // received messages for a Handler that is no BatchHandler (nil for one)
 
@@ -73,6 +69,21 @@ type Transport struct {
 	// logged: made with the first, so that the transports of a host's
 	// many groups hold none.
 	rare atomic.Pointer[transportRare]
+}
+
+// transportConfig is a transport's Config. Its settings, the same for a
+// host's many groups, are one Config the transports on a Mux configured
+// alike share (only read; a transport with a private Mux has its own);
+// what is the group's own is apart: its member ID, group ID and snapshot
+// store. The shared Config holds none of these, nor what New only reads
+// (ClusterID, AdvertiseAddr, Incarnation, Handler, Logger, Peers, Removed,
+// PeerIncarnations: the Transport keeps them where it uses them).
+// t.cfg.X reads the group's own field where there is one.
+type transportConfig struct {
+	*Config
+	ID        uint64
+	GroupID   uint64
+	Snapshots SnapshotStore
 }
 
 // transportRare is what a Transport counts and remembers of what rarely
@@ -118,10 +129,18 @@ func New(cfg Config) (*Transport, error) {
 	}
 	cfg = cfg.WithDefaults()
 	t := &Transport{
-		cfg:     cfg,
+		cfg:     transportConfig{ID: cfg.ID, GroupID: cfg.GroupID, Snapshots: cfg.Snapshots},
 		log:     cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
 		handler: cfg.Handler,
 		mux:     cfg.Mux,
+	}
+	settings := cfg
+	settings.ID, settings.ClusterID, settings.GroupID, settings.Snapshots = 0, 0, 0, nil
+	settings.AdvertiseAddr, settings.Incarnation, settings.Handler, settings.Logger = "", 0, nil, nil
+	settings.Peers, settings.Removed, settings.PeerIncarnations = nil, nil, nil
+	t.cfg.Config = &settings
+	if t.mux != nil {
+		t.cfg.Config = t.mux.configs.Share(t.cfg.Config)
 	}
 	if _, ok := cfg.Handler.(BatchHandler); !ok {
 		t.inbox = new(inbox)
@@ -130,12 +149,9 @@ func New(cfg Config) (*Transport, error) {
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
 	t.peers.Store(&peerList{})
-	if t.mux != nil {
-		// A host's groups share its snapshot budget.
-		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
-	} else {
-		t.snapSend, t.snapRate = newSlots(cfg.MaxConcurrentSnapshots), snapshotLimiter(cfg)
-		t.snapRecv = make(chan struct{}, cfg.MaxConcurrentSnapshots)
+	if t.mux == nil {
+		// A private mux has the transport's snapshot budget (a host's
+		// groups share their Mux's).
 		mux, err := newMux(MuxConfig{
 			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
 			HandshakeTimeout: cfg.HandshakeTimeout, DialTimeout: cfg.DialTimeout,
