@@ -38,7 +38,9 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	size, err := p.streamSnapshot(m)
 	p.mu.Lock()
 	p.snapping = false
-	p.snapProg = nil
+	if r := p.c.rare.Load(); r != nil {
+		r.snapProg = nil
+	}
 	p.mu.Unlock()
 	if p.ops.isStopped(&p.mu) {
 		return // removed, or the transport is closing: raft no longer cares
