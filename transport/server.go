@@ -103,10 +103,7 @@ func (t *Transport) admit(hs *handshake) (*accepted, error) {
 func (t *Transport) logRefusal(h wire.Hello, reason, remote, why string) {
 	const msg = "refused inbound connection"
 	args := []any{"kind", h.Kind.String(), "remote", remote, "detail", why}
-	t.mu.Lock()
-	known := t.removed[h.From]
-	t.mu.Unlock()
-	if known || t.peer(h.From) != nil {
+	if t.removed(h.From) || t.peer(h.From) != nil {
 		t.logOnce(h.From, "refused_"+reason, msg, args...)
 		return
 	}
@@ -191,10 +188,7 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 	if h.To != t.cfg.ID && !(h.To == 0 && h.Kind == wire.KindRequest) {
 		return 0, nil, wire.CodeWrongReceiver, fmt.Sprintf("connection for member %x reached member %x", h.To, t.cfg.ID)
 	}
-	t.mu.Lock()
-	removed := t.removed[h.From]
-	t.mu.Unlock()
-	if removed {
+	if t.removed(h.From) {
 		return 0, nil, wire.CodeRemoved, fmt.Sprintf("member %x was removed from the cluster", h.From)
 	}
 	p = t.peer(h.From)

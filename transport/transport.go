@@ -25,8 +25,13 @@ type Transport struct {
 	cfg     transportConfig // with defaults
 	log     *slog.Logger
 	handler Handler
-	mux     *Mux        // the listener, shared by a host's groups or private
-	ownMux  bool        // the mux is this transport's own: Close closes it
+	mux     *Mux // the listener, shared by a host's groups or private
+	ownMux  bool // the mux is this transport's own: Close closes it
+	// closed (under mu) is set by Close; hclosed (under hmu) stops the
+	// BatchHandler calls of host links' readers. Here, beside ownMux and
+	// closing, they take no room of their own.
+	closed  bool
+	hclosed bool
 	closing atomic.Bool // set by Close
 	cluster atomic.Uint64
 	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
@@ -46,19 +51,16 @@ type Transport struct {
 
 	// mu guards the fields below. It is never held while doing I/O or
 	// calling the Handler.
-	mu      sync.Mutex
-	closed  bool
-	calls   opSet                  // Call and CallAddr in flight, canceled by Close
-	removed map[uint64]bool        // made with the first removal
-	conns   map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
+	mu    sync.Mutex
+	calls opSet                  // Call and CallAddr in flight, canceled by Close
+	conns map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
 
 	events events // reports to the Handler, on a goroutine of their own
 	inbox  *inbox // received messages for a Handler that is no BatchHandler (nil for one)
 
 	// hmu makes Close wait for a BatchHandler call of a host link's reader
-	// in progress; hclosed stops new ones.
-	hmu     sync.RWMutex
-	hclosed bool
+	// in progress; hclosed (above) stops new ones.
+	hmu sync.RWMutex
 
 	// Counters not tied to a peer (refusals and connection errors are
 	// common as a host's groups start: those of rare events are in rare).
@@ -98,6 +100,10 @@ type transportRare struct {
 	// logRefusal): its size is bounded by the membership's history.
 	logged     sync.Map
 	refusalLog rateLog // refusals of senders that are not known members
+
+	// removed are the members removed (RemovePeer) and not added again,
+	// under Transport.mu.
+	removed map[uint64]bool
 }
 
 // more returns the transport's rare counters and logs, made with the
@@ -340,7 +346,9 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 		t.mu.Unlock()
 		return
 	}
-	delete(t.removed, id)
+	if r := t.rare.Load(); r != nil {
+		delete(r.removed, id)
+	}
 	if p := t.peer(id); p != nil {
 		t.mu.Unlock()
 		p.setRecorded(addr)
@@ -391,10 +399,11 @@ func (t *Transport) RemovePeer(id uint64) {
 		t.mu.Unlock()
 		return
 	}
-	if t.removed == nil {
-		t.removed = make(map[uint64]bool)
+	r := t.more()
+	if r.removed == nil {
+		r.removed = make(map[uint64]bool)
 	}
-	t.removed[id] = true
+	r.removed[id] = true
 	p := t.peer(id)
 	if p != nil {
 		next := t.peers.Load().without(id)
@@ -426,6 +435,15 @@ func (t *Transport) SnapshotProgress(id uint64) SnapshotProgress {
 }
 
 func (t *Transport) peer(id uint64) *peer { return t.peers.Load().get(id) }
+
+// removed reports whether member id was removed (RemovePeer) and not
+// added again.
+func (t *Transport) removed(id uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.rare.Load()
+	return r != nil && r.removed[id]
+}
 
 // peerList is a transport's peers. A group has a few members: a list,
 // searched, costs each of a host's many groups less than a map would.
