@@ -61,7 +61,7 @@ type peer struct {
 	ops opSet
 	// What it keeps of rare events (its re-attach timer and backoff after
 	// refusals, its snapshot in flight, its last warning of a message too
-	// large) is in c's rare counters.
+	// large) is in c's rare counters, and their snapshot counters.
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -495,9 +495,10 @@ func (p *peer) stats() PeerStats {
 	} else {
 		s.RTTHistory = emptyHistogram(rttBounds)
 	}
-	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = r.snapsSent.Load(), r.snapsFailed.Load(), r.snapsRecv.Load()
-	s.SnapshotBytesSent, s.SnapshotBytesReceived = r.snapBytesSent.Load(), r.snapBytesRecv.Load()
-	s.SnapshotSendDuration = r.snapHist.snapshot()
+	sc := r.readSnapshots()
+	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = sc.sent.Load(), sc.failed.Load(), sc.recv.Load()
+	s.SnapshotBytesSent, s.SnapshotBytesReceived = sc.bytesSent.Load(), sc.bytesRecv.Load()
+	s.SnapshotSendDuration = sc.hist.snapshot()
 	s.SnapshotInFlight = p.snapshotProgress()
 	return s
 }
@@ -593,18 +594,20 @@ func (b *backoff) reset() { b.cur = 0 }
 func (p *peer) snapshotProgress() SnapshotProgress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r := p.c.rare.Load(); r != nil && r.snapProg != nil {
-		return *r.snapProg
+	if r := p.c.rare.Load(); r != nil {
+		if sc := r.snaps.Load(); sc != nil && sc.prog != nil {
+			return *sc.prog
+		}
 	}
 	return SnapshotProgress{}
 }
 
 func (p *peer) setSnapshotProgress(sp SnapshotProgress) {
-	r := p.c.more()
+	sc := p.c.more().snapshots()
 	p.mu.Lock()
-	if r.snapProg == nil {
-		r.snapProg = new(SnapshotProgress)
+	if sc.prog == nil {
+		sc.prog = new(SnapshotProgress)
 	}
-	*r.snapProg = sp
+	*sc.prog = sp
 	p.mu.Unlock()
 }

@@ -27,6 +27,13 @@ func TestGroupSizeClasses(t *testing.T) {
 	if size := unsafe.Sizeof(peer{}); size > 256 {
 		t.Errorf("a peer takes %d bytes: over the 256-byte size class", size)
 	}
+	// A peer's rare counters, made with its first refusal (about half of
+	// a host's peers, refused while the groups start), fit the 96-byte
+	// class: the snapshot counters are apart, made with the first snapshot
+	// (144 with them, and 136 with what a peer keeps of rare events).
+	if size := unsafe.Sizeof(rareCounters{}); size > 96 {
+		t.Errorf("a peer's rare counters take %d bytes: over the 96-byte size class", size)
+	}
 	if size := unsafe.Sizeof(flow{}); size > 80 {
 		t.Errorf("a flow takes %d bytes: over the 80-byte size class", size)
 	}

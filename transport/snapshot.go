@@ -39,14 +39,16 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	p.mu.Lock()
 	p.snapping = false
 	if r := p.c.rare.Load(); r != nil {
-		r.snapProg = nil
+		if sc := r.snaps.Load(); sc != nil {
+			sc.prog = nil
+		}
 	}
 	p.mu.Unlock()
 	if p.ops.isStopped(&p.mu) {
 		return // removed, or the transport is closing: raft no longer cares
 	}
 	if err != nil {
-		p.c.more().snapsFailed.Add(1)
+		p.c.more().snapshots().failed.Add(1)
 		var re *RefusedError
 		if errors.As(err, &re) {
 			p.c.more().refusals.Add(1)
@@ -62,9 +64,10 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 		return
 	}
 	d := time.Since(start)
-	p.c.more().snapsSent.Add(1)
-	p.c.more().snapBytesSent.Add(uint64(size))
-	p.c.more().snapHist.observe(d)
+	sc := p.c.more().snapshots()
+	sc.sent.Add(1)
+	sc.bytesSent.Add(uint64(size))
+	sc.hist.observe(d)
 	p.t.log.Info("snapshot sent", "peer", p.hexID(), "index", m.GetSnapshot().GetMetadata().GetIndex(), "bytes", size, "duration", d)
 	p.t.handler.ReportSnapshot(p.id, raft.SnapshotFinish)
 }
@@ -243,8 +246,9 @@ func (t *Transport) receiveSnapshot(a *accepted) error {
 		}
 		return err
 	}
-	a.peer.c.more().snapsRecv.Add(1)
-	a.peer.c.more().snapBytesRecv.Add(size)
+	sc := a.peer.c.more().snapshots()
+	sc.recv.Add(1)
+	sc.bytesRecv.Add(size)
 	t.log.Info("snapshot received", "peer", fmt.Sprintf("%x", a.hello.From), "index", m.GetSnapshot().GetMetadata().GetIndex(), "bytes", size, "duration", time.Since(start))
 	t.handler.Process(m)
 	_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))

@@ -150,24 +150,54 @@ type peerCounters struct {
 
 // rareCounters are a peer's counters of what a healthy peer rarely does.
 type rareCounters struct {
-	dropFull, dropDown, dropLarge     atomic.Uint64
-	dropVersion                       atomic.Uint64
-	dialFailures, refusals            atomic.Uint64
-	snapsSent, snapsFailed, snapsRecv atomic.Uint64
-	snapBytesSent, snapBytesRecv      atomic.Uint64
-	lastRefusal                       atomic.Pointer[string]
-	snapHist                          lazyHistogram // of snapshotBounds, allocated with the first snapshot
+	dropFull, dropDown, dropLarge atomic.Uint64
+	dropVersion                   atomic.Uint64
+	dialFailures, refusals        atomic.Uint64
+	lastRefusal                   atomic.Pointer[string]
+	// snaps are the snapshot counters, made with the first snapshot (a
+	// peer refused while its host's groups start has rare counters, and
+	// most never snapshot).
+	snaps atomic.Pointer[snapCounters]
 
 	// What the peer keeps of rare events, also made with the first
 	// (peer.mu guards the fields but largeAt): the timer that re-attaches
 	// after a refusal and the backoff between re-attachments (its bounds
-	// are the Config's), the progress of the snapshot in flight, and when
-	// a message too large for it was last logged at warning level (Unix
-	// nanoseconds; 0: never).
-	retry    *time.Timer
-	boCur    time.Duration
-	snapProg *SnapshotProgress // nil: none
-	largeAt  atomic.Int64
+	// are the Config's), and when a message too large for it was last
+	// logged at warning level (Unix nanoseconds; 0: never).
+	retry   *time.Timer
+	boCur   time.Duration
+	largeAt atomic.Int64
+}
+
+// snapCounters are a peer's snapshot counters, and the progress of the
+// snapshot in flight to it (nil: none; under peer.mu).
+type snapCounters struct {
+	sent, failed, recv   atomic.Uint64
+	bytesSent, bytesRecv atomic.Uint64
+	hist                 lazyHistogram // of snapshotBounds, allocated with the first snapshot sent
+	prog                 *SnapshotProgress
+}
+
+// noSnapCounters are the snapshot counters of a peer that has none yet:
+// read, never written.
+var noSnapCounters snapCounters
+
+// snapshots returns the peer's snapshot counters, made with the first.
+func (r *rareCounters) snapshots() *snapCounters {
+	if s := r.snaps.Load(); s != nil {
+		return s
+	}
+	r.snaps.CompareAndSwap(nil, new(snapCounters))
+	return r.snaps.Load()
+}
+
+// readSnapshots returns the peer's snapshot counters for reading (all zero
+// if none were made).
+func (r *rareCounters) readSnapshots() *snapCounters {
+	if s := r.snaps.Load(); s != nil {
+		return s
+	}
+	return &noSnapCounters
 }
 
 // noRareCounters are the rare counters of a peer that has none yet: read,
