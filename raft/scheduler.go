@@ -40,7 +40,9 @@ import (
 // Goroutines are started when work needs them, up to the bounds. A node
 // uses Config.Scheduler when set (a host shares one among its groups); a
 // node without one gets its own with one goroutine of each kind, closed
-// when the node stops.
+// when the node stops. The nodes of a scheduler configured alike share
+// one copy of their Config's settings (a host's thousands of replicas keep
+// one, not one each).
 //
 // Closing a scheduler refuses the nodes that start after (Node.Start
 // returns ErrStopped) and waits for those that run to be done (Node.Done)

@@ -67,9 +67,9 @@ type Transport struct {
 	refused    reasonCounter
 	connErrors reasonCounter
 
-	// rare holds the counters of rare drops and the memory of what was
-	// logged: made with the first, so that the transports of a host's
-	// many groups hold none.
+	// rare holds the counters of rare drops, the memory of what was
+	// logged and the members removed: made with the first, so that the
+	// transports of a host's many groups hold none.
 	rare atomic.Pointer[transportRare]
 }
 
