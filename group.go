@@ -420,7 +420,7 @@ func (h *Host) StartGroup(ctx context.Context, cfg GroupConfig, sm raft.StateMac
 	if err != nil {
 		return nil, err
 	}
-	hd.set(n.PeerHandler())
+	hd.set(n)
 	for _, m := range joinPeers {
 		if m.ID != cfg.ID {
 			tr.AddPeer(m.ID, m.PeerAddr)
@@ -513,20 +513,20 @@ var (
 
 // lateHandler is the transport's Handler until the node exists.
 type lateHandler struct {
-	mu sync.RWMutex
-	h  raft.PeerHandler
+	// n is the node once made: an atomic pointer, not a locked handler,
+	// so that each of a host's many groups keeps 8 bytes for it (48 with a
+	// lock and an interface) and a message's delivery takes no lock.
+	n atomic.Pointer[raft.Node]
 }
 
-func (l *lateHandler) set(h raft.PeerHandler) {
-	l.mu.Lock()
-	l.h = h
-	l.mu.Unlock()
-}
+func (l *lateHandler) set(n *raft.Node) { l.n.Store(n) }
 
+// get returns the node's PeerHandler, nil before the node is made.
 func (l *lateHandler) get() raft.PeerHandler {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.h
+	if n := l.n.Load(); n != nil {
+		return n.PeerHandler()
+	}
+	return nil
 }
 
 func (l *lateHandler) Process(m *raftpb.Message) {

@@ -113,7 +113,7 @@ func (n *Node) Subscribe(buf int) (<-chan Event, func()) {
 		buf = 1
 	}
 	ch := make(chan Event, buf)
-	h := &n.events
+	h := n.events.get()
 	h.mu.Lock()
 	if h.closed {
 		close(ch)
@@ -135,32 +135,72 @@ func (n *Node) Subscribe(buf int) (<-chan Event, func()) {
 	}
 }
 
+// eventHub is a node's subscribers, made with the first (most of a host's
+// many nodes have none: an emit then only loads a nil pointer).
 type eventHub struct {
+	p atomic.Pointer[eventSubs]
+}
+
+// eventSubs are the subscribers of a node that has had any, or
+// closedEventSubs for a node that stopped with none.
+type eventSubs struct {
 	mu      sync.Mutex
 	subs    map[chan Event]struct{}
 	closed  bool
 	dropped atomic.Uint64
 }
 
+// closedEventSubs are the subscribers of every node that stopped before
+// anyone subscribed: none, closed (never written but by Subscribe's reads).
+var closedEventSubs = &eventSubs{closed: true}
+
+// get returns the subscribers, made with the first.
+func (h *eventHub) get() *eventSubs {
+	if s := h.p.Load(); s != nil {
+		return s
+	}
+	h.p.CompareAndSwap(nil, new(eventSubs))
+	return h.p.Load()
+}
+
+// droppedCount returns the events subscribers missed (Status.EventsDropped).
+func (h *eventHub) droppedCount() uint64 {
+	if s := h.p.Load(); s != nil {
+		return s.dropped.Load()
+	}
+	return 0
+}
+
 func (h *eventHub) emit(e Event) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch := range h.subs {
+	s := h.p.Load()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.subs {
 		select {
 		case ch <- e:
 		default:
-			h.dropped.Add(1)
+			s.dropped.Add(1)
 		}
 	}
 }
 
 // closeAll closes every subscriber's channel (the node stopped).
 func (h *eventHub) closeAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.closed = true
-	for ch := range h.subs {
-		delete(h.subs, ch)
+	if h.p.CompareAndSwap(nil, closedEventSubs) {
+		return
+	}
+	s := h.p.Load()
+	if s == closedEventSubs {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for ch := range s.subs {
+		delete(s.subs, ch)
 		close(ch)
 	}
 }

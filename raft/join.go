@@ -24,16 +24,17 @@ type IdentityStore interface {
 // checkIdentity refuses a storage of another member or cluster, and records
 // this member's identity in one that has none yet.
 func (n *Node) checkIdentity() error {
+	configured, _ := n.cfg.bootConfig()
 	is, ok := n.store.(IdentityStore)
 	if !ok {
-		n.clusterID.Store(n.cfg.ClusterID)
+		n.clusterID.Store(configured)
 		return nil
 	}
 	stored, err := is.Identity()
 	if err != nil {
 		return fmt.Errorf("raft: reading the stored identity: %w", err)
 	}
-	want := Identity{ClusterID: n.cfg.ClusterID, MemberID: n.cfg.ID, Incarnation: stored.Incarnation}
+	want := Identity{ClusterID: configured, MemberID: n.cfg.ID, Incarnation: stored.Incarnation}
 	if want.ClusterID == 0 {
 		want.ClusterID = stored.ClusterID
 	}

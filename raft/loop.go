@@ -136,10 +136,10 @@ func (n *Node) restore() (err error) {
 		return fmt.Errorf("raft: reading last index: %w", err)
 	}
 	bootstrapped := false
-	if last == 0 && etcdraft.IsEmptyHardState(hs) && len(c.InitialMembers) > 0 {
-		peers := make([]etcdraft.Peer, len(c.InitialMembers))
+	if _, initial := c.bootConfig(); last == 0 && etcdraft.IsEmptyHardState(hs) && len(initial) > 0 {
+		peers := make([]etcdraft.Peer, len(initial))
 		t := n.apply.members.clone()
-		for i, m := range c.InitialMembers {
+		for i, m := range initial {
 			ctx, err := bootstrapContext(m)
 			if err != nil {
 				return fmt.Errorf("%w: InitialMembers: %w", ErrInvalidConfig, err)

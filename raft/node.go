@@ -29,7 +29,7 @@ import (
 // Create it with NewNode, then Start it with a Transport. Every method is
 // safe for concurrent use.
 type Node struct {
-	cfg   Config
+	cfg   nodeConfig
 	log   *slog.Logger
 	sm    StateMachine
 	store Storage
@@ -80,19 +80,23 @@ type Node struct {
 	// applyExitAsked: the append task exited (see exitApplyIdle).
 	applyExitAsked atomic.Bool
 
-	life     atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
-	stopOnce sync.Once
-	stopc    chan struct{} // closed when the node stops (Stop or a fatal error)
+	life atomic.Int32 // lifeNew, lifeStarted or lifeStoppedUnstarted
+	// stopClosed: stopc was closed (closeStopc); doneClosed: the node was
+	// done (closeDone). Flags rather than sync.Once: closing a channel
+	// does not wait, and a flag takes 4 bytes of each of a host's nodes.
+	stopClosed atomic.Bool
+	doneClosed atomic.Bool
+	stopc      chan struct{} // closed when the node stops (Stop or a fatal error)
 	// live counts the node's tasks not exited and its snapshot writers:
 	// the node is done when it drops to zero.
-	live     atomic.Int32
-	doneOnce sync.Once
+	live atomic.Int32
 	// donec is closed once every task and goroutine has exited: made by
 	// the first Done caller (nil: none asked yet), or closedChan when the
 	// node was done first (a host's idle replicas hold no channel).
 	donec atomic.Pointer[chan struct{}]
-	errMu sync.Mutex
-	err   error // the fatal error the node stopped with, if any
+	// err is the fatal error the node stopped with, if any: set once
+	// (setErr), the first wins.
+	err atomic.Pointer[error]
 
 	// runID is random per Start: it makes read contexts unique across runs
 	// of this member, and seeds the proposal sequence numbers.
@@ -165,13 +169,16 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 		return nil, fmt.Errorf("%w: nil Storage", ErrInvalidConfig)
 	}
 	n := &Node{
-		cfg:   cfg,
+		cfg:   nodeConfig{ID: cfg.ID, OnStopped: cfg.OnStopped},
 		log:   cfg.Logger.With(slog.Uint64("member", cfg.ID)),
 		sm:    sm,
 		store: store,
 		stopc: make(chan struct{}),
 		state: newWatched(nodeState{}),
 		sched: cfg.Scheduler,
+	}
+	if cfg.ClusterID != 0 || len(cfg.InitialMembers) > 0 {
+		n.cfg.boot = &bootConfig{clusterID: cfg.ClusterID, initialMembers: cfg.InitialMembers}
 	}
 	if n.sched == nil {
 		// Its goroutines start only with the node's work.
@@ -194,9 +201,44 @@ func NewNode(cfg Config, sm StateMachine, store Storage) (*Node, error) {
 	if !ownPolicy {
 		// The default policy runs with the settings in force (policy): the
 		// one WithDefaults boxed is not kept for each of a host's replicas.
-		n.cfg.Policy = nil
+		cfg.Policy = nil
+	}
+	// What is the member's own is in n.cfg; the rest is shared by the
+	// nodes of a scheduler configured alike (a host's groups).
+	cfg.ID, cfg.ClusterID, cfg.InitialMembers, cfg.OnStopped, cfg.Logger = 0, 0, nil, nil, nil
+	n.cfg.Config = &cfg
+	if !n.ownSched {
+		n.cfg.Config = n.sched.configs.Share(n.cfg.Config)
 	}
 	return n, nil
+}
+
+// nodeConfig is a node's Config. Its settings, the same for a host's
+// many groups, are one Config its Scheduler's nodes configured alike share
+// (only read); what is the member's own is apart: its ID and OnStopped,
+// and, until Start, its configured cluster ID and initial members (the
+// shared Config holds none of these, nor the Logger: n.log is made from
+// it). n.cfg.X reads the member's own field where there is one.
+type nodeConfig struct {
+	*Config
+	ID        uint64
+	OnStopped func(error)
+	boot      *bootConfig // nil when neither is set, and after Start
+}
+
+// bootConfig is what Start reads of a Config and the node keeps no longer.
+type bootConfig struct {
+	clusterID      uint64
+	initialMembers []confchange.Member
+}
+
+// bootConfig returns the configured cluster ID and initial members; none
+// after Start.
+func (c *nodeConfig) bootConfig() (clusterID uint64, initial []confchange.Member) {
+	if c.boot == nil {
+		return 0, nil
+	}
+	return c.boot.clusterID, c.boot.initialMembers
 }
 
 // Start restores the state machine from the latest snapshot, bootstraps a new
@@ -223,7 +265,7 @@ func (n *Node) Start(tr Transport) error {
 		return ErrStopped
 	}
 	if !n.sched.enter() {
-		n.stopOnce.Do(func() { close(n.stopc) })
+		n.closeStopc()
 		n.events.closeAll()
 		n.closeDone()
 		return fmt.Errorf("%w: its scheduler is closed", ErrStopped)
@@ -242,7 +284,7 @@ func (n *Node) Start(tr Transport) error {
 		err = n.restore()
 	}
 	if err != nil {
-		n.stopOnce.Do(func() { close(n.stopc) })
+		n.closeStopc()
 		n.events.closeAll()
 		n.sched.leave()
 		n.closeOwnScheduler()
@@ -251,7 +293,7 @@ func (n *Node) Start(tr Transport) error {
 	}
 	// The initial members served the bootstrap only (their records are in
 	// the member table now): a host's many replicas need not keep them.
-	n.cfg.InitialMembers = nil
+	n.cfg.boot = nil
 	n.live.Store(3)
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
 	n.running.Store(true)
@@ -272,9 +314,16 @@ func (n *Node) wakeAll() {
 	n.applyTask.Signal()
 }
 
+// closeStopc closes stopc, once.
+func (n *Node) closeStopc() {
+	if n.stopClosed.CompareAndSwap(false, true) {
+		close(n.stopc)
+	}
+}
+
 // closeStop closes stopc (once) and wakes the tasks to exit.
 func (n *Node) closeStop() {
-	n.stopOnce.Do(func() { close(n.stopc) })
+	n.closeStopc()
 	n.wakeAll()
 }
 
@@ -485,9 +534,16 @@ func (n *Node) AppliedIndex() uint64 { return n.applied.get() }
 
 // Err returns the fatal error the node stopped with, or nil.
 func (n *Node) Err() error {
-	n.errMu.Lock()
-	defer n.errMu.Unlock()
-	return n.err
+	if p := n.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setErr records err as the error the node stopped with, unless one was:
+// it reports whether err is the first.
+func (n *Node) setErr(err error) bool {
+	return n.err.CompareAndSwap(nil, &err)
 }
 
 // Done is closed once the node has stopped and all its tasks and goroutines have
@@ -514,11 +570,12 @@ var closedChan = func() chan struct{} {
 // closeDone closes the Done channel (once), or marks the node done if
 // nobody asked for it yet.
 func (n *Node) closeDone() {
-	n.doneOnce.Do(func() {
-		if !n.donec.CompareAndSwap(nil, &closedChan) {
-			close(*n.donec.Load())
-		}
-	})
+	if !n.doneClosed.CompareAndSwap(false, true) {
+		return
+	}
+	if !n.donec.CompareAndSwap(nil, &closedChan) {
+		close(*n.donec.Load())
+	}
 }
 
 // Stop shuts the node down. A leader first hands leadership to the most
@@ -536,7 +593,7 @@ func (n *Node) closeDone() {
 func (n *Node) Stop(ctx context.Context) error {
 	if n.life.CompareAndSwap(lifeNew, lifeStoppedUnstarted) || n.life.Load() == lifeStoppedUnstarted {
 		n.events.closeAll()
-		n.stopOnce.Do(func() { close(n.stopc) })
+		n.closeStopc()
 		n.closeOwnScheduler()
 		n.closeDone()
 		return nil
@@ -617,25 +674,16 @@ func (n *Node) expireWaiters() {
 // fail stops the node with a fatal error.
 func (n *Node) fail(op string, err error) {
 	fe := &FatalError{Op: op, Err: err}
-	n.errMu.Lock()
-	if n.err == nil {
-		n.err = fe
+	if n.setErr(fe) {
 		n.log.Error("node stopping on fatal error", slog.String("op", op), slog.Any("err", err))
 	}
-	n.errMu.Unlock()
 	n.closeStop()
 }
 
 // removed stops the node because it was removed from the cluster, after
 // recording it in the storage (why says how it learned it).
 func (n *Node) removed(why string, index uint64) {
-	n.errMu.Lock()
-	first := n.err == nil
-	if first {
-		n.err = ErrRemoved
-	}
-	n.errMu.Unlock()
-	if !first {
+	if !n.setErr(ErrRemoved) {
 		return
 	}
 	n.log.Warn("this member was removed from the cluster; stopping", slog.String("how", why))
@@ -650,13 +698,7 @@ func (n *Node) removed(why string, index uint64) {
 // (ErrReplicaWiped). Nothing is recorded: the member was not removed, and
 // the data dir is the operator's to delete.
 func (n *Node) wiped(why string) {
-	n.errMu.Lock()
-	first := n.err == nil
-	if first {
-		n.err = ErrReplicaWiped
-	}
-	n.errMu.Unlock()
-	if !first {
+	if !n.setErr(ErrReplicaWiped) {
 		return
 	}
 	n.log.Error("this replica's data was wiped: the cluster knows another copy of this member; stopping. Remove the member and add it again under a new ID",

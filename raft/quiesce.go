@@ -96,15 +96,10 @@ type quiesceState struct {
 	on, busy, stirred bool
 	since             time.Time
 	// set are the members the leader told to quiesce (nil on a follower);
-	// lagging those on a host not live, left untold (quiesce_lagging.go).
-	set     []uint64
-	lagging []uint64
-	// deadline is the policy's next decision's timer while quiesced with
-	// lagging members (nil: none); deadlineGen tells a stale one's firing.
-	deadline    *time.Timer
-	deadlineGen uint64
-	// deadlineAt is when deadline fires.
-	deadlineAt time.Time
+	// lag those on a host not live, left untold, and the policy's timer
+	// (quiesce_lagging.go; nil: none, as for most of a host's leaders).
+	set []uint64
+	lag *quietLag
 	// lastBusy is the tick at which the group was last busy; sig is what
 	// it had done then (last index, applied, term).
 	lastBusy uint64
@@ -352,7 +347,7 @@ func (n *Node) wake(cause wakeCause, from uint64) {
 	n.cancelTick = n.sched.clock.Every(n.cfg.TickInterval, n.onTick)
 	if lt, ok := n.tr.(LivenessTransport); ok {
 		now := time.Now()
-		for _, id := range slices.Concat(q.set, q.lagging) {
+		for _, id := range slices.Concat(q.set, q.laggingIDs()) {
 			at, live := lt.HostContact(id)
 			if live {
 				at = now
@@ -616,7 +611,7 @@ func mix64(x uint64) uint64 {
 // silent by design.
 func (n *Node) hostHeard(id uint64, heard time.Time) (time.Time, bool) {
 	q := &n.loop.q
-	if !q.on || (!slices.Contains(q.set, id) && !slices.Contains(q.lagging, id)) {
+	if !q.on || (!slices.Contains(q.set, id) && !slices.Contains(q.laggingIDs(), id)) {
 		return heard, false
 	}
 	lt, ok := n.tr.(LivenessTransport)

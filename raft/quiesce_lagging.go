@@ -104,23 +104,50 @@ func (n *Node) policyHasDeadlines() bool {
 	return ok
 }
 
+// quietLag is what a quiesced leader keeps of the members it left
+// lagging: made when it leaves any or arms the policy's timer, let go on
+// its wake (endLagging).
+type quietLag struct {
+	lagging []uint64
+	// deadline is the policy's next decision's timer (nil: none);
+	// deadlineGen tells a stale one's firing, deadlineAt when it fires.
+	deadline    *time.Timer
+	deadlineGen uint64
+	deadlineAt  time.Time
+}
+
+// laggingIDs returns the members a quiesced leader left lagging.
+func (q *quiesceState) laggingIDs() []uint64 {
+	if q.lag == nil {
+		return nil
+	}
+	return q.lag.lagging
+}
+
 // quiesceLagging records the members a leader that just quiesced left
 // lagging, publishes them for HostLiveness, and arms the policy's timer:
 // at deadline, a wake (cause policy) through the scheduler's throttle.
 func (n *Node) quiesceLagging(lagging []uint64, deadline time.Time) {
 	q := &n.loop.q
-	q.lagging = lagging
+	if q.lag == nil {
+		if len(lagging) == 0 && deadline.IsZero() {
+			return
+		}
+		q.lag = new(quietLag)
+	}
+	g := q.lag
+	g.lagging = lagging
 	if len(lagging) > 0 {
 		n.quietLagging.Store(&lagging)
 	}
 	if deadline.IsZero() {
 		return
 	}
-	q.deadlineGen++
-	gen := q.deadlineGen
-	q.deadlineAt = deadline
-	q.deadline = time.AfterFunc(time.Until(deadline), func() {
-		n.sched.wakes.PushLane(wakeKey{n, wakePolicy, 0}, sched.LaneLater, n.awake, func() { n.postQuiet(func() { n.policyDue(gen) }) })
+	g.deadlineGen++
+	gen := g.deadlineGen
+	g.deadlineAt = deadline
+	g.deadline = time.AfterFunc(time.Until(deadline), func() {
+		n.sched.wakes.PushLane(wakeKey{n, wakePolicy, 0}, sched.LaneLater, n.awake, func() { n.postQuiet(func() { n.policyDue(g, gen) }) })
 	})
 	n.log.Debug("quiesced with lagging members", slog.Any("lagging", lagging), slog.Time("policy", deadline))
 }
@@ -131,7 +158,7 @@ func (n *Node) quiesceLagging(lagging []uint64, deadline time.Time) {
 // now, as HostLiveness would have.
 func (n *Node) recheckHosts(lt LivenessTransport) {
 	q := &n.loop.q
-	for _, id := range q.lagging {
+	for _, id := range q.laggingIDs() {
 		if _, live := lt.HostContact(id); live {
 			n.quiesceHostLiveness(id, true)
 		}
@@ -147,15 +174,14 @@ func (n *Node) recheckHosts(lt LivenessTransport) {
 // (on a wake, and when the loop exits quiesced).
 func (n *Node) endLagging() {
 	q := &n.loop.q
-	if q.deadline != nil {
-		q.deadline.Stop()
-		q.deadline = nil
+	if q.lag != nil && q.lag.deadline != nil {
+		q.lag.deadline.Stop()
 	}
-	q.lagging = nil
+	q.lag = nil
 	n.quietLagging.Store(nil)
 }
 
-// policyDue runs on the loop when the policy's timer armed as gen fired:
+// policyDue runs on the loop when the policy's timer armed as gen of g fired:
 // the leader, still quiesced under that timer, wakes so that the policy
 // acts on its next tick.
 //
@@ -163,14 +189,14 @@ func (n *Node) endLagging() {
 // died reads as silent: the policy is then asked as maybeQuiesce asks it,
 // and the leader stays quiesced with its next decision's timer armed if
 // that decision is not due yet.
-func (n *Node) policyDue(gen uint64) {
+func (n *Node) policyDue(g *quietLag, gen uint64) {
 	q := &n.loop.q
-	if !q.on || q.deadline == nil || q.deadlineGen != gen {
+	if !q.on || q.lag != g || g.deadline == nil || g.deadlineGen != gen {
 		return
 	}
-	q.deadline = nil
-	if at, ok := n.laggingDeadline(q.lagging, time.Now()); ok {
-		n.quiesceLagging(q.lagging, at)
+	g.deadline = nil
+	if at, ok := n.laggingDeadline(g.lagging, time.Now()); ok {
+		n.quiesceLagging(g.lagging, at)
 		return
 	}
 	n.wake(wakePolicy, 0)
@@ -204,15 +230,15 @@ func (n *Node) lagInPlace(member uint64) bool {
 	if len(cfg.Voters[1]) > 0 || cfg.Voters[0].VoteResult(votes) != quorum.VoteWon {
 		return false
 	}
-	lagging := append(slices.Clone(q.lagging), member)
+	lagging := append(slices.Clone(q.laggingIDs()), member)
 	slices.Sort(lagging)
 	now := time.Now()
 	at, _ := lt.HostContact(member)
 	var due time.Time
 	if heard := later(l.lastContact.get(member), at); n.recentlyActive(heard, now) {
 		due = heard.Add(n.electionTimeout() + n.cfg.TickInterval)
-		if q.deadline != nil && q.deadlineAt.Before(due) {
-			due = q.deadlineAt // another lagging member's decision comes first
+		if g := q.lag; g != nil && g.deadline != nil && g.deadlineAt.Before(due) {
+			due = g.deadlineAt // another lagging member's decision comes first
 		}
 	} else if due, ok = n.laggingDeadline(lagging, now); !ok {
 		return false
@@ -229,7 +255,7 @@ func (n *Node) lagInPlace(member uint64) bool {
 // it wakes so that it catches the member up (cause hostUp).
 func (n *Node) hostBack(member uint64) {
 	l := &n.loop
-	if !l.q.on || l.role != RoleLeader || !slices.Contains(l.q.lagging, member) {
+	if !l.q.on || l.role != RoleLeader || !slices.Contains(l.q.laggingIDs(), member) {
 		return
 	}
 	if lt, ok := n.tr.(LivenessTransport); !ok {

@@ -16,7 +16,7 @@ import (
 // not a warning twice, nor one per retry.
 func TestRefusalNotLoggedTwice(t *testing.T) {
 	var buf bytes.Buffer
-	n := &Node{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	n := &Node{cfg: nodeConfig{Config: &Config{}}, log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for range 3 {
 		peerHandler{n}.ReportRefused(2, fmt.Errorf("refused: %w", transport.ErrUnknownSender))
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/understudy-raft/understudy/internal/sched"
+	"github.com/understudy-raft/understudy/internal/shared"
 )
 
 // Scheduler runs the nodes of a host on a fixed number of goroutines,
@@ -39,7 +40,9 @@ import (
 // Goroutines are started when work needs them, up to the bounds. A node
 // uses Config.Scheduler when set (a host shares one among its groups); a
 // node without one gets its own with one goroutine of each kind, closed
-// when the node stops.
+// when the node stops. The nodes of a scheduler configured alike share
+// one copy of their Config's settings (a host's thousands of replicas keep
+// one, not one each).
 //
 // Closing a scheduler refuses the nodes that start after (Node.Start
 // returns ErrStopped) and waits for those that run to be done (Node.Done)
@@ -57,6 +60,9 @@ type Scheduler struct {
 	// stateChanges counts the leader, term or role changes its nodes
 	// published (StateChanges).
 	stateChanges atomic.Uint64
+	// configs are the Configs its nodes share (nodeConfig): a host's
+	// groups are configured alike.
+	configs shared.Set[Config]
 
 	mu      sync.Mutex
 	closing bool

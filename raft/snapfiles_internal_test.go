@@ -18,8 +18,9 @@ func TestQueuedSnapshotSurvivesPruning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	n := &Node{store: st, cfg: Config{ID: 1}.WithDefaults(), sm: nopSM{}}
-	n.log = n.cfg.Logger
+	cfg := Config{ID: 1}.WithDefaults()
+	n := &Node{store: st, cfg: nodeConfig{Config: &cfg, ID: 1}, sm: nopSM{}}
+	n.log = cfg.Logger
 	n.apply.init(n)
 	n.tr = loneTransport{}
 	cs := &raftpb.ConfState{Voters: []uint64{1}}

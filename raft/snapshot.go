@@ -44,11 +44,17 @@ type snapState struct {
 
 	mu      sync.Mutex
 	waiters []chan snapResult // Node.Snapshot callers
-	// backoff is the delay after the last failed snapshot (0: the last one
-	// succeeded), and retryAt the time before which none is started unless
-	// a Node.Snapshot caller asks: a snapshot a joining member needs is
-	// retried until written, and a failing disk or state machine must not
-	// make that a loop of attempts (and of Error lines).
+	// failed is the backoff after failed snapshots, nil once one
+	// succeeded (made with a failure: most nodes never have one).
+	failed *snapBackoff
+}
+
+// snapBackoff is the delay after the last failed snapshot, and retryAt
+// the time before which none is started unless a Node.Snapshot caller
+// asks: a snapshot a joining member needs is retried until written, and a
+// failing disk or state machine must not make that a loop of attempts (and
+// of Error lines).
+type snapBackoff struct {
 	backoff time.Duration
 	retryAt time.Time
 }
@@ -74,11 +80,13 @@ func (n *Node) snapshotFailed() time.Duration {
 	base := n.electionTimeout() / 2
 	s.mu.Lock()
 	d := base
-	if s.backoff > 0 {
-		d = min(2*s.backoff, 32*base)
+	if s.failed == nil {
+		s.failed = new(snapBackoff)
+	} else {
+		d = min(2*s.failed.backoff, 32*base)
 	}
-	s.backoff = d
-	s.retryAt = time.Now().Add(d)
+	s.failed.backoff = d
+	s.failed.retryAt = time.Now().Add(d)
 	s.mu.Unlock()
 	time.AfterFunc(d, n.wakeSnapshots)
 	return d
@@ -87,7 +95,7 @@ func (n *Node) snapshotFailed() time.Duration {
 // succeeded resets the backoff after a snapshot was written.
 func (s *snapState) succeeded() {
 	s.mu.Lock()
-	s.backoff, s.retryAt = 0, time.Time{}
+	s.failed = nil
 	s.mu.Unlock()
 }
 
@@ -152,7 +160,7 @@ func (n *Node) maybeSnapshot() {
 	}
 	s.mu.Lock()
 	asked := len(s.waiters) > 0
-	backingOff := time.Now().Before(s.retryAt)
+	backingOff := s.failed != nil && time.Now().Before(s.failed.retryAt)
 	s.mu.Unlock()
 	if backingOff && !asked {
 		return // the last one failed: snapshotFailed wakes us when it is time

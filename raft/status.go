@@ -140,7 +140,7 @@ func (n *Node) status() Status {
 		VotersOutgoing:      cfg.VotersOutgoing,
 		Learners:            cfg.Learners,
 		LearnersNext:        cfg.LearnersNext,
-		EventsDropped:       n.events.dropped.Load(),
+		EventsDropped:       n.events.droppedCount(),
 		PeerMessagesDropped: n.recv.droppedCount(),
 		HostLivenessReports: n.hostReports.Load(),
 		Quiesced:            l.q.on,

@@ -77,7 +77,7 @@ func TestAppendsPersistedAfterASnapshotSavedAtStop(t *testing.T) {
 		// The loop has exited and the node stops: the append and apply
 		// tasks are left.
 		n.loopDone.Store(true)
-		n.stopOnce.Do(func() { close(n.stopc) })
+		n.closeStopc()
 		n.running.Store(true)
 		n.loopExited = true
 		n.live.Store(2)

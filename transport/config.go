@@ -126,7 +126,8 @@ type Config struct {
 	// GroupID there and serves the connections whose hello names it.
 	// Listener and ListenAddr are then unset, and TLS is used to dial (the
 	// mux serves with its own: give both the same). Close leaves the Mux
-	// open.
+	// open. The transports of a Mux configured alike share one copy of
+	// their Config's settings.
 	Mux *Mux
 	// Listener is the listener the transport serves peers on; it is closed
 	// by Close. Without a Mux, exactly one of Listener and ListenAddr must be

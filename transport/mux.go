@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/understudy-raft/understudy/internal/shared"
 	"github.com/understudy-raft/understudy/internal/wire"
 )
 
@@ -92,6 +93,10 @@ type Mux struct {
 	snapSend *slots
 	snapRecv chan struct{}
 	snapRate *rate.Limiter
+
+	// configs are the Configs its groups' transports share
+	// (transportConfig): a host's groups are configured alike.
+	configs shared.Set[Config]
 }
 
 // MuxConfig configures a Mux.
@@ -240,6 +245,12 @@ func newMux(cfg MuxConfig, private *Transport) (*Mux, error) {
 		}
 		m.book[id] = &HostAddress{Addr: e.Addr, Recorded: rec, Learned: e.Learned}
 		m.bookSeq = max(m.bookSeq, e.Learned)
+	}
+	if private != nil {
+		// The snapshot budget of a transport's own mux is its Config's.
+		pc := private.cfg.Config
+		m.snapSend, m.snapRate = newSlots(pc.MaxConcurrentSnapshots), snapshotLimiter(*pc)
+		m.snapRecv = make(chan struct{}, pc.MaxConcurrentSnapshots)
 	}
 	lo, hi := m.versions()
 	m.dialer = &dialer{

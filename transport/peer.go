@@ -55,17 +55,13 @@ type peer struct {
 	queue       []*raftpb.Message
 	head        int                    // queue[head:] is queued
 	queueBytes  int64                  // of queue[head:]
-	retry       *time.Timer            // re-attaches after a refusal
-	boCur       time.Duration          // the backoff between re-attachments (its bounds are the Config's)
 	inbound     map[net.Conn]wire.Kind // nil: none
 	inLinks     []*inLink              // inbound host links it is admitted on (usually one)
-	snapProg    *SnapshotProgress      // progress of the snapshot in flight (nil: none)
 	// ops are its requests and snapshots in flight, canceled by stop.
 	ops opSet
-
-	// largeAt is when a message too large for the peer was last logged at
-	// warning level (Unix nanoseconds; 0: never).
-	largeAt atomic.Int64
+	// What it keeps of rare events (its re-attach timer and backoff after
+	// refusals, its snapshot in flight, its last warning of a message too
+	// large) is in c's rare counters, and their snapshot counters.
 }
 
 func newPeer(t *Transport, id uint64, addr string) *peer {
@@ -117,9 +113,7 @@ func (p *peer) stop(code wire.Code, why string) {
 	p.stopped = true
 	host := p.host
 	p.flow, p.host = nil, nil
-	if p.retry != nil {
-		p.retry.Stop()
-	}
+	p.stopRetry()
 	conns := make([]net.Conn, 0, len(p.inbound))
 	for c := range p.inbound {
 		conns = append(conns, c)
@@ -282,7 +276,8 @@ func (p *peer) tooLarge(m *raftpb.Message, size, limit int) {
 		args = append(args, "detail", "the limit is the peer host's MaxFrameSize, smaller than this member's")
 	}
 	now := time.Now()
-	if last := p.largeAt.Load(); (last == 0 || now.Sub(time.Unix(0, last)) >= refusalLogInterval) && p.largeAt.CompareAndSwap(last, now.UnixNano()) {
+	r := p.c.more()
+	if last := r.largeAt.Load(); (last == 0 || now.Sub(time.Unix(0, last)) >= refusalLogInterval) && r.largeAt.CompareAndSwap(last, now.UnixNano()) {
 		p.t.log.Warn(msg, args...)
 		return
 	}
@@ -336,9 +331,7 @@ func (p *peer) linkUp(f *flow) {
 	p.mu.Lock()
 	if p.flow == f && !p.stopped {
 		p.down = false
-		if p.retry != nil {
-			p.retry.Stop() // the new connection attaches anew
-		}
+		p.stopRetry() // the new connection attaches anew
 	}
 	p.mu.Unlock()
 }
@@ -372,10 +365,12 @@ func (p *peer) accepted(f *flow, addr string) {
 	if f == p.host {
 		p.hostRefused = false
 	}
-	if p.retry != nil {
-		p.retry.Stop()
+	if r := p.c.rare.Load(); r != nil {
+		if r.retry != nil {
+			r.retry.Stop()
+		}
+		r.boCur = 0
 	}
-	p.boCur = 0
 	p.mu.Unlock()
 	p.c.dials.Add(1)
 	p.c.connected.Store(true)
@@ -404,23 +399,24 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 		p.hostRefused = true
 	}
 	if retry {
-		if p.retry != nil {
-			p.retry.Stop()
+		r := p.c.more()
+		if r.retry != nil {
+			r.retry.Stop()
 		}
 		l := f.l
 		var t *time.Timer
-		bo := backoff{min: p.t.cfg.MinBackoff, max: p.t.cfg.MaxBackoff, cur: p.boCur}
+		bo := backoff{min: p.t.cfg.MinBackoff, max: p.t.cfg.MaxBackoff, cur: r.boCur}
 		wait := bo.next()
-		p.boCur = bo.cur
+		r.boCur = bo.cur
 		t = time.AfterFunc(wait, func() {
 			p.mu.Lock()
-			if p.retry == t {
-				p.retry = nil // fired: an idle peer keeps no timer
+			if r.retry == t {
+				r.retry = nil // fired: an idle peer keeps no timer
 			}
 			p.mu.Unlock()
 			l.requestAttach(f)
 		})
-		p.retry = t
+		r.retry = t
 	}
 	p.mu.Unlock()
 	p.dropQueue(true)
@@ -438,13 +434,23 @@ func (p *peer) refused(f *flow, re *RefusedError, retry bool) {
 	p.t.report(func() { p.t.handler.ReportRefused(p.id, re) })
 }
 
+// stopRetry stops the re-attach timer, if any. p.mu is held.
+func (p *peer) stopRetry() {
+	if r := p.c.rare.Load(); r != nil && r.retry != nil {
+		r.retry.Stop()
+	}
+}
+
 // kick is called when the peer reached us (it restarted, or learned of
 // us): a link that is down redials at once rather than on its backoff
 // timer, and a refused attachment is tried again at once.
 func (p *peer) kick() {
 	p.mu.Lock()
 	f, down := p.flow, p.down
-	retry := p.retry != nil && p.retry.Stop()
+	retry := false
+	if r := p.c.rare.Load(); r != nil && r.retry != nil {
+		retry = r.retry.Stop()
+	}
 	p.mu.Unlock()
 	if f == nil {
 		return
@@ -489,9 +495,10 @@ func (p *peer) stats() PeerStats {
 	} else {
 		s.RTTHistory = emptyHistogram(rttBounds)
 	}
-	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = r.snapsSent.Load(), r.snapsFailed.Load(), r.snapsRecv.Load()
-	s.SnapshotBytesSent, s.SnapshotBytesReceived = r.snapBytesSent.Load(), r.snapBytesRecv.Load()
-	s.SnapshotSendDuration = r.snapHist.snapshot()
+	sc := r.readSnapshots()
+	s.SnapshotsSent, s.SnapshotsFailed, s.SnapshotsReceived = sc.sent.Load(), sc.failed.Load(), sc.recv.Load()
+	s.SnapshotBytesSent, s.SnapshotBytesReceived = sc.bytesSent.Load(), sc.bytesRecv.Load()
+	s.SnapshotSendDuration = sc.hist.snapshot()
 	s.SnapshotInFlight = p.snapshotProgress()
 	return s
 }
@@ -587,17 +594,20 @@ func (b *backoff) reset() { b.cur = 0 }
 func (p *peer) snapshotProgress() SnapshotProgress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.snapProg == nil {
-		return SnapshotProgress{}
+	if r := p.c.rare.Load(); r != nil {
+		if sc := r.snaps.Load(); sc != nil && sc.prog != nil {
+			return *sc.prog
+		}
 	}
-	return *p.snapProg
+	return SnapshotProgress{}
 }
 
 func (p *peer) setSnapshotProgress(sp SnapshotProgress) {
+	sc := p.c.more().snapshots()
 	p.mu.Lock()
-	if p.snapProg == nil {
-		p.snapProg = new(SnapshotProgress)
+	if sc.prog == nil {
+		sc.prog = new(SnapshotProgress)
 	}
-	*p.snapProg = sp
+	*sc.prog = sp
 	p.mu.Unlock()
 }

@@ -46,7 +46,7 @@ func (t *Transport) serveHandshake(hs *handshake) {
 	case wire.KindStream:
 		err = t.serveStream(a)
 	case wire.KindSnapshot:
-		defer func() { <-t.snapRecv }()
+		defer func() { <-t.mux.snapRecv }()
 		err = t.receiveSnapshot(a)
 	case wire.KindRequest:
 		err = t.serveRequests(a)
@@ -78,14 +78,14 @@ func (t *Transport) admit(hs *handshake) (*accepted, error) {
 	}
 	if !p.addInbound(nc, h.Kind) {
 		if h.Kind == wire.KindSnapshot {
-			<-t.snapRecv
+			<-t.mux.snapRecv
 		}
 		return nil, nil
 	}
 	if err := t.reply(nc, wire.HelloReply{Version: version, MaxFrame: uint32(t.cfg.MaxFrameSize), Cluster: t.cluster.Load(), Member: t.cfg.ID}); err != nil {
 		p.removeInbound(nc)
 		if h.Kind == wire.KindSnapshot {
-			<-t.snapRecv
+			<-t.mux.snapRecv
 		}
 		return nil, fmt.Errorf("sending hello reply: %w", err)
 	}
@@ -103,10 +103,7 @@ func (t *Transport) admit(hs *handshake) (*accepted, error) {
 func (t *Transport) logRefusal(h wire.Hello, reason, remote, why string) {
 	const msg = "refused inbound connection"
 	args := []any{"kind", h.Kind.String(), "remote", remote, "detail", why}
-	t.mu.Lock()
-	known := t.removed[h.From]
-	t.mu.Unlock()
-	if known || t.peer(h.From) != nil {
+	if t.removed(h.From) || t.peer(h.From) != nil {
 		t.logOnce(h.From, "refused_"+reason, msg, args...)
 		return
 	}
@@ -191,10 +188,7 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 	if h.To != t.cfg.ID && !(h.To == 0 && h.Kind == wire.KindRequest) {
 		return 0, nil, wire.CodeWrongReceiver, fmt.Sprintf("connection for member %x reached member %x", h.To, t.cfg.ID)
 	}
-	t.mu.Lock()
-	removed := t.removed[h.From]
-	t.mu.Unlock()
-	if removed {
+	if t.removed(h.From) {
 		return 0, nil, wire.CodeRemoved, fmt.Sprintf("member %x was removed from the cluster", h.From)
 	}
 	p = t.peer(h.From)
@@ -206,9 +200,9 @@ func (t *Transport) check(h wire.Hello) (version uint16, p *peer, code wire.Code
 	}
 	if h.Kind == wire.KindSnapshot {
 		select {
-		case t.snapRecv <- struct{}{}:
+		case t.mux.snapRecv <- struct{}{}:
 		default:
-			return 0, nil, wire.CodeBusy, fmt.Sprintf("already receiving %d snapshots", cap(t.snapRecv))
+			return 0, nil, wire.CodeBusy, fmt.Sprintf("already receiving %d snapshots", cap(t.mux.snapRecv))
 		}
 	}
 	return version, p, wire.CodeAccepted, ""

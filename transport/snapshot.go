@@ -38,13 +38,17 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 	size, err := p.streamSnapshot(m)
 	p.mu.Lock()
 	p.snapping = false
-	p.snapProg = nil
+	if r := p.c.rare.Load(); r != nil {
+		if sc := r.snaps.Load(); sc != nil {
+			sc.prog = nil
+		}
+	}
 	p.mu.Unlock()
 	if p.ops.isStopped(&p.mu) {
 		return // removed, or the transport is closing: raft no longer cares
 	}
 	if err != nil {
-		p.c.more().snapsFailed.Add(1)
+		p.c.more().snapshots().failed.Add(1)
 		var re *RefusedError
 		if errors.As(err, &re) {
 			p.c.more().refusals.Add(1)
@@ -60,9 +64,10 @@ func (p *peer) runSnapshot(m *raftpb.Message) {
 		return
 	}
 	d := time.Since(start)
-	p.c.more().snapsSent.Add(1)
-	p.c.more().snapBytesSent.Add(uint64(size))
-	p.c.more().snapHist.observe(d)
+	sc := p.c.more().snapshots()
+	sc.sent.Add(1)
+	sc.bytesSent.Add(uint64(size))
+	sc.hist.observe(d)
 	p.t.log.Info("snapshot sent", "peer", p.hexID(), "index", m.GetSnapshot().GetMetadata().GetIndex(), "bytes", size, "duration", d)
 	p.t.handler.ReportSnapshot(p.id, raft.SnapshotFinish)
 }
@@ -72,10 +77,10 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
 	ctx, cancel := p.ops.with(&p.mu, context.Background(), 0) // canceled by RemovePeer and Close
 	defer cancel()
-	if err := t.snapSend.acquire(ctx, p.learner.Load()); err != nil {
+	if err := t.mux.snapSend.acquire(ctx, p.learner.Load()); err != nil {
 		return 0, err
 	}
-	defer t.snapSend.release()
+	defer t.mux.snapSend.release()
 
 	var file io.Reader = eofReader{}
 	var size int64
@@ -123,14 +128,14 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return 0, fmt.Errorf("transport: sending snapshot header: %w", err)
 	}
 	buf := make([]byte, wire.HeaderSize+int(min(int64(t.cfg.SnapshotChunkSize), max(size, 1))))
-	paced := learnerPacer(t.cfg, p.learner.Load(), len(buf)-wire.HeaderSize)
+	paced := learnerPacer(*t.cfg.Config, p.learner.Load(), len(buf)-wire.HeaderSize)
 	var crc uint32
 	index := m.GetSnapshot().GetMetadata().GetIndex()
 	for sent := int64(0); sent < size; {
 		p.setSnapshotProgress(SnapshotProgress{Index: index, Sent: sent, Total: size})
 		n := int(min(int64(len(buf)-wire.HeaderSize), size-sent))
-		if t.snapRate != nil {
-			if err := t.snapRate.WaitN(ctx, n); err != nil {
+		if t.mux.snapRate != nil {
+			if err := t.mux.snapRate.WaitN(ctx, n); err != nil {
 				return sent, fmt.Errorf("transport: snapshot rate limit: %w", err)
 			}
 		}
@@ -241,8 +246,9 @@ func (t *Transport) receiveSnapshot(a *accepted) error {
 		}
 		return err
 	}
-	a.peer.c.more().snapsRecv.Add(1)
-	a.peer.c.more().snapBytesRecv.Add(size)
+	sc := a.peer.c.more().snapshots()
+	sc.recv.Add(1)
+	sc.bytesRecv.Add(size)
 	t.log.Info("snapshot received", "peer", fmt.Sprintf("%x", a.hello.From), "index", m.GetSnapshot().GetMetadata().GetIndex(), "bytes", size, "duration", time.Since(start))
 	t.handler.Process(m)
 	_ = a.nc.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))

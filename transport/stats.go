@@ -2,12 +2,13 @@ package transport
 
 import (
 	"fmt"
-	"github.com/understudy-raft/understudy/raft/raftio"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/understudy-raft/understudy/raft/raftio"
 )
 
 // Stats is a point-in-time copy of the transport's counters, for the node
@@ -149,25 +150,66 @@ type peerCounters struct {
 
 // rareCounters are a peer's counters of what a healthy peer rarely does.
 type rareCounters struct {
-	dropFull, dropDown, dropLarge     atomic.Uint64
-	dropVersion                       atomic.Uint64
-	dialFailures, refusals            atomic.Uint64
-	snapsSent, snapsFailed, snapsRecv atomic.Uint64
-	snapBytesSent, snapBytesRecv      atomic.Uint64
-	lastRefusal                       atomic.Pointer[string]
-	snapHist                          lazyHistogram // allocated with the first snapshot
+	dropFull, dropDown, dropLarge atomic.Uint64
+	dropVersion                   atomic.Uint64
+	dialFailures, refusals        atomic.Uint64
+	lastRefusal                   atomic.Pointer[string]
+	// snaps are the snapshot counters, made with the first snapshot (a
+	// peer refused while its host's groups start has rare counters, and
+	// most never snapshot).
+	snaps atomic.Pointer[snapCounters]
+
+	// What the peer keeps of rare events, also made with the first
+	// (peer.mu guards the fields but largeAt): the timer that re-attaches
+	// after a refusal and the backoff between re-attachments (its bounds
+	// are the Config's), and when a message too large for it was last
+	// logged at warning level (Unix nanoseconds; 0: never).
+	retry   *time.Timer
+	boCur   time.Duration
+	largeAt atomic.Int64
+}
+
+// snapCounters are a peer's snapshot counters, and the progress of the
+// snapshot in flight to it (nil: none; under peer.mu).
+type snapCounters struct {
+	sent, failed, recv   atomic.Uint64
+	bytesSent, bytesRecv atomic.Uint64
+	hist                 lazyHistogram // of snapshotBounds, allocated with the first snapshot sent
+	prog                 *SnapshotProgress
+}
+
+// noSnapCounters are the snapshot counters of a peer that has none yet:
+// read, never written.
+var noSnapCounters snapCounters
+
+// snapshots returns the peer's snapshot counters, made with the first.
+func (r *rareCounters) snapshots() *snapCounters {
+	if s := r.snaps.Load(); s != nil {
+		return s
+	}
+	r.snaps.CompareAndSwap(nil, new(snapCounters))
+	return r.snaps.Load()
+}
+
+// readSnapshots returns the peer's snapshot counters for reading (all zero
+// if none were made).
+func (r *rareCounters) readSnapshots() *snapCounters {
+	if s := r.snaps.Load(); s != nil {
+		return s
+	}
+	return &noSnapCounters
 }
 
 // noRareCounters are the rare counters of a peer that has none yet: read,
 // never written.
-var noRareCounters = rareCounters{snapHist: lazyHistogram{bounds: snapshotBounds}}
+var noRareCounters rareCounters
 
 // more returns the peer's rare counters, made with the first.
 func (c *peerCounters) more() *rareCounters {
 	if r := c.rare.Load(); r != nil {
 		return r
 	}
-	c.rare.CompareAndSwap(nil, &rareCounters{snapHist: lazyHistogram{bounds: snapshotBounds}})
+	c.rare.CompareAndSwap(nil, new(rareCounters))
 	return c.rare.Load()
 }
 
@@ -180,16 +222,16 @@ func (c *peerCounters) read() *rareCounters {
 	return &noRareCounters
 }
 
-// lazyHistogram is a histogram allocated with its first observation.
+// lazyHistogram is a histogram of snapshotBounds allocated with its first
+// observation.
 type lazyHistogram struct {
-	bounds []time.Duration
-	h      atomic.Pointer[histogram]
+	h atomic.Pointer[histogram]
 }
 
 func (l *lazyHistogram) observe(d time.Duration) {
 	h := l.h.Load()
 	if h == nil {
-		l.h.CompareAndSwap(nil, newHistogram(l.bounds))
+		l.h.CompareAndSwap(nil, newHistogram(snapshotBounds))
 		h = l.h.Load()
 	}
 	h.observe(d)
@@ -199,7 +241,7 @@ func (l *lazyHistogram) snapshot() Histogram {
 	if h := l.h.Load(); h != nil {
 		return h.snapshot()
 	}
-	return emptyHistogram(l.bounds)
+	return emptyHistogram(snapshotBounds)
 }
 
 // emptyHistogram is a Histogram of no observations.

@@ -22,11 +22,16 @@ import (
 // between the members of one cluster. Its methods are safe for concurrent
 // use.
 type Transport struct {
-	cfg     Config // with defaults
+	cfg     transportConfig // with defaults
 	log     *slog.Logger
 	handler Handler
-	mux     *Mux        // the listener, shared by a host's groups or private
-	ownMux  bool        // the mux is this transport's own: Close closes it
+	mux     *Mux // the listener, shared by a host's groups or private
+	ownMux  bool // the mux is this transport's own: Close closes it
+	// closed (under mu) is set by Close; hclosed (under hmu) stops the
+	// BatchHandler calls of host links' readers. Here, beside ownMux and
+	// closing, they take no room of their own.
+	closed  bool
+	hclosed bool
 	closing atomic.Bool // set by Close
 	cluster atomic.Uint64
 	advert  atomic.Pointer[string] // Config.AdvertiseAddr, or SetAdvertiseAddr's
@@ -46,33 +51,41 @@ type Transport struct {
 
 	// mu guards the fields below. It is never held while doing I/O or
 	// calling the Handler.
-	mu      sync.Mutex
-	closed  bool
-	calls   opSet                  // Call and CallAddr in flight, canceled by Close
-	removed map[uint64]bool        // made with the first removal
-	conns   map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
-
-	snapSend *slots        // snapshots being sent (learners first)
-	snapRate *rate.Limiter // Config.SnapshotBytesPerSec, nil: no limit
-	snapRecv chan struct{} // semaphore: snapshots being received
+	mu    sync.Mutex
+	calls opSet                  // Call and CallAddr in flight, canceled by Close
+	conns map[io.Closer]struct{} // every open connection, closed by Close (nil: none)
 
 	events events // reports to the Handler, on a goroutine of their own
 	inbox  *inbox // received messages for a Handler that is no BatchHandler (nil for one)
 
 	// hmu makes Close wait for a BatchHandler call of a host link's reader
-	// in progress; hclosed stops new ones.
-	hmu     sync.RWMutex
-	hclosed bool
+	// in progress; hclosed (above) stops new ones.
+	hmu sync.RWMutex
 
 	// Counters not tied to a peer (refusals and connection errors are
 	// common as a host's groups start: those of rare events are in rare).
 	refused    reasonCounter
 	connErrors reasonCounter
 
-	// rare holds the counters of rare drops and the memory of what was
-	// logged: made with the first, so that the transports of a host's
-	// many groups hold none.
+	// rare holds the counters of rare drops, the memory of what was
+	// logged and the members removed: made with the first, so that the
+	// transports of a host's many groups hold none.
 	rare atomic.Pointer[transportRare]
+}
+
+// transportConfig is a transport's Config. Its settings, the same for a
+// host's many groups, are one Config the transports on a Mux configured
+// alike share (only read; a transport with a private Mux has its own);
+// what is the group's own is apart: its member ID, group ID and snapshot
+// store. The shared Config holds none of these, nor what New only reads
+// (ClusterID, AdvertiseAddr, Incarnation, Handler, Logger, Peers, Removed,
+// PeerIncarnations: the Transport keeps them where it uses them).
+// t.cfg.X reads the group's own field where there is one.
+type transportConfig struct {
+	*Config
+	ID        uint64
+	GroupID   uint64
+	Snapshots SnapshotStore
 }
 
 // transportRare is what a Transport counts and remembers of what rarely
@@ -87,6 +100,10 @@ type transportRare struct {
 	// logRefusal): its size is bounded by the membership's history.
 	logged     sync.Map
 	refusalLog rateLog // refusals of senders that are not known members
+
+	// removed are the members removed (RemovePeer) and not added again,
+	// under Transport.mu.
+	removed map[uint64]bool
 }
 
 // more returns the transport's rare counters and logs, made with the
@@ -118,10 +135,18 @@ func New(cfg Config) (*Transport, error) {
 	}
 	cfg = cfg.WithDefaults()
 	t := &Transport{
-		cfg:     cfg,
+		cfg:     transportConfig{ID: cfg.ID, GroupID: cfg.GroupID, Snapshots: cfg.Snapshots},
 		log:     cfg.Logger.With("member", fmt.Sprintf("%x", cfg.ID)),
 		handler: cfg.Handler,
 		mux:     cfg.Mux,
+	}
+	settings := cfg
+	settings.ID, settings.ClusterID, settings.GroupID, settings.Snapshots = 0, 0, 0, nil
+	settings.AdvertiseAddr, settings.Incarnation, settings.Handler, settings.Logger = "", 0, nil, nil
+	settings.Peers, settings.Removed, settings.PeerIncarnations = nil, nil, nil
+	t.cfg.Config = &settings
+	if t.mux != nil {
+		t.cfg.Config = t.mux.configs.Share(t.cfg.Config)
 	}
 	if _, ok := cfg.Handler.(BatchHandler); !ok {
 		t.inbox = new(inbox)
@@ -130,12 +155,9 @@ func New(cfg Config) (*Transport, error) {
 	t.advert.Store(&cfg.AdvertiseAddr)
 	t.inc.Store(cfg.Incarnation)
 	t.peers.Store(&peerList{})
-	if t.mux != nil {
-		// A host's groups share its snapshot budget.
-		t.snapSend, t.snapRecv, t.snapRate = t.mux.snapSend, t.mux.snapRecv, t.mux.snapRate
-	} else {
-		t.snapSend, t.snapRate = newSlots(cfg.MaxConcurrentSnapshots), snapshotLimiter(cfg)
-		t.snapRecv = make(chan struct{}, cfg.MaxConcurrentSnapshots)
+	if t.mux == nil {
+		// A private mux has the transport's snapshot budget (a host's
+		// groups share their Mux's).
 		mux, err := newMux(MuxConfig{
 			Listener: cfg.Listener, ListenAddr: cfg.ListenAddr, TLS: cfg.TLS, Logger: cfg.Logger,
 			HandshakeTimeout: cfg.HandshakeTimeout, DialTimeout: cfg.DialTimeout,
@@ -324,7 +346,9 @@ func (t *Transport) AddPeer(id uint64, addr string) {
 		t.mu.Unlock()
 		return
 	}
-	delete(t.removed, id)
+	if r := t.rare.Load(); r != nil {
+		delete(r.removed, id)
+	}
 	if p := t.peer(id); p != nil {
 		t.mu.Unlock()
 		p.setRecorded(addr)
@@ -375,10 +399,11 @@ func (t *Transport) RemovePeer(id uint64) {
 		t.mu.Unlock()
 		return
 	}
-	if t.removed == nil {
-		t.removed = make(map[uint64]bool)
+	r := t.more()
+	if r.removed == nil {
+		r.removed = make(map[uint64]bool)
 	}
-	t.removed[id] = true
+	r.removed[id] = true
 	p := t.peer(id)
 	if p != nil {
 		next := t.peers.Load().without(id)
@@ -410,6 +435,15 @@ func (t *Transport) SnapshotProgress(id uint64) SnapshotProgress {
 }
 
 func (t *Transport) peer(id uint64) *peer { return t.peers.Load().get(id) }
+
+// removed reports whether member id was removed (RemovePeer) and not
+// added again.
+func (t *Transport) removed(id uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.rare.Load()
+	return r != nil && r.removed[id]
+}
 
 // peerList is a transport's peers. A group has a few members: a list,
 // searched, costs each of a host's many groups less than a map would.
