@@ -154,6 +154,10 @@ type EngineOptions struct {
 	// pebbleFS, for tests, is the file system the Pebble backend runs on
 	// (e.g. one that injects read errors, vfs/errorfs); nil: the disk.
 	pebbleFS vfs.FS
+
+	// commitYield, for tests, replaces the committer's yield between
+	// commits (runtime.Gosched).
+	commitYield func()
 }
 
 // Backend names the key-value store an Engine keeps its records in.

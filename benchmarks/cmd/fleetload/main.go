@@ -21,6 +21,12 @@
 // understudy's relays are read from the leader's Status (PeerProgress.
 // RelayedBy); hashicorp has none, so a non-voter is killed instead.
 //
+// Closed loop, the standby processes take cores the voters would use, so a
+// configuration with standbys runs at a lower writes/s, and the leader's
+// CPU per write then also counts the smaller batches. With -rate R the
+// writers together write at most R a second: at an R both configurations
+// sustain, CPU and bytes per write compare the same load.
+//
 //	go run ./cmd/fleetload -standbys 0,6,12,24,48 -system understudy,hashicorp -duration 10s -rounds 2
 package main
 
@@ -72,6 +78,7 @@ type config struct {
 	systems       []string
 	standbys      []int
 	writers       int
+	rate          float64 // writes per second in all (0: as fast as the writers go)
 	size          int
 	duration      time.Duration
 	warmup        time.Duration
@@ -98,6 +105,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&systems, "system", "understudy,hashicorp", "systems, comma-separated: understudy, hashicorp")
 	fs.StringVar(&standbys, "standbys", "0,6,12,24,48", "standby counts, comma-separated (ratios are against 0, so list it first)")
 	fs.IntVar(&c.writers, "writers", 32, "closed-loop writers on the leader")
+	fs.Float64Var(&c.rate, "rate", 0, "cap the writers at this many writes per second in all (0: closed loop, as fast as they go): the leader's CPU and bytes per write are then compared at the same throughput with and without standbys, rather than at throughputs the standby processes' share of the cores sets")
 	fs.IntVar(&c.size, "size", 512, "bytes per write (a kv put)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured load per configuration")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
@@ -130,8 +138,8 @@ func parseFlags(args []string) (*config, error) {
 		}
 		c.standbys = append(c.standbys, n)
 	}
-	if c.writers < 1 || c.size < 64 || c.duration <= 0 || c.rounds < 1 || c.sampleEvery == 0 {
-		return nil, errors.New("-writers and -rounds must be positive, -size at least 64, -duration positive")
+	if c.writers < 1 || c.size < 64 || c.duration <= 0 || c.rounds < 1 || c.sampleEvery == 0 || c.rate < 0 {
+		return nil, errors.New("-writers and -rounds must be positive, -size at least 64, -duration positive, -rate not negative")
 	}
 	return c, nil
 }
@@ -287,7 +295,7 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		kwg.Go(func() { c.profileLeader(kctx, cfg, n) })
 	}
 	var load loadResult
-	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
+	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
 	kcancel()
 	kwg.Wait()
 	if err != nil {

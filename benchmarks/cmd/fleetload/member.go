@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/time/rate"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -217,6 +218,7 @@ func reply(w http.ResponseWriter, v any, err error) {
 // loadRequest is POST /load's body: the writers the leader runs.
 type loadRequest struct {
 	Writers  int           `json:"writers"`
+	Rate     float64       `json:"rate,omitempty"` // writes/s in all; 0: closed loop
 	Size     int           `json:"size"`
 	Warmup   time.Duration `json:"warmup"`
 	Duration time.Duration `json:"duration"`
@@ -247,7 +249,9 @@ func command(key string, size int) []byte {
 }
 
 // runLoad runs req.Writers closed-loop writers on m (the leader) for
-// req.Warmup, then measures req.Duration.
+// req.Warmup, then measures req.Duration. With req.Rate, each write first
+// waits for a token of one limiter shared by the writers (x/time/rate), so
+// that together they write at most req.Rate a second.
 func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error) {
 	if req.Writers < 1 || req.Duration <= 0 {
 		return loadResult{}, errors.New("load: writers and duration must be positive")
@@ -262,11 +266,18 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 		wg        sync.WaitGroup
 		lats      = make([][]time.Duration, req.Writers)
 	)
+	var limit *rate.Limiter
+	if req.Rate > 0 {
+		limit = rate.NewLimiter(rate.Limit(req.Rate), 1)
+	}
 	for w := range req.Writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
+				if limit != nil && limit.Wait(ctx) != nil {
+					return
+				}
 				cmd := command(fmt.Sprintf("w%d-%d", w, i%1000), req.Size)
 				t0 := time.Now()
 				err := m.write(ctx, cmd)
