@@ -80,6 +80,18 @@ func TestPolicyRestoresAnOddVoterCount(t *testing.T) {
 	for gone == lead.ID {
 		gone++
 	}
+	// The two voters left are the new configuration's quorum: a leader
+	// that has not heard from the other yet (a new leader, a busy machine)
+	// refuses the removal (quorum at risk), as it should. Wait until it
+	// heard from every voter.
+	waitMembership(ctx, t, lead.Node, "every voter heard", func(m raft.Membership) bool {
+		for _, mm := range m.Members {
+			if mm.Progress != nil && !mm.Progress.RecentActive {
+				return false
+			}
+		}
+		return len(m.Members) == 3
+	})
 	if err := lead.Node.RemoveMember(ctx, gone); err != nil {
 		t.Fatalf("removing voter %d: %v", gone, err)
 	}
