@@ -164,6 +164,29 @@ type pebbleTx struct {
 	// like a missing key, and the transaction returns err (so a failed read
 	// never passes for an absent record).
 	err error
+	// buckets and prefixes are slabs the transaction's buckets and their
+	// key prefixes are made from (a commit opens two buckets per group it
+	// carries); neither is ever appended past its capacity, so what was
+	// handed out stays put. key is the buffer the buckets build keys in:
+	// Pebble copies a key before a call returns.
+	buckets  []pebbleBucket
+	prefixes []byte
+	key      []byte
+}
+
+// bucket returns a new bucket of name, made from the transaction's slabs.
+func (t *pebbleTx) bucket(name []byte) *pebbleBucket {
+	if len(t.buckets) == cap(t.buckets) {
+		t.buckets = make([]pebbleBucket, 0, 16)
+	}
+	n := 2 + len(name)
+	if cap(t.prefixes)-len(t.prefixes) < n {
+		t.prefixes = make([]byte, 0, max(512, n))
+	}
+	start := len(t.prefixes)
+	t.prefixes = append(append(append(t.prefixes, 'k'), name...), 0)
+	t.buckets = append(t.buckets, pebbleBucket{t: t, prefix: t.prefixes[start:len(t.prefixes):len(t.prefixes)]})
+	return &t.buckets[len(t.buckets)-1]
 }
 
 // readErr records a read error of the transaction, and returns it: damaged
@@ -251,7 +274,7 @@ func (t *pebbleTx) Bucket(name []byte) kvBucket {
 	if !t.exists(name) {
 		return nil
 	}
-	return &pebbleBucket{t: t, prefix: dataPrefix(name)}
+	return t.bucket(name)
 }
 
 func (t *pebbleTx) CreateBucket(name []byte) (kvBucket, error) {
@@ -364,12 +387,13 @@ func (t *pebbleTx) BucketsWithPrefix(prefix []byte, limit int) ([][]byte, error)
 type pebbleBucket struct {
 	t      *pebbleTx
 	prefix []byte
-	buf    []byte
 }
 
+// key returns the Pebble key of k, in the transaction's key buffer: valid
+// until the next call.
 func (b *pebbleBucket) key(k []byte) []byte {
-	b.buf = append(append(b.buf[:0], b.prefix...), k...)
-	return b.buf
+	b.t.key = append(append(b.t.key[:0], b.prefix...), k...)
+	return b.t.key
 }
 
 func (b *pebbleBucket) Get(key []byte) []byte {
