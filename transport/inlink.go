@@ -469,7 +469,12 @@ func (il *inLink) add(t *Transport, m *raftpb.Message, size int) {
 	}
 	if !ok {
 		i = len(il.pass)
-		il.pass = append(il.pass, delivery{t: t})
+		if i < cap(il.pass) {
+			il.pass = il.pass[:i+1] // its msgs: an earlier pass's buffer, emptied
+			il.pass[i].t = t
+		} else {
+			il.pass = append(il.pass, delivery{t: t})
+		}
 		il.passIdx[t] = i
 	}
 	il.pass[i].msgs = append(il.pass[i].msgs, m)
@@ -477,12 +482,22 @@ func (il *inLink) add(t *Transport, m *raftpb.Message, size int) {
 	il.passBytes += size
 }
 
-// deliver hands each group what the pass got for it, once.
+// maxKeptDelivery bounds the messages' buffer of a pass's delivery that
+// the next passes reuse: a larger one (a burst) is let go.
+const maxKeptDelivery = 256
+
+// deliver hands each group what the pass got for it, once. The slices go
+// back to the pass (BatchHandler's ProcessBatch does not keep ms, only its
+// messages): a busy link allocates no buffer per group per read.
 func (il *inLink) deliver() {
 	for i := range il.pass {
 		d := &il.pass[i]
 		d.t.deliver(d.msgs)
-		*d = delivery{}
+		clear(d.msgs)
+		if cap(d.msgs) > maxKeptDelivery {
+			d.msgs = nil
+		}
+		d.t, d.msgs = nil, d.msgs[:0]
 	}
 	il.pass = il.pass[:0]
 	clear(il.passIdx)
