@@ -50,6 +50,9 @@ type pebbleDB struct {
 	// bytesWritten counts the bytes of the batches committed (what the
 	// write-ahead log took; EngineMetrics.BytesWritten).
 	bytesWritten atomic.Uint64
+
+	// utx is the write transaction update reuses (newUpdateTx).
+	utx *pebbleTx
 }
 
 // newIter opens an iterator over r between lower and upper, counted.
@@ -123,7 +126,8 @@ func (p *pebbleDB) view(fn func(kvTx) error) error {
 func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	b := p.db.NewIndexedBatch()
 	defer b.Close()
-	t := &pebbleTx{p: p, r: b, b: b}
+	t := p.newUpdateTx(b)
+	defer t.endUpdate()
 	if err := t.finish(fn(t)); err != nil {
 		return 0, err
 	}
@@ -145,6 +149,26 @@ func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 		p.mu.Unlock()
 	}
 	return d, nil
+}
+
+// newUpdateTx returns the write transaction over b: the one the database
+// reuses (updates run one at a time: only the engine's committer makes
+// them), with its slabs and key buffer from the previous update.
+func (p *pebbleDB) newUpdateTx(b *pebble.Batch) *pebbleTx {
+	t := p.utx
+	if t == nil {
+		t = &pebbleTx{}
+		p.utx = t
+	}
+	*t = pebbleTx{p: p, r: b, b: b, buckets: t.buckets[:0], prefixes: t.prefixes[:0], key: t.key[:0]}
+	return t
+}
+
+// endUpdate lets go of what the update referenced (its batch, closed after
+// it; its buckets): nothing of a transaction outlives it.
+func (t *pebbleTx) endUpdate() {
+	clear(t.buckets)
+	*t = pebbleTx{buckets: t.buckets[:0], prefixes: t.prefixes[:0], key: t.key[:0]}
 }
 
 // pebbleTx is a transaction: reads from r (the DB, or the batch, which
