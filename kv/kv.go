@@ -97,21 +97,30 @@ func appendCommand[V string | []byte](b []byte, op byte, key string, value V, pr
 	return append(b, prev...)
 }
 
-func decode(b []byte) (op byte, key, value, prev string, err error) {
+// decode decodes a command. key and value share one allocation (the
+// command's bytes from the key to the end of the value: the map keeps them
+// together, and a later put of the key replaces both, since a map updates
+// a string key it overwrites); prev, compared only, aliases b.
+func decode(b []byte) (op byte, key, value string, prev []byte, err error) {
 	if len(b) == 0 {
-		return 0, "", "", "", ErrBadCommand
+		return 0, "", "", nil, ErrBadCommand
 	}
-	op, b = b[0], b[1:]
-	var parts [3]string
+	op = b[0]
+	var parts [3][2]int // start and end in b
+	off := 1
 	for i := range parts {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || n > uint64(len(b)-k) {
-			return 0, "", "", "", ErrBadCommand
+		n, k := binary.Uvarint(b[off:])
+		if k <= 0 || n > uint64(len(b)-off-k) {
+			return 0, "", "", nil, ErrBadCommand
 		}
-		parts[i] = string(b[k : k+int(n)])
-		b = b[k+int(n):]
+		off += k
+		parts[i] = [2]int{off, off + int(n)}
+		off += int(n)
 	}
-	return op, parts[0], parts[1], parts[2], nil
+	kv := string(b[parts[0][0]:parts[1][1]])
+	key = kv[:parts[0][1]-parts[0][0]]
+	value = kv[parts[1][0]-parts[0][0]:]
+	return op, key, value, b[parts[2][0]:parts[2][1]], nil
 }
 
 // numShards is how many shards the map is split into: a write to a shard a
@@ -220,7 +229,7 @@ func (s *Store) Apply(cmds []raft.Command, results []raft.Result) {
 		case opDelete:
 			s.del(key)
 		case opCAS:
-			if cur, _ := s.read(key); cur != prev {
+			if cur, _ := s.read(key); cur != string(prev) {
 				results[i] = raft.Result{Value: []byte(cur), Err: ErrCompareFailed}
 				continue
 			}

@@ -80,7 +80,8 @@ func hasSnapshot(msgs []*raftpb.Message) bool {
 	return false
 }
 
-// saveAsync is saveBatch for a batch without a snapshot on an AsyncStorage:
+// saveAsync is saveBatch for a batch without a snapshot on an AsyncStorage
+// (batch is saved.queued, which the completion delivers and clears):
 // the responses are delivered, and the task signaled for its next batch,
 // when the write is durable.
 func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
@@ -93,27 +94,40 @@ func (n *Node) saveAsync(as AsyncStorage, batch []*raftpb.Message) {
 		return
 	}
 	n.saving.Store(true)
-	as.SaveAsync(hs, ents, nil, func(err error) {
-		if err != nil {
-			n.saved.failed = true // (read by the task's next run, after saving)
-			n.fail("persisting the log", err)
-		} else {
-			n.saved.pending = nil
-			if hs != nil {
-				n.saved.term, n.saved.vote = hs.GetTerm(), hs.GetVote()
-			}
-			n.deliver(batch)
+	// While the write is in flight nothing else reads pending (the task's
+	// runs and turns return at once while saving): it holds the hard state
+	// written, for the completion.
+	s.pending = hs
+	if s.savedFn == nil {
+		s.savedFn = n.asyncSaved // bound once: not a closure per write
+	}
+	as.SaveAsync(hs, ents, nil, s.savedFn)
+}
+
+// asyncSaved completes saveAsync's write of the batch saved.queued (and
+// the hard state saved.pending) when the storage reports it durable or
+// failed: on the goroutine that made the storage commit.
+func (n *Node) asyncSaved(err error) {
+	s := &n.saved
+	if err != nil {
+		s.failed = true // (read by the task's next run, after saving)
+		n.fail("persisting the log", err)
+	} else {
+		if hs := s.pending; hs != nil {
+			s.term, s.vote = hs.GetTerm(), hs.GetVote()
 		}
-		n.clearBatch()
-		n.saving.Store(false)
-		// The task's next run only if it has work: appends queued meanwhile
-		// (a run that found this write in flight returned at once: saving
-		// is cleared before the queue is looked at, so one of the two sees
-		// the other), or the node's stop. Not a run per commit per group.
-		if n.appends.len() > 0 || n.stopped() {
-			n.appendTask.Signal()
-		}
-	})
+		s.pending = nil
+		n.deliver(s.queued)
+	}
+	n.clearBatch()
+	n.saving.Store(false)
+	// The task's next run only if it has work: appends queued meanwhile
+	// (a run that found this write in flight returned at once: saving
+	// is cleared before the queue is looked at, so one of the two sees
+	// the other), or the node's stop. Not a run per commit per group.
+	if n.appends.len() > 0 || n.stopped() {
+		n.appendTask.Signal()
+	}
 }
 
 // batchDone clears the append task's buffers after a batch and signals the
@@ -313,18 +327,21 @@ func (n *Node) flushCommit() {
 // appendState is the append task's: what it knows about the persisted hard
 // state, and its reused buffers.
 type appendState struct {
-	init       bool // term and vote were read from the storage
-	term, vote uint64
-	pending    *raftpb.HardState // a commit-only update not written yet
-	queued     []*raftpb.Message
-	ents       []*raftpb.Entry
-	out        []*raftpb.Message
+	init bool // term and vote were read from the storage
 	// onLoop: this turn runs on the loop's worker (onloop.go), which steps
 	// the answers to this member itself after it.
 	onLoop bool
 	// failed: a batch could not be persisted (or its snapshot opened) and
 	// the node stops on it; nothing later is written or acknowledged.
-	failed bool
+	failed     bool
+	term, vote uint64
+	// pending is a commit-only update not written yet; while a SaveAsync
+	// is in flight, the hard state it writes.
+	pending *raftpb.HardState
+	queued  []*raftpb.Message
+	ents    []*raftpb.Entry
+	out     []*raftpb.Message
+	savedFn func(error) // asyncSaved, bound with the first SaveAsync
 }
 
 // mergeEntries appends next to acc, truncating the entries of acc that next

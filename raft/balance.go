@@ -1,10 +1,12 @@
 package raft
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/tracker"
@@ -28,19 +30,30 @@ var ErrTransferNotNow = errors.New("raft: leadership cannot move now")
 // order, and whether the configuration is joint. It reads the local table:
 // no round trip, and a quiesced group stays quiesced.
 func (n *Node) AppliedVoters() (voters []Member, joint bool) {
+	return n.AppendAppliedVoters(nil)
+}
+
+// AppendAppliedVoters is AppliedVoters appending the voters to dst: a
+// caller reading many groups' voters (a host's leader balancing) reuses
+// one buffer.
+func (n *Node) AppendAppliedVoters(dst []Member) (_ []Member, joint bool) {
 	t := n.members.Load()
 	if t == nil {
-		return nil, false
+		return dst, false
 	}
-	cfg := confchange.ConfigFromConfState(t.confState)
-	for _, id := range cfg.Voters {
+	start := len(dst)
+	for _, id := range t.confState.GetVoters() {
+		if slices.ContainsFunc(dst[start:], func(m Member) bool { return m.ID == id }) {
+			continue
+		}
 		m, ok := t.record(id)
 		if !ok {
 			m = Member{ID: id}
 		}
-		voters = append(voters, m)
+		dst = append(dst, m)
 	}
-	return voters, cfg.Joint()
+	slices.SortFunc(dst[start:], func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return dst, len(t.confState.GetVotersOutgoing()) > 0
 }
 
 // TryTransferLeadership starts handing leadership to member to, and does

@@ -399,9 +399,10 @@ func (n *Node) flushProposals() {
 
 // proposeBatch hands one batch of proposals to raft as one MsgProp. The
 // payloads are encoded into one buffer and the entries allocated as one
-// slice per batch: raft clones what it appends (and a follower forwards the
-// message as it is), so nothing is reused and the cost per proposal shrinks
-// with the batch.
+// slice per batch (a batch of one: the message, its entry and slice in one
+// allocation, propOne): raft clones what it appends (and a follower
+// forwards the message as it is), so nothing is reused and the cost per
+// proposal shrinks with the batch.
 func (n *Node) proposeBatch(batch []*proposal) {
 	l := &n.loop
 	size := 0
@@ -409,8 +410,23 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		size += payloadSize(p.rid, p.cmd)
 	}
 	arena := make([]byte, 0, size)
-	slab := make([]raftpb.Entry, len(batch))
-	ents := make([]*raftpb.Entry, 0, len(batch))
+	var (
+		slab []raftpb.Entry
+		ents []*raftpb.Entry
+		m    *raftpb.Message
+	)
+	if len(batch) == 1 {
+		// The usual batch when a group has a few writes per round: the
+		// message, its type, entry and entries' slice in one allocation.
+		one := new(propOne)
+		one.typ = raftpb.MsgProp
+		m, slab, ents = &one.m, one.e[:], one.ptr[:0]
+		m.Type = &one.typ
+	} else {
+		m = &raftpb.Message{Type: raftpb.MsgProp.Enum()}
+		slab = make([]raftpb.Entry, len(batch))
+		ents = make([]*raftpb.Entry, 0, len(batch))
+	}
 	b := l.buffers()
 	live := b.live[:0]
 	n.waiters.mu.Lock()
@@ -436,7 +452,8 @@ func (n *Node) proposeBatch(batch []*proposal) {
 	}
 	n.waiters.mu.Unlock()
 	if len(ents) > 0 {
-		err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: &n.cfg.ID, Entries: ents})
+		m.From, m.Entries = &n.cfg.ID, ents
+		err := l.rn.Step(m)
 		if err != nil {
 			for _, seq := range live {
 				n.waiters.resolve(seq, Result{Err: fmt.Errorf("%w: %w", ErrProposalDropped, err)})
@@ -444,6 +461,14 @@ func (n *Node) proposeBatch(batch []*proposal) {
 		}
 	}
 	b.live = live[:0]
+}
+
+// propOne is the MsgProp of a batch of one proposal, made at once.
+type propOne struct {
+	m   raftpb.Message
+	typ raftpb.MessageType
+	e   [1]raftpb.Entry
+	ptr [1]*raftpb.Entry
 }
 
 // handleReady dispatches one Ready: network messages to the transport (the

@@ -53,8 +53,12 @@ func (q *queue[T]) pop() (v T, ok bool) {
 	v = q.items[0]
 	var zero T
 	q.items[0] = zero
-	q.items = q.items[1:]
-	if len(q.items) == 0 {
+	if len(q.items) == 1 && cap(q.items) <= 256 {
+		// The last item: keep the buffer from its start for the next push
+		// (a busy node's queue holds one item at a time, mostly); an idle
+		// node lets it go (release).
+		q.items = q.items[:0]
+	} else if q.items = q.items[1:]; len(q.items) == 0 {
 		q.items = nil
 	}
 	return v, true

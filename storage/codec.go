@@ -258,19 +258,52 @@ func decodeUvarints(v []byte, n int) ([]uint64, error) {
 // Hard state record: flags (bit 0 Term, 1 Vote, 2 Commit set), then the set
 // fields as uvarints.
 func encodeHardState(hs *raftpb.HardState) []byte {
-	var flags byte
-	var vs []uint64
-	for i, p := range []*uint64{hs.Term, hs.Vote, hs.Commit} {
+	return appendHardState(nil, hardStateOf(hs))
+}
+
+// hardStateValue is a hard state's fields by value: what a Save keeps of
+// the caller's (no pointers into it, no allocation).
+type hardStateValue struct {
+	term, vote, commit uint64
+	flags              byte // bit 0 Term, 1 Vote, 2 Commit set
+}
+
+func hardStateOf(hs *raftpb.HardState) hardStateValue {
+	v := hardStateValue{term: hs.GetTerm(), vote: hs.GetVote(), commit: hs.GetCommit()}
+	for i, p := range [3]*uint64{hs.Term, hs.Vote, hs.Commit} {
 		if p != nil {
-			flags |= 1 << i
-			vs = append(vs, *p)
+			v.flags |= 1 << i
 		}
 	}
-	buf := []byte{flags}
-	for _, v := range vs {
-		buf = binary.AppendUvarint(buf, v)
+	return v
+}
+
+// appendHardState appends hs's record to buf.
+func appendHardState(buf []byte, hs hardStateValue) []byte {
+	start := len(buf)
+	buf = append(buf, hs.flags)
+	for i, x := range [3]uint64{hs.term, hs.vote, hs.commit} {
+		if hs.flags&(1<<i) != 0 {
+			buf = binary.AppendUvarint(buf, x)
+		}
 	}
-	return seal(buf, 0)
+	return seal(buf, start)
+}
+
+// setTo sets hs's fields to v's in place: hs is the Store's own (never
+// handed out: InitialState copies it), so only a field that was unset
+// allocates.
+func (v hardStateValue) setTo(hs *raftpb.HardState) {
+	for i, f := range [3]**uint64{&hs.Term, &hs.Vote, &hs.Commit} {
+		switch {
+		case v.flags&(1<<i) == 0:
+			*f = nil
+		case *f == nil:
+			*f = new([3]uint64{v.term, v.vote, v.commit}[i])
+		default:
+			**f = [3]uint64{v.term, v.vote, v.commit}[i]
+		}
+	}
 }
 
 func decodeHardState(v []byte) (*raftpb.HardState, error) {

@@ -60,12 +60,34 @@ type commitReq struct {
 // commitBatch is the writes one transaction carries. err, dur and writeTime
 // are set before done is closed.
 type commitBatch struct {
-	reqs      []commitReq
-	lead      chan struct{} // non-nil when a synchronous writer waits to commit it; closed when it is to
+	reqs []commitReq   // in few[:] until it outgrows it
+	lead chan struct{} // non-nil when a synchronous writer waits to commit it; closed when it is to
+	// done is closed when the batch's commit ended. Made (under the
+	// committer's mu, while the batch is pending) only for a synchronous
+	// writer that joins the batch and waits: the batch's leader and its
+	// asynchronous writers do not need it.
 	done      chan struct{}
 	err       error
 	dur       time.Duration // the whole transaction, fsyncs included
 	writeTime time.Duration // the backend's write and sync time; 0 with NoSync
+	few       [4]commitReq
+}
+
+// newBatch returns a batch of the one write req.
+func newBatch(req commitReq) *commitBatch {
+	b := &commitBatch{}
+	b.few[0] = req
+	b.reqs = b.few[:1]
+	return b
+}
+
+// add queues req in pending batch b, making b if nil.
+func addToBatch(b *commitBatch, req commitReq) *commitBatch {
+	if b == nil {
+		return newBatch(req)
+	}
+	b.reqs = append(b.reqs, req)
+	return b
 }
 
 type committer struct {
@@ -83,6 +105,11 @@ type committer struct {
 	// write with commitAsync does not wait, so none of them can lead it.
 	kick chan *commitBatch
 	wg   sync.WaitGroup
+
+	// Owned by the batch's leader while it commits (one at a time): the
+	// batch, and runBatch bound once for the backend's update.
+	running *commitBatch
+	runFn   func(kvTx) error
 }
 
 // startCommitter starts the commit goroutine, which commits the batches
@@ -129,16 +156,15 @@ func (e *Engine) commit(group uint64, save bool, fn func(kvTx) error) (dur, writ
 	if !e.c.busy { // no commit running (nothing is pending then): commit now
 		e.c.busy = true
 		e.c.mu.Unlock()
-		b := &commitBatch{reqs: []commitReq{req}, done: make(chan struct{})}
+		b := newBatch(req)
 		e.lead(b, false)
 		return b.dur, b.writeTime, b.err
 	}
-	b := e.c.pending
-	if b == nil {
-		b = &commitBatch{done: make(chan struct{})}
-		e.c.pending = b
+	b := addToBatch(e.c.pending, req)
+	e.c.pending = b
+	if b.done == nil {
+		b.done = make(chan struct{})
 	}
-	b.reqs = append(b.reqs, req)
 	leader := b.lead == nil
 	if leader {
 		b.lead = make(chan struct{})
@@ -171,15 +197,10 @@ func (e *Engine) commitAsync(group uint64, fn func(kvTx) error, done func(dur, w
 	if !e.c.busy {
 		e.c.busy = true
 		e.c.mu.Unlock()
-		e.lead(&commitBatch{reqs: []commitReq{req}, done: make(chan struct{})}, false)
+		e.lead(newBatch(req), false)
 		return
 	}
-	b := e.c.pending
-	if b == nil {
-		b = &commitBatch{done: make(chan struct{})}
-		e.c.pending = b
-	}
-	b.reqs = append(b.reqs, req)
+	e.c.pending = addToBatch(e.c.pending, req)
 	e.c.mu.Unlock()
 }
 
@@ -195,11 +216,15 @@ func (e *Engine) lead(b *commitBatch, dedicated bool) {
 				r.done(b.dur, b.writeTime, b.err)
 			}
 		}
-		close(b.done)
-		if len(b.reqs) > 1 {
-			e.c.yield() // busy is still set: what the yield runs queues its writes
+		e.c.mu.Lock() // (b.done was made under it, if at all)
+		if b.done != nil {
+			close(b.done)
 		}
-		e.c.mu.Lock()
+		if len(b.reqs) > 1 {
+			e.c.mu.Unlock()
+			e.c.yield() // busy is still set: what the yield runs queues its writes
+			e.c.mu.Lock()
+		}
 		next := e.c.pending
 		switch {
 		case next == nil:
@@ -232,6 +257,20 @@ func (e *Engine) pendingWrites() int {
 	return len(e.c.pending.reqs)
 }
 
+// runBatch runs the writes of the batch being committed in t.
+func (e *Engine) runBatch(t kvTx) error {
+	b := e.c.running
+	for _, r := range b.reqs {
+		if err := r.fn(t); err != nil {
+			if len(b.reqs) == 1 {
+				return err
+			}
+			return fmt.Errorf("the write of group %d in a commit of %d: %w", r.group, len(b.reqs), err)
+		}
+	}
+	return nil
+}
+
 // commitBatch runs b's writes in one transaction. Any error — a write's own,
 // bbolt's commit, an fsync — rolls the whole transaction back (or leaves its
 // outcome on disk unknown, for an fsync error) and fails every write of b and
@@ -245,17 +284,12 @@ func (e *Engine) commitBatch(b *commitBatch) {
 	var writeTime time.Duration
 	err := diskfault.BeforeCommit(e.dir)
 	if err == nil {
-		writeTime, err = e.update(func(t kvTx) error {
-			for _, r := range b.reqs {
-				if err := r.fn(t); err != nil {
-					if len(b.reqs) == 1 {
-						return err
-					}
-					return fmt.Errorf("the write of group %d in a commit of %d: %w", r.group, len(b.reqs), err)
-				}
-			}
-			return nil
-		})
+		if e.c.runFn == nil {
+			e.c.runFn = e.runBatch // bound once: not a closure per commit
+		}
+		e.c.running = b
+		writeTime, err = e.update(e.c.runFn)
+		e.c.running = nil
 	}
 	if err != nil {
 		e.fail(err)

@@ -12,7 +12,7 @@ var emptySnapshot = raftpb.EnsureSnapshot(nil)
 // them from the database afterwards, and Save starts a new tail) but for the
 // last entry's term (an election asks for it on every member: no database
 // read for it) and, unless
-// a write is in progress, the buffers Save reuses. A node calls it when its
+// a write is in progress, the write state and buffers Save reuses. A node calls it when its
 // group quiesces, so that an idle replica of a host's many groups holds no
 // copy of its log; the next Save or read brings what it needs back. Like
 // Entries, it waits for a write that removes entries (never one that only
@@ -22,7 +22,7 @@ func (s *Store) DropCaches() {
 	s.tail.dropIdle()
 	s.mu.Unlock()
 	if s.wmu.TryLock() {
-		s.encBuf, s.keyBuf = nil, nil
+		s.ws = nil
 		s.wmu.Unlock()
 	}
 }

@@ -50,6 +50,9 @@ type pebbleDB struct {
 	// bytesWritten counts the bytes of the batches committed (what the
 	// write-ahead log took; EngineMetrics.BytesWritten).
 	bytesWritten atomic.Uint64
+
+	// utx is the write transaction update reuses (newUpdateTx).
+	utx *pebbleTx
 }
 
 // newIter opens an iterator over r between lower and upper, counted.
@@ -123,7 +126,8 @@ func (p *pebbleDB) view(fn func(kvTx) error) error {
 func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	b := p.db.NewIndexedBatch()
 	defer b.Close()
-	t := &pebbleTx{p: p, r: b, b: b}
+	t := p.newUpdateTx(b)
+	defer t.endUpdate()
 	if err := t.finish(fn(t)); err != nil {
 		return 0, err
 	}
@@ -147,6 +151,26 @@ func (p *pebbleDB) update(fn func(kvTx) error) (time.Duration, error) {
 	return d, nil
 }
 
+// newUpdateTx returns the write transaction over b: the one the database
+// reuses (updates run one at a time: only the engine's committer makes
+// them), with its slabs and key buffer from the previous update.
+func (p *pebbleDB) newUpdateTx(b *pebble.Batch) *pebbleTx {
+	t := p.utx
+	if t == nil {
+		t = &pebbleTx{}
+		p.utx = t
+	}
+	*t = pebbleTx{p: p, r: b, b: b, buckets: t.buckets[:0], prefixes: t.prefixes[:0], key: t.key[:0]}
+	return t
+}
+
+// endUpdate lets go of what the update referenced (its batch, closed after
+// it; its buckets): nothing of a transaction outlives it.
+func (t *pebbleTx) endUpdate() {
+	clear(t.buckets)
+	*t = pebbleTx{buckets: t.buckets[:0], prefixes: t.prefixes[:0], key: t.key[:0]}
+}
+
 // pebbleTx is a transaction: reads from r (the DB, or the batch, which
 // reads through it), writes to b (nil in a view).
 type pebbleTx struct {
@@ -164,6 +188,29 @@ type pebbleTx struct {
 	// like a missing key, and the transaction returns err (so a failed read
 	// never passes for an absent record).
 	err error
+	// buckets and prefixes are slabs the transaction's buckets and their
+	// key prefixes are made from (a commit opens two buckets per group it
+	// carries); neither is ever appended past its capacity, so what was
+	// handed out stays put. key is the buffer the buckets build keys in:
+	// Pebble copies a key before a call returns.
+	buckets  []pebbleBucket
+	prefixes []byte
+	key      []byte
+}
+
+// bucket returns a new bucket of name, made from the transaction's slabs.
+func (t *pebbleTx) bucket(name []byte) *pebbleBucket {
+	if len(t.buckets) == cap(t.buckets) {
+		t.buckets = make([]pebbleBucket, 0, 16)
+	}
+	n := 2 + len(name)
+	if cap(t.prefixes)-len(t.prefixes) < n {
+		t.prefixes = make([]byte, 0, max(512, n))
+	}
+	start := len(t.prefixes)
+	t.prefixes = append(append(append(t.prefixes, 'k'), name...), 0)
+	t.buckets = append(t.buckets, pebbleBucket{t: t, prefix: t.prefixes[start:len(t.prefixes):len(t.prefixes)]})
+	return &t.buckets[len(t.buckets)-1]
 }
 
 // readErr records a read error of the transaction, and returns it: damaged
@@ -251,7 +298,7 @@ func (t *pebbleTx) Bucket(name []byte) kvBucket {
 	if !t.exists(name) {
 		return nil
 	}
-	return &pebbleBucket{t: t, prefix: dataPrefix(name)}
+	return t.bucket(name)
 }
 
 func (t *pebbleTx) CreateBucket(name []byte) (kvBucket, error) {
@@ -364,12 +411,13 @@ func (t *pebbleTx) BucketsWithPrefix(prefix []byte, limit int) ([][]byte, error)
 type pebbleBucket struct {
 	t      *pebbleTx
 	prefix []byte
-	buf    []byte
 }
 
+// key returns the Pebble key of k, in the transaction's key buffer: valid
+// until the next call.
 func (b *pebbleBucket) key(k []byte) []byte {
-	b.buf = append(append(b.buf[:0], b.prefix...), k...)
-	return b.buf
+	b.t.key = append(append(b.t.key[:0], b.prefix...), k...)
+	return b.t.key
 }
 
 func (b *pebbleBucket) Get(key []byte) []byte {

@@ -81,9 +81,8 @@ type Store struct {
 	// the fields under mu, and only while also holding mu exclusively, so a
 	// holder of wmu (and the committer running its write) reads them freely
 	// (the tail aside: trimTails and DropCaches trim it holding mu alone).
-	wmu    sync.Mutex
-	encBuf []byte // reused encoding buffer for Save (bbolt copies at commit)
-	keyBuf []byte
+	wmu sync.Mutex
+	ws  *preparedSave // the write state Saves reuse (made by the first)
 
 	// mu guards the in-memory view of what is committed. Readers hold it
 	// shared for the whole call, including their bbolt read transaction;

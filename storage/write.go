@@ -55,14 +55,14 @@ func (s *Store) save(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Sn
 	if w.hasSnap || w.truncate {
 		// Entries disappear: readers wait for the commit.
 		s.mu.Lock()
-		if err = s.updateAs(true, w.commit); err == nil {
+		if err = s.updateAs(true, w.commitFn); err == nil {
 			w.publish()
 		}
 		s.mu.Unlock()
 	} else {
 		// Pure append: readers do not look past the old last index, so they
 		// run during the commit.
-		if err = s.updateAs(true, w.commit); err == nil {
+		if err = s.updateAs(true, w.commitFn); err == nil {
 			s.mu.Lock()
 			w.publish()
 			s.mu.Unlock()
@@ -91,7 +91,6 @@ func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 	s.wmu.Lock()
 	w, err := s.prepareSave(hs, ents, snap)
 	if err != nil || w == nil || w.hasSnap || w.truncate {
-		s.encBuf, s.keyBuf = s.encBuf[:0], s.keyBuf[:0]
 		s.wmu.Unlock()
 		if err == nil && w != nil {
 			err = s.Save(hs, ents, snap)
@@ -99,45 +98,71 @@ func (s *Store) SaveAsync(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raft
 		done(err)
 		return
 	}
-	s.e.commitAsync(s.opts.GroupID, w.commit, func(dur, writeTime time.Duration, err error) {
-		if err == nil {
-			s.commitDone(dur, writeTime)
-			s.mu.Lock()
-			w.publish()
-			s.mu.Unlock()
-		}
-		err = s.saved(w, err)
-		s.wmu.Unlock()
-		done(err)
-	})
+	w.done = done
+	s.e.commitAsync(s.opts.GroupID, w.commitFn, w.asyncDone)
 }
 
-// preparedSave is a Save validated and encoded, ready for a commit.
+// committed completes a SaveAsync once its commit ran (or failed): the
+// engine's asynchronous done for it, bound once per write state.
+func (w *preparedSave) committed(dur, writeTime time.Duration, err error) {
+	s := w.s
+	if err == nil {
+		s.commitDone(dur, writeTime)
+		s.mu.Lock()
+		w.publish()
+		s.mu.Unlock()
+	}
+	err = s.saved(w, err)
+	done := w.done
+	w.done = nil
+	s.wmu.Unlock() // w is the next write's from here on
+	done(err)
+}
+
+// preparedSave is a Save validated and encoded, ready for a commit. A
+// Store reuses one (Store.ws) for its writes, held by the holder of wmu
+// from prepareSave until saved, so that a write allocates neither it, nor
+// its closures, nor its buffers: they are free again when wmu is, after
+// the commit (which copied the records).
 type preparedSave struct {
-	hasSnap, truncate bool
-	commit            func(kvTx) error
-	publish           func() // under mu, after the commit
-	garbage           *uint64
-	buf, keys         []byte
-	entries           int
+	s                        *Store
+	hasSnap, truncate, hasHS bool
+	snap                     *raftpb.Snapshot
+	snapRec                  []byte
+	ents                     []*raftpb.Entry
+	dummy, dummyTerm, last   uint64 // the log's bounds after the write; last before it
+	hs                       hardStateValue
+	garbage                  uint64 // s.garbage after the commit
+	entries                  int
+
+	// Buffers reused across the group's writes (bbolt keeps references to
+	// keys and values until the commit): the entries' records and keys,
+	// the hard state's and the bounds' records.
+	buf, keys, hsRec, bounds []byte
+
+	// Bound once: the commit for the engine, SaveAsync's completion, and
+	// the done of the SaveAsync in progress.
+	commitFn  func(kvTx) error
+	asyncDone func(dur, writeTime time.Duration, err error)
+	done      func(error)
 }
 
 // saved finishes a Save after its commit: err is the commit's. The caller
 // holds wmu.
 func (s *Store) saved(w *preparedSave, err error) error {
-	s.encBuf, s.keyBuf = w.buf[:0], w.keys[:0]
+	w.snap, w.snapRec, w.ents = nil, nil, nil // nothing of the caller's outlives the write
 	if err != nil {
 		return s.fail("save", err)
 	}
-	s.garbage = *w.garbage
+	s.garbage = w.garbage
 	s.m.saves.Add(1)
 	s.m.entries.Add(uint64(w.entries))
 	s.m.bytes.Add(uint64(len(w.buf)))
 	return nil
 }
 
-// prepareSave validates and encodes a Save; nil when there is nothing to
-// write. The caller holds wmu.
+// prepareSave validates and encodes a Save into the Store's write state;
+// nil when there is nothing to write. The caller holds wmu.
 func (s *Store) prepareSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot) (*preparedSave, error) {
 	if err := s.writable(); err != nil {
 		return nil, err
@@ -190,9 +215,19 @@ func (s *Store) prepareSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 		return nil, nil
 	}
 
-	// Encode outside the transaction, into buffers reused across Saves: bbolt
-	// keeps references to keys and values until the commit.
-	buf, keys := s.encBuf[:0], s.keyBuf[:0]
+	w := s.ws
+	if w == nil {
+		w = &preparedSave{s: s}
+		w.commitFn, w.asyncDone = w.commit, w.committed
+		s.ws = w
+	}
+	w.hasSnap, w.truncate, w.hasHS = hasSnap, truncate, hasHS
+	w.snap, w.snapRec, w.ents = snap, snapRec, ents
+	w.dummy, w.dummyTerm, w.last = dummy, dummyTerm, last
+	w.garbage, w.entries = s.garbage, len(ents)
+
+	// Encode outside the transaction.
+	buf, keys := w.buf[:0], w.keys[:0]
 	if len(ents) > 0 {
 		n := 0
 		for _, e := range ents {
@@ -209,87 +244,91 @@ func (s *Store) prepareSave(hs *raftpb.HardState, ents []*raftpb.Entry, snap *ra
 			keys = indexKey(keys, e.GetIndex())
 		}
 	}
-	var hsRec []byte
+	w.buf, w.keys = buf, keys
+	w.hsRec = w.hsRec[:0]
 	if hasHS {
-		hs = proto.Clone(hs).(*raftpb.HardState)
-		hsRec = encodeHardState(hs)
-	}
-
-	w := &preparedSave{hasSnap: hasSnap, truncate: truncate, buf: buf, keys: keys, entries: len(ents)}
-	garbage := s.garbage
-	w.garbage = &garbage
-	w.commit = func(tx kvTx) error {
-		sb := tx.Bucket(s.stateBucket)
-		if hasSnap {
-			if err := sb.Put(snapshotKey, snapRec); err != nil {
-				return err
-			}
-			if s.last > s.dummy { // the log holds entries: drop them all
-				if err := tx.DeleteBucket(s.logBucket); err != nil {
-					return err
-				}
-				if _, err := tx.CreateBucket(s.logBucket); err != nil {
-					return err
-				}
-			}
-		}
-		lb := tx.Bucket(s.logBucket)
-		lb.Append() // keys only ever grow: pack the pages
-		if s.garbage != 0 {
-			if hasSnap && s.last > s.dummy {
-				garbage = 0 // the bucket was emptied
-			} else {
-				var err error
-				if garbage, err = s.deleteGarbage(lb, dummy, 2*len(ents)+garbagePerSave); err != nil {
-					return err
-				}
-			}
-		}
-		if truncate {
-			var key [8]byte
-			for i := ents[0].GetIndex(); i <= last; i++ {
-				if err := lb.Delete(indexKey(key[:0], i)); err != nil {
-					return err
-				}
-			}
-		}
-		off := 0
-		for j, e := range ents {
-			n := encodedEntrySize(e)
-			if err := lb.Put(keys[8*j:8*j+8], buf[off:off+n]); err != nil {
-				return err
-			}
-			off += n
-		}
-		if hasSnap || len(ents) > 0 {
-			newLast := dummy
-			if len(ents) > 0 {
-				newLast = ents[len(ents)-1].GetIndex()
-			}
-			if err := sb.Put(boundsKey, appendUvarints(nil, dummy, dummyTerm, newLast)); err != nil {
-				return err
-			}
-		}
-		if hasHS {
-			return sb.Put(hardStateKey, hsRec)
-		}
-		return nil
-	}
-	w.publish = func() {
-		if hasSnap {
-			s.snap = snap
-			s.dummy, s.dummyTerm, s.last = dummy, dummyTerm, dummy
-			s.tail.reset()
-		}
-		if len(ents) > 0 {
-			s.last = ents[len(ents)-1].GetIndex()
-			s.tail.append(ents)
-		}
-		if hasHS {
-			s.hs = hs
-		}
+		w.hs = hardStateOf(hs) // a copy: the caller may reuse hs
+		w.hsRec = appendHardState(w.hsRec, w.hs)
 	}
 	return w, nil
+}
+
+// commit writes w in tx.
+func (w *preparedSave) commit(tx kvTx) error {
+	s, ents := w.s, w.ents
+	sb := tx.Bucket(s.stateBucket)
+	if w.hasSnap {
+		if err := sb.Put(snapshotKey, w.snapRec); err != nil {
+			return err
+		}
+		if s.last > s.dummy { // the log holds entries: drop them all
+			if err := tx.DeleteBucket(s.logBucket); err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucket(s.logBucket); err != nil {
+				return err
+			}
+		}
+	}
+	lb := tx.Bucket(s.logBucket)
+	lb.Append() // keys only ever grow: pack the pages
+	if s.garbage != 0 {
+		if w.hasSnap && s.last > s.dummy {
+			w.garbage = 0 // the bucket was emptied
+		} else {
+			var err error
+			if w.garbage, err = s.deleteGarbage(lb, w.dummy, 2*len(ents)+garbagePerSave); err != nil {
+				return err
+			}
+		}
+	}
+	if w.truncate {
+		var key [8]byte
+		for i := ents[0].GetIndex(); i <= w.last; i++ {
+			if err := lb.Delete(indexKey(key[:0], i)); err != nil {
+				return err
+			}
+		}
+	}
+	off := 0
+	for j, e := range ents {
+		n := encodedEntrySize(e)
+		if err := lb.Put(w.keys[8*j:8*j+8], w.buf[off:off+n]); err != nil {
+			return err
+		}
+		off += n
+	}
+	if w.hasSnap || len(ents) > 0 {
+		newLast := w.dummy
+		if len(ents) > 0 {
+			newLast = ents[len(ents)-1].GetIndex()
+		}
+		w.bounds = appendUvarints(w.bounds[:0], w.dummy, w.dummyTerm, newLast)
+		if err := sb.Put(boundsKey, w.bounds); err != nil {
+			return err
+		}
+	}
+	if w.hasHS {
+		return sb.Put(hardStateKey, w.hsRec)
+	}
+	return nil
+}
+
+// publish makes w's write visible in memory: under mu, after the commit.
+func (w *preparedSave) publish() {
+	s, ents := w.s, w.ents
+	if w.hasSnap {
+		s.snap = w.snap
+		s.dummy, s.dummyTerm, s.last = w.dummy, w.dummyTerm, w.dummy
+		s.tail.reset()
+	}
+	if len(ents) > 0 {
+		s.last = ents[len(ents)-1].GetIndex()
+		s.tail.append(ents)
+	}
+	if w.hasHS {
+		w.hs.setTo(s.hs)
+	}
 }
 
 // ApplySnapshot records snap as the latest snapshot and discards the log,

@@ -65,7 +65,9 @@ type Handler interface {
 // ProcessBatch must not block: the link's reader waits for it, and so do
 // the messages of every other group from that peer host. A handler that
 // cannot take the messages now drops them (raft resends), as a lossy
-// network would. Ownership of ms and its messages passes to the handler.
+// network would. Ownership of ms's messages passes to the handler, not of
+// ms itself: the link reuses the slice once ProcessBatch returns (copy what
+// is kept).
 // Messages of a member's own raft stream (a member of the previous
 // release) and MsgSnap still arrive through Process.
 type BatchHandler interface {

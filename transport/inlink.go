@@ -57,6 +57,7 @@ type inLink struct {
 	last     admission      // (zero: none): a run of one flow's messages skips the map
 
 	// Owned by the reader goroutine.
+	rbuf      []byte // the message payloads' buffer (handleMessage)
 	pass      []delivery
 	passIdx   map[*Transport]int
 	passMsgs  int
@@ -204,11 +205,57 @@ func (il *inLink) next() error {
 			"remote", il.remote, "group", h.Group, "bytes", h.Length, "limit", il.m.ls.maxFrame)
 		return il.r.Skip(h)
 	}
+	if h.Type == wire.TypeMessage {
+		f, err := il.r.PayloadInto(h, il.rbuf)
+		if err != nil {
+			return err
+		}
+		return il.handleMessage(f)
+	}
 	f, err := il.r.Payload(h)
 	if err != nil {
 		return err
 	}
 	return il.handle(f)
+}
+
+// maxKeptPayload bounds the payload buffer a link reuses for its messages.
+const maxKeptPayload = 1 << 10
+
+// handleMessage handles a message frame read into the link's payload
+// buffer (rbuf, when it fit): a message that refers to its payload (it
+// carries entries or a context) takes the buffer with it, and the next
+// frame is read into a new one; an answer or a heartbeat, most of what a
+// link reads, leaves it for the next frame. Nothing is copied.
+func (il *inLink) handleMessage(f wire.Frame) error {
+	m, shared, err := wire.UnmarshalMessageShared(f.Payload)
+	switch {
+	case shared || err != nil:
+		il.rbuf = nil
+	case cap(f.Payload) <= maxKeptPayload:
+		il.rbuf = f.Payload[:0]
+	}
+	if err != nil {
+		return err
+	}
+	return il.handleDecoded(f, m)
+}
+
+// handleDecoded gathers m, decoded from message frame f, for its group.
+func (il *inLink) handleDecoded(f wire.Frame, m *raftpb.Message) error {
+	a, ok := il.admission(attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()})
+	if !ok {
+		il.m.droppedUnadmitted.Add(1)
+		return nil
+	}
+	if m.GetType() == raftpb.MsgSnap {
+		return fmt.Errorf("%w: MsgSnap on a host link", ErrProtocol)
+	}
+	size := wire.HeaderSize + len(f.Payload)
+	a.p.c.msgsRecv.Add(1)
+	a.p.c.bytesRecv.Add(uint64(size))
+	il.add(a.t, m, size)
+	return nil
 }
 
 // groupAdmitted reports whether the link admitted an attachment of group.
@@ -295,18 +342,7 @@ func (il *inLink) handle(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
-		a, ok := il.admission(attachKey{group: f.Group, from: m.GetFrom(), to: m.GetTo()})
-		if !ok {
-			il.m.droppedUnadmitted.Add(1)
-			return nil
-		}
-		if m.GetType() == raftpb.MsgSnap {
-			return fmt.Errorf("%w: MsgSnap on a host link", ErrProtocol)
-		}
-		size := wire.HeaderSize + len(f.Payload)
-		a.p.c.msgsRecv.Add(1)
-		a.p.c.bytesRecv.Add(uint64(size))
-		il.add(a.t, m, size)
+		return il.handleDecoded(f, m)
 	case wire.TypeRelay:
 		m, err := wire.ParseRelay(f.Payload)
 		if err != nil {
@@ -469,7 +505,12 @@ func (il *inLink) add(t *Transport, m *raftpb.Message, size int) {
 	}
 	if !ok {
 		i = len(il.pass)
-		il.pass = append(il.pass, delivery{t: t})
+		if i < cap(il.pass) {
+			il.pass = il.pass[:i+1] // its msgs: an earlier pass's buffer, emptied
+			il.pass[i].t = t
+		} else {
+			il.pass = append(il.pass, delivery{t: t})
+		}
 		il.passIdx[t] = i
 	}
 	il.pass[i].msgs = append(il.pass[i].msgs, m)
@@ -477,12 +518,22 @@ func (il *inLink) add(t *Transport, m *raftpb.Message, size int) {
 	il.passBytes += size
 }
 
-// deliver hands each group what the pass got for it, once.
+// maxKeptDelivery bounds the messages' buffer of a pass's delivery that
+// the next passes reuse: a larger one (a burst) is let go.
+const maxKeptDelivery = 256
+
+// deliver hands each group what the pass got for it, once. The slices go
+// back to the pass (BatchHandler's ProcessBatch does not keep ms, only its
+// messages): a busy link allocates no buffer per group per read.
 func (il *inLink) deliver() {
 	for i := range il.pass {
 		d := &il.pass[i]
 		d.t.deliver(d.msgs)
-		*d = delivery{}
+		clear(d.msgs)
+		if cap(d.msgs) > maxKeptDelivery {
+			d.msgs = nil
+		}
+		d.t, d.msgs = nil, d.msgs[:0]
 	}
 	il.pass = il.pass[:0]
 	clear(il.passIdx)

@@ -41,6 +41,9 @@ type Options struct {
 	// Sync turns fsync on (off by default in tests: crash tests stop nodes,
 	// they do not cut power).
 	Sync bool
+	// Backend is the members' storage backend (storage.Options.Backend;
+	// empty: the storage's default for a new data dir, bbolt).
+	Backend storage.Backend
 	// WrapStorage, if set, wraps each member's storage (e.g. to inject faults).
 	WrapStorage func(id uint64, s *storage.Store) raft.Storage
 	// WrapStateMachine, if set, wraps each member's state machine (e.g. to
@@ -184,7 +187,7 @@ func (c *Cluster) Join(id uint64) *Member {
 func (c *Cluster) start(id uint64, initial []raft.Member) *Member {
 	c.t.Helper()
 	dir := filepath.Join(c.dir, fmt.Sprintf("m%d", id))
-	st, err := storage.Open(dir, storage.Options{NoSync: !c.opts.Sync, Logger: c.opts.Logger})
+	st, err := storage.Open(dir, storage.Options{NoSync: !c.opts.Sync, Backend: c.opts.Backend, Logger: c.opts.Logger})
 	if err != nil {
 		c.t.Fatalf("member %d: opening storage: %v", id, err)
 	}

@@ -50,14 +50,24 @@ type Load struct {
 func Loads(groups []Group) map[string]Load {
 	loads := map[string]Load{}
 	for _, g := range groups {
-		hosts := liveHosts(g)
-		if g.Leader == "" || !slices.Contains(hosts, g.Leader) {
+		// g's distinct live hosts, counted without a slice of them (a
+		// host plans over all its groups, 10,000 of them each round).
+		hosts, leaderLive := 0, false
+		for i, r := range g.Voters {
+			if firstLive(g.Voters, i) {
+				hosts++
+				leaderLive = leaderLive || r.Host == g.Leader
+			}
+		}
+		if g.Leader == "" || !leaderLive {
 			continue
 		}
-		for _, h := range hosts {
-			l := loads[h]
-			l.Share += 1 / float64(len(hosts))
-			loads[h] = l
+		for i, r := range g.Voters {
+			if firstLive(g.Voters, i) {
+				l := loads[r.Host]
+				l.Share += 1 / float64(hosts)
+				loads[r.Host] = l
+			}
 		}
 		l := loads[g.Leader]
 		l.Leaders++
@@ -66,16 +76,18 @@ func Loads(groups []Group) map[string]Load {
 	return loads
 }
 
-// liveHosts returns the distinct hosts of g's live voters, sorted.
-func liveHosts(g Group) []string {
-	var hosts []string
-	for _, r := range g.Voters {
-		if r.Live && !slices.Contains(hosts, r.Host) {
-			hosts = append(hosts, r.Host)
+// firstLive reports whether rs[i] is live and the first live replica of
+// its host in rs.
+func firstLive(rs []Replica, i int) bool {
+	if !rs[i].Live {
+		return false
+	}
+	for _, r := range rs[:i] {
+		if r.Live && r.Host == rs[i].Host {
+			return false
 		}
 	}
-	slices.Sort(hosts)
-	return hosts
+	return true
 }
 
 // eps absorbs the rounding of shares summed from fractions.

@@ -231,6 +231,12 @@ func (r *Reader) Payload(h Header) (Frame, error) {
 	return r.payload(h, nil)
 }
 
+// PayloadInto is Payload, reading into buf when the payload fits (then it
+// is only valid as long as the caller leaves buf alone).
+func (r *Reader) PayloadInto(h Header, buf []byte) (Frame, error) {
+	return r.payload(h, buf)
+}
+
 // payload reads h's payload, into buf if it fits, and checks the CRC. A
 // payload larger than readChunk that does not fit is allocated as it
 // arrives.

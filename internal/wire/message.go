@@ -201,6 +201,22 @@ func UnmarshalMessage(b []byte) (*raftpb.Message, error) {
 	return UnmarshalProto(b)
 }
 
+// UnmarshalMessageShared is UnmarshalMessage for b in a buffer its caller
+// reuses: shared reports whether the message refers to b (its entries' data
+// or its context alias it, or the general decoder decoded it), and then b
+// is the message's from now on. A message that does not (an answer, a
+// heartbeat) leaves b to its caller.
+func UnmarshalMessageShared(b []byte) (m *raftpb.Message, shared bool, err error) {
+	nEntries, ok := scanMessage(b)
+	if ok {
+		if m, ok := decodeMessage(b, nEntries); ok {
+			return m, nEntries > 0 || m.Context != nil, nil
+		}
+	}
+	m, err = UnmarshalProto(b)
+	return m, true, err
+}
+
 // scanMessage checks that every field of b is one the fast decoder handles,
 // with the expected wire type, and counts the entries.
 func scanMessage(b []byte) (nEntries int, ok bool) {

@@ -195,3 +195,39 @@ func FuzzMessageCodec(f *testing.F) {
 		}
 	})
 }
+
+// UnmarshalMessageShared says a message shares its buffer exactly when it
+// refers to it: entries or a context (or the general decoder); a message
+// without reads back the same once its buffer is overwritten.
+func TestUnmarshalMessageShared(t *testing.T) {
+	answer := &raftpb.Message{Type: raftpb.MsgHeartbeatResp.Enum(), To: proto.Uint64(1), From: proto.Uint64(2), Term: proto.Uint64(7), Commit: proto.Uint64(9)}
+	for _, tc := range []struct {
+		name   string
+		m      *raftpb.Message
+		shared bool
+	}{
+		{"answer", answer, false},
+		{"entries", &raftpb.Message{Type: raftpb.MsgApp.Enum(), Entries: []*raftpb.Entry{{Index: proto.Uint64(1), Data: []byte("x")}}}, true},
+		{"empty entry", &raftpb.Message{Type: raftpb.MsgApp.Enum(), Entries: []*raftpb.Entry{{Index: proto.Uint64(1)}}}, true},
+		{"context", &raftpb.Message{Type: raftpb.MsgReadIndex.Enum(), Context: []byte("ctx")}, true},
+		{"snapshot (general decoder)", &raftpb.Message{Type: raftpb.MsgSnap.Enum(), Snapshot: &raftpb.Snapshot{Data: []byte("s")}}, true},
+	} {
+		b, err := AppendMessage(nil, tc.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := proto.Clone(tc.m)
+		m, shared, err := UnmarshalMessageShared(b)
+		if err != nil || shared != tc.shared {
+			t.Fatalf("%s: shared %v, err %v; want shared %v", tc.name, shared, err, tc.shared)
+		}
+		if !shared {
+			for i := range b {
+				b[i] = 0xff
+			}
+		}
+		if !proto.Equal(m, want) {
+			t.Fatalf("%s: read back %v, want %v", tc.name, m, want)
+		}
+	}
+}

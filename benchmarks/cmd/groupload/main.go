@@ -92,8 +92,12 @@
 // (until every group has a leader), -idlecpuprofile each idle period,
 // -killcpuprofile each -kill window (from the kill until every group the
 // killed host led has a leader),
-// -memprofile writes the heap at the end of each idle period, and -trace
-// an execution trace of one second of load before each window. -v adds,
+// -memprofile writes the heap at the end of each idle period,
+// -allocprofile the allocations of each measured window (two allocs
+// profiles, at its start and end, for pprof's -base, and a line of the
+// bytes and objects the process allocated per write in the window: the
+// 3 hosts and the writers; the runtime's default MemProfileRate), and
+// -trace an execution trace of one second of load before each window. -v adds,
 // per configuration: how long the start calls took, the leaders per host,
 // the open files, the messages sent per second by each host while idle
 // and the groups quiesced at the idle period's end and in the window
@@ -150,6 +154,7 @@ type config struct {
 	startProfile  string
 	tracePath     string
 	memProfile    string
+	allocProfile  string
 	verbose       bool
 	logLevel      string
 	out           io.Writer
@@ -188,6 +193,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.killProfile, "killcpuprofile", "", "write a CPU profile of each -kill window (from the kill until every group the killed host led has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the allocations of each measured window: the allocs profile at the window's start to this file with .base added, at its end to this file (go tool pprof -sample_index=alloc_space -base F.base F), and a line of bytes and objects allocated per write (named as -cpuprofile's)")
 	fs.BoolVar(&c.verbose, "v", false, "print start, close and storage details for each configuration")
 	fs.StringVar(&c.logLevel, "log", "", "understudy's logs to stderr at this level (debug, info, warn, error); default none")
 	if err := fs.Parse(args); err != nil {
@@ -434,6 +440,13 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 			return nil, err
 		}
 	}
+	var allocs *allocWindow
+	if cfg.allocProfile != "" {
+		if allocs, err = startAllocs(profileName(cfg, cfg.allocProfile, layout, n)); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
 	from, cpu1 := time.Since(l.start), cpuTime()
 	st0 := c.storage()
 	qs := c.sampleQuiesced(250 * time.Millisecond)
@@ -441,6 +454,12 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	to := time.Since(l.start)
 	st1 := c.storage()
 	cpu2 := cpuTime()
+	if allocs != nil {
+		if err := allocs.stop(); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
 	var qlo, qhi float64
 	r.quiesced, qlo, qhi = qs.finish()
 	if stopProfile != nil {
@@ -457,6 +476,9 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	r.errors, r.firstErr, r.retries = errs, firstErr, l.retries.Load()
 	if r.load.writes > 0 {
 		r.cpuPerWrite = (cpu2 - cpu1) / time.Duration(r.load.writes)
+	}
+	if allocs != nil {
+		r.detail = append(r.detail, allocs.line(r.load.writes))
 	}
 	secs := (to - from).Seconds()
 	commits := st1.commits - st0.commits

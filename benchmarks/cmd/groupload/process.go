@@ -95,17 +95,7 @@ func writeTrace(ctx context.Context, name string, d time.Duration) error {
 	return errors.Join(serr, f.Close())
 }
 
-func writeHeapProfile(name string) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
+func writeHeapProfile(name string) error { return writeProfile("heap", name) }
 
 // raiseOpenFiles raises the process's soft limit on open files to its hard
 // limit: 10,000 groups need more than a default 1,024.
@@ -119,4 +109,56 @@ func raiseOpenFiles() error {
 	}
 	l.Cur = l.Max
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+}
+
+// allocWindow is -allocprofile's measure of one window: the process's
+// allocations (runtime.MemStats) and allocs profiles at its two ends.
+type allocWindow struct {
+	name           string
+	bytes, objects uint64
+}
+
+// startAllocs starts an allocation window: it writes the allocs profile
+// to name+".base" and reads the allocation counters. A GC first, since
+// the profile shows the allocations as of the last completed cycle.
+func startAllocs(name string) (*allocWindow, error) {
+	runtime.GC()
+	if err := writeProfile("allocs", name+".base"); err != nil {
+		return nil, err
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return &allocWindow{name: name, bytes: ms.TotalAlloc, objects: ms.Mallocs}, nil
+}
+
+// stop ends the window: the counters' deltas, then the allocs profile to
+// the window's name (after a GC, for the same reason).
+func (a *allocWindow) stop() error {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	a.bytes, a.objects = ms.TotalAlloc-a.bytes, ms.Mallocs-a.objects
+	runtime.GC()
+	return writeProfile("allocs", a.name)
+}
+
+// line says what the window allocated per write.
+func (a *allocWindow) line(writes int) string {
+	if writes == 0 {
+		return fmt.Sprintf("allocated in the window: %d bytes, %d objects, no write", a.bytes, a.objects)
+	}
+	return fmt.Sprintf("allocated in the window per write (the process: 3 hosts and the writers): %.0f bytes, %.1f objects; profiles %s.base and %s",
+		float64(a.bytes)/float64(writes), float64(a.objects)/float64(writes), a.name, a.name)
+}
+
+// writeProfile writes the runtime/pprof profile kind to name.
+func writeProfile(kind, name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(kind).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
