@@ -33,19 +33,21 @@ import (
 // A group has at most one write queued at a time (its writers hold its wmu
 // while they wait), so a commit carries one write per group it touches.
 //
-// Between commits, the committer yields its processor once when the commit
-// it just made carried the writes of more than one group, before it takes
-// the next batch. Completing a commit readies every group it carried (their
-// append tasks, then their loops, which make their next appends); Go runs a
-// goroutine readied by another ahead of everything queued, so without the
-// yield the commit goroutine, readied by the backend's sync, took the next
-// batch while those groups' next writes were still on their way: with 100
-// groups on a 2-core host each commit carried 1.5 groups, and the fsyncs,
-// not the groups' work, set the pace. After the yield, what was runnable
-// has run and queued its writes (6-9 groups per commit: see
-// docs/architecture.md "A commit waits for what is runnable"). A commit of
-// one write does not yield: a lone group (one write queued at a time)
-// gains nothing from waiting, and pays nothing.
+// Between commits, the committer yields its processor once when more than
+// one group writes, before it takes the next batch. Completing a commit
+// readies every group it carried (their append tasks, then their loops,
+// which make their next appends); Go runs a goroutine readied by another
+// ahead of everything queued, so without the yield the commit goroutine,
+// readied by the backend's sync, took the next batch while those groups'
+// next writes were still on their way: with 100 groups on a 2-core host
+// each commit carried 1.5 groups, and the fsyncs, not the groups' work, set
+// the pace. After the yield, what was runnable has run and queued its
+// writes (see docs/architecture.md "A commit waits for what is runnable").
+// "More than one group writes" is: the commit carried more than one write,
+// or its write is another group's than the commit before it. Yielding only
+// after commits of several writes was not enough: batches of one then
+// stayed batches of one. A lone group (one write queued at a time) never
+// yields: it has nothing to wait for.
 
 // commitReq is one write: fn runs in the shared transaction. done, for a
 // write queued with commitAsync, is called by the commit's leader after the
@@ -98,7 +100,8 @@ type committer struct {
 
 	// yield lets every runnable goroutine run before the next commit is
 	// taken (runtime.Gosched; tests replace it).
-	yield func()
+	yield     func()
+	lastGroup uint64 // the group of the last write of the last commit
 
 	// kick hands a pending batch of asynchronous writes only to the
 	// engine's commit goroutine (startCommitter): a writer that queued its
@@ -220,7 +223,9 @@ func (e *Engine) lead(b *commitBatch, dedicated bool) {
 		if b.done != nil {
 			close(b.done)
 		}
-		if len(b.reqs) > 1 {
+		last := b.reqs[len(b.reqs)-1].group
+		if len(b.reqs) > 1 || last != e.c.lastGroup {
+			e.c.lastGroup = last
 			e.c.mu.Unlock()
 			e.c.yield() // busy is still set: what the yield runs queues its writes
 			e.c.mu.Lock()
