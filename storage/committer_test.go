@@ -20,9 +20,9 @@ func TestCommitterYieldsBetweenGroupCommits(t *testing.T) {
 	var stores []*Store
 	late := make(chan error, 2)
 	hook := func() {
-		// The first yield follows the held commit (group 0's, after
-		// group 4's creation), the second the commit of groups 1 and 2.
-		if !armed.Load() || yields.Add(1) != 2 {
+		// The held commit (synchronous) readied no group: the first
+		// yield follows the commit of groups 1 and 2.
+		if !armed.Load() || yields.Add(1) != 1 {
 			return
 		}
 		for _, s := range stores[2:] { // groups 3 and 4
@@ -56,15 +56,25 @@ func TestCommitterYieldsBetweenGroupCommits(t *testing.T) {
 	}
 	m := e.Metrics()
 	require.EqualValues(t, 3, m.Commits-before.Commits, "the held commit, groups 1+2, then groups 3+4 together")
-	require.EqualValues(t, 3, yields.Load(), "a yield after each commit: each is another group's, or two groups'")
+	require.EqualValues(t, 2, yields.Load(), "a yield after each commit of two groups' appends, none after the held (synchronous) one")
 
-	// A lone group's commits, one write each, yield only after another
-	// group's: the first after groups 3 and 4 does, the next ones never.
-	require.NoError(t, stores[0].Save(hardState(1, 1, 2), []*raftpb.Entry{ent(2, 1, "alone")}, nil))
-	require.EqualValues(t, 4, yields.Load(), "group 1 after groups 3 and 4: another group wrote")
+	// A lone group's appends yield only after another group's: the first
+	// after groups 3 and 4 does, the next ones never.
+	saveAsync := func(i uint64) {
+		done := make(chan error, 1)
+		stores[0].SaveAsync(hardState(1, 1, i), []*raftpb.Entry{ent(i, 1, "alone")}, nil, func(err error) { done <- err })
+		require.NoError(t, <-done)
+	}
+	saveAsync(2)
+	require.EqualValues(t, 3, yields.Load(), "group 1 after groups 3 and 4: another group wrote")
 	n := yields.Load()
 	for i := uint64(3); i <= 6; i++ {
-		require.NoError(t, stores[0].Save(hardState(1, 1, i), []*raftpb.Entry{ent(i, 1, "alone")}, nil))
+		saveAsync(i)
+	}
+	// Nor do synchronous writes, one group's after another's.
+	for i := uint64(2); i <= 3; i++ {
+		require.NoError(t, stores[1].Save(hardState(1, 1, i), []*raftpb.Entry{ent(i, 1, "sync")}, nil))
+		require.NoError(t, stores[2].Save(hardState(1, 1, i), []*raftpb.Entry{ent(i, 1, "sync")}, nil))
 	}
 	require.Equal(t, n, yields.Load())
 }
