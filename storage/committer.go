@@ -239,8 +239,9 @@ func (e *Engine) lead(b *commitBatch, dedicated bool) {
 		if e.c.pending != nil {
 			queued = len(e.c.pending.reqs)
 		}
-		if readied && (len(b.reqs) > 1 || last != e.c.lastGroup) && queued < max(len(b.reqs), yieldBelow) {
-			e.c.lastGroup = last
+		yield := readied && (len(b.reqs) > 1 || last != e.c.lastGroup) && queued < max(len(b.reqs), yieldBelow)
+		e.c.lastGroup = last
+		if yield {
 			e.c.mu.Unlock()
 			e.c.yield() // busy is still set: what the yield runs queues its writes
 			e.c.mu.Lock()
