@@ -61,6 +61,7 @@ func run() error {
 		store  = flag.String("storage-backend", "", "storage backend: bbolt or pebble (empty: the data dir's, NewHost's default — Pebble — for a new one)")
 		nrep   = flag.Int("replicas", 0, "replicas per group, on consecutive hosts from (group-1) mod hosts (0: every host)")
 		quiet  = flag.Bool("quiesce", true, "let idle groups quiesce (the host's default; false: GroupConfig.DisableQuiescence)")
+		bal    = flag.Bool("balance", true, "balance the groups' leadership over the hosts (HostConfig.LeaderBalance, the host's default; false: Disabled)")
 	)
 	flag.Parse()
 	addrs := strings.Split(*peers, ",")
@@ -72,7 +73,7 @@ func run() error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	h, err := understudy.NewHost(understudy.HostConfig{DataDir: *dir, ListenPeer: *listen, AdvertisePeer: *listen, Logger: log,
-		Storage: storage.EngineOptions{Backend: storage.Backend(*store)}})
+		Storage: storage.EngineOptions{Backend: storage.Backend(*store)}, LeaderBalance: understudy.LeaderBalance{Disabled: !*bal}})
 	if err != nil {
 		return err
 	}
