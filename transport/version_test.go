@@ -97,15 +97,7 @@ func TestPreviousVersionConnectsWithoutRelays(t *testing.T) {
 		older bool
 	}{{"previous release", true}, {"this release", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ha, hb := &relayHandler{}, &relayHandler{}
-			a := newTestTransport(t, 1, ha)
-			var opts []func(*Config)
-			if tc.older {
-				opts = append(opts, func(c *Config) { c.protocol = [2]uint16{3, 3} })
-			}
-			b := newTestTransport(t, 2, hb, opts...)
-			addPeers(a, b)
-			sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
+			a, ha, hb := connectedPair(t, tc.older, [2]uint16{3, 3})
 			if tc.older {
 				a.SendRelay(2, env())
 				waitFor(t, "the envelope dropped for the older peer", func() bool {
@@ -157,15 +149,7 @@ func TestPreviousVersionTakesNoRelayedAnswers(t *testing.T) {
 		older bool
 	}{{"previous release", true}, {"this release", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ha, hb := &relayHandler{}, &relayHandler{}
-			a := newTestTransport(t, 1, ha)
-			var opts []func(*Config)
-			if tc.older {
-				opts = append(opts, func(c *Config) { c.protocol = [2]uint16{3, 4} })
-			}
-			b := newTestTransport(t, 2, hb, opts...)
-			addPeers(a, b)
-			sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
+			a, ha, hb := connectedPair(t, tc.older, [2]uint16{3, 4})
 			if got := a.CarriesRelayedAnswers(2); got == tc.older {
 				t.Fatalf("CarriesRelayedAnswers = %v to a peer of the %s", got, tc.name)
 			}
@@ -198,4 +182,20 @@ func TestPreviousVersionTakesNoRelayedAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// connectedPair makes transports 1 and 2 with relay handlers, 2 speaking
+// the protocol versions older (lowest, highest) when older is set, and
+// returns 1 and the handlers once a message crossed from 1 to 2.
+func connectedPair(t *testing.T, older bool, versions [2]uint16) (a *Transport, ha, hb *relayHandler) {
+	t.Helper()
+	ha, hb = &relayHandler{}, &relayHandler{}
+	a = newTestTransport(t, 1, ha)
+	var opts []func(*Config)
+	if older {
+		opts = append(opts, func(c *Config) { c.protocol = versions })
+	}
+	addPeers(a, newTestTransport(t, 2, hb, opts...))
+	sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
+	return a, ha, hb
 }
