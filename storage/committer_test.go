@@ -78,3 +78,57 @@ func TestCommitterYieldsBetweenGroupCommits(t *testing.T) {
 	}
 	require.Equal(t, n, yields.Load())
 }
+
+// TestCommitterDoesNotYieldBeforeAFullBatch: when the next batch already
+// holds as many writes as the commit just made (and at least yieldBelow),
+// as when thousands of groups write at once after a host's loss, the
+// committer commits it without yielding; the commit after it, with nothing
+// queued, yields.
+func TestCommitterDoesNotYieldBeforeAFullBatch(t *testing.T) {
+	var yields atomic.Int32
+	var armed atomic.Bool
+	e := openEngine(t, t.TempDir(), EngineOptions{Backend: testBackend, NoSync: true, commitYield: func() {
+		if armed.Load() {
+			yields.Add(1)
+		}
+	}})
+	var stores []*Store
+	for g := uint64(1); g <= 6; g++ {
+		stores = append(stores, group(t, e, g))
+	}
+	saves := make(chan error, 6)
+	saveAsync := func(s *Store) {
+		s.SaveAsync(hardState(1, 1, 1), []*raftpb.Entry{ent(1, 1, "x")}, nil, func(err error) { saves <- err })
+	}
+	armed.Store(true)
+
+	// Groups 1 and 2, and a synchronous write that blocks until groups 3
+	// to 6 queued theirs behind it: one commit of three writes, then a
+	// batch of four already waiting.
+	release := holdCommitter(t, e)
+	saveAsync(stores[0])
+	saveAsync(stores[1])
+	running, unblock := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		_, _, err := e.commit(0, false, func(kvTx) error {
+			close(running)
+			<-unblock
+			return nil
+		})
+		blocked <- err
+	}()
+	waitPending(t, e, 3)
+	release()
+	<-running
+	for _, s := range stores[2:] {
+		saveAsync(s)
+	}
+	waitPending(t, e, 4)
+	close(unblock)
+	require.NoError(t, <-blocked)
+	for range 6 {
+		require.NoError(t, <-saves)
+	}
+	require.EqualValues(t, 1, yields.Load(), "no yield before the full batch of groups 3-6, one after it")
+}
