@@ -24,12 +24,15 @@ var livenessLinks = understudy.LinkSettings{
 	MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 }
 
-// newLivenessHost starts host i of hc on ln with livenessLinks.
+// newLivenessHost starts host i of hc on ln with livenessLinks, without
+// leader balancing: the liveness tests put every group's leader on host 0
+// (three times its share), which balancing would undo while they watch.
 func newLivenessHost(t *testing.T, hc *hostsCluster, i int, ln net.Listener) *understudy.Host {
 	t.Helper()
 	h, err := understudy.NewHost(understudy.HostConfig{
 		DataDir: filepath.Join(hc.dir, fmt.Sprint(i)), Listener: ln, AdvertisePeer: ln.Addr().String(),
 		Storage: storage.EngineOptions{NoSync: true}, Links: livenessLinks,
+		LeaderBalance: understudy.LeaderBalance{Disabled: true},
 	})
 	require.NoError(t, err)
 	return h
