@@ -54,6 +54,7 @@ func TestCommitterYieldsBetweenGroupCommits(t *testing.T) {
 			t.Fatal("groups 3 and 4 never wrote: the committer did not yield after a commit of two groups")
 		}
 	}
+	waitIdle(e) // the yield after a commit follows its done callbacks
 	m := e.Metrics()
 	require.EqualValues(t, 3, m.Commits-before.Commits, "the held commit, groups 1+2, then groups 3+4 together")
 	require.EqualValues(t, 2, yields.Load(), "a yield after each commit of two groups' appends, none after the held (synchronous) one")
@@ -64,6 +65,7 @@ func TestCommitterYieldsBetweenGroupCommits(t *testing.T) {
 		done := make(chan error, 1)
 		stores[0].SaveAsync(hardState(1, 1, i), []*raftpb.Entry{ent(i, 1, "alone")}, nil, func(err error) { done <- err })
 		require.NoError(t, <-done)
+		waitIdle(e)
 	}
 	saveAsync(2)
 	require.EqualValues(t, 3, yields.Load(), "group 1 after groups 3 and 4: another group wrote")
@@ -130,5 +132,6 @@ func TestCommitterDoesNotYieldBeforeAFullBatch(t *testing.T) {
 	for range 6 {
 		require.NoError(t, <-saves)
 	}
+	waitIdle(e) // the yield after a commit follows its done callbacks
 	require.EqualValues(t, 1, yields.Load(), "no yield before the full batch of groups 3-6, one after it")
 }

@@ -74,6 +74,20 @@ func waitPending(t testing.TB, e *Engine, n int) {
 	require.Equal(t, n, e.pendingWrites())
 }
 
+// waitIdle waits until no commit is running: a yield after a commit, which
+// runs after the commit's done callbacks, has then ended too.
+func waitIdle(e *Engine) {
+	for {
+		e.c.mu.Lock()
+		busy := e.c.busy
+		e.c.mu.Unlock()
+		if !busy {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
 // storedVersion reads the format version in the bbolt file of dir (closed).
 func storedVersion(t testing.TB, dir string) uint64 {
 	t.Helper()
