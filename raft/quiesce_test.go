@@ -173,14 +173,30 @@ func TestEveryWakeCauseWakes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Log(tc.name)
-		waitQuiesced(ctx, t, c)
-		n := tc.on()
-		before := wakes(n)[tc.cause]
-		if err := tc.do(n); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if got := wakes(n)[tc.cause]; got != before+1 {
-			t.Fatalf("%s: member %d woke by %q %d times; want once", tc.name, n.ID(), tc.cause, got-before)
+		var n *raft.Node
+		for attempt := 1; ; attempt++ {
+			waitQuiesced(ctx, t, c)
+			n = tc.on()
+			before := wakes(n)
+			if err := tc.do(n); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			after := wakes(n)
+			got := after[tc.cause] - before[tc.cause]
+			if got == 1 {
+				break
+			}
+			// Not woken by the call: retry only when something else (a
+			// late message on a loaded machine) woke the member between
+			// the wait and the call, so the call found it awake.
+			other := false
+			for cause, k := range after {
+				other = other || (cause != tc.cause && k > before[cause])
+			}
+			if got != 0 || !other || attempt == 5 {
+				t.Fatalf("%s: member %d woke by %q %d times; want once (wakes before %v, after %v)", tc.name, n.ID(), tc.cause, got, before, after)
+			}
+			t.Logf("%s: member %d was woken by another cause before the call (wakes before %v, after %v): again", tc.name, n.ID(), before, after)
 		}
 		if !n.IsLeader() && !strings.HasPrefix(tc.name, "transfer") {
 			// The leader was woken by the message the follower sent.

@@ -101,6 +101,20 @@ func seedOthers(c *cluster.Cluster, not ...uint64) []*cluster.Member {
 	return out
 }
 
+// seedCluster is cluster.New with a tick of 30 ms unless opts sets one:
+// these tests assert that no election happens, and at the harness's
+// default 10 ms (an election timeout of 100 ms) a loaded machine can
+// starve a leader's loop long enough for a follower's election timer or
+// the leader's CheckQuorum to fire (CI: "leader changed" under -race with
+// other suites running).
+func seedCluster(t *testing.T, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	if opts.TickInterval == 0 {
+		opts.TickInterval = 30 * time.Millisecond
+	}
+	return cluster.New(t, opts)
+}
+
 // seedRequireTerm asserts that every member in ms is at term: no election
 // happened (PreVote keeps a cut-off member from raising its own term).
 func seedRequireTerm(ctx context.Context, t *testing.T, term uint64, ms ...*cluster.Member) {
@@ -185,7 +199,7 @@ func seedCaughtUp(ctx context.Context, t *testing.T, lead, m *cluster.Member) {
 // a learner, starts it, and waits until it has caught up.
 func seedWithLearner(ctx context.Context, t *testing.T, opts cluster.Options) (*cluster.Cluster, *cluster.Member, *cluster.Member) {
 	t.Helper()
-	c := cluster.New(t, opts)
+	c := seedCluster(t, opts)
 	lead := c.WaitLeader()
 	seedWrites(ctx, t, lead.Node, "before", 10)
 	require.NoError(t, lead.Node.AddLearner(ctx, c.Record(4)))
@@ -209,7 +223,7 @@ func seedRequireConfig(ctx context.Context, t *testing.T, node *raft.Node, voter
 // streamed snapshot under a steady write load with no election, and every
 // write succeeds.
 func TestSeedFigure1_NewMemberOnBusyLeader(t *testing.T) {
-	c := cluster.New(t, cluster.Options{SnapshotCount: 100, SnapshotCatchUpEntries: 20, ManualMembership: true})
+	c := seedCluster(t, cluster.Options{SnapshotCount: 100, SnapshotCatchUpEntries: 20, ManualMembership: true})
 	ctx := seedCtx(t)
 	lead := c.WaitLeader()
 	// Enough history that the log is compacted: the learner needs a snapshot.
@@ -269,7 +283,7 @@ func TestSeedFigure1_NewMemberOnBusyLeader(t *testing.T) {
 // keeps the cluster operating; understudy: the same, and the cut-off
 // follower (PreVote) does not raise the term even when it comes back.
 func TestSeedFigure2_PartitionLeaderInMajority(t *testing.T) {
-	c := cluster.New(t, cluster.Options{ManualMembership: true})
+	c := seedCluster(t, cluster.Options{ManualMembership: true})
 	ctx := seedCtx(t)
 	lead := c.WaitLeader()
 	term := seedStatus(ctx, t, lead).Term
@@ -295,7 +309,7 @@ func TestSeedFigure2_PartitionLeaderInMajority(t *testing.T) {
 // leader steps down (CheckQuorum), the majority elects a new leader that
 // serves writes, and the old leader rejoins as a follower after the heal.
 func TestSeedFigure3_IsolatedLeaderStepsDown(t *testing.T) {
-	c := cluster.New(t, cluster.Options{ManualMembership: true})
+	c := seedCluster(t, cluster.Options{ManualMembership: true})
 	ctx := seedCtx(t)
 	old := c.WaitLeader()
 	term := seedStatus(ctx, t, old).Term
@@ -377,7 +391,7 @@ func TestSeedFigure5_LearnerAddedThenTwoTwoPartition(t *testing.T) {
 // direct voter add is refused (ErrQuorumAtRisk) before anything is
 // proposed, and the learner add goes through with the quorum unchanged.
 func TestSeedFigure6_PartitionThenAddLearner(t *testing.T) {
-	c := cluster.New(t, cluster.Options{ManualMembership: true})
+	c := seedCluster(t, cluster.Options{ManualMembership: true})
 	ctx := seedCtx(t)
 	lead := c.WaitLeader()
 	term := seedStatus(ctx, t, lead).Term
@@ -419,7 +433,7 @@ func TestSeedFigure6_PartitionThenAddLearner(t *testing.T) {
 // keeps leading (no election) and serving writes, and the automatic policy
 // does not promote it.
 func TestSeedFigure7_AddToOneMemberCluster(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Members: 1, Membership: seedStable})
+	c := seedCluster(t, cluster.Options{Members: 1, Membership: seedStable})
 	ctx := seedCtx(t)
 	lead := c.WaitLeader()
 	term := seedStatus(ctx, t, lead).Term
@@ -453,7 +467,7 @@ func seedBadRecord(c *cluster.Cluster) raft.Member {
 // reverted; understudy: the misconfigured member is a learner, the cluster
 // keeps serving, and removing it undoes the mistake.
 func TestSeedFigure8_MisconfiguredAddIsReversible(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Membership: seedStable})
+	c := seedCluster(t, cluster.Options{Membership: seedStable})
 	ctx := seedCtx(t)
 	lead := c.WaitLeader()
 	term := seedStatus(ctx, t, lead).Term
@@ -479,7 +493,7 @@ func TestSeedFigure8_MisconfiguredAddIsReversible(t *testing.T) {
 // understudy: the misconfigured member is a learner, the 2 of 3 voters keep
 // serving and remove it.
 func TestSeedFigure9_MisconfiguredAddWithMemberDown(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Membership: seedStable})
+	c := seedCluster(t, cluster.Options{Membership: seedStable})
 	ctx := seedCtx(t)
 	lead := c.WaitLeader()
 	term := seedStatus(ctx, t, lead).Term

@@ -322,7 +322,10 @@ func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
 			if err != nil {
 				return nil, err
 			}
-			if st.Leader == 0 || (lead != 0 && st.Leader != lead) {
+			// Status is the loop's view as of now; Leader() is what the
+			// loop last published (after the Ready that made the change):
+			// wait for both, so a caller's next Leader()/IsLeader() agrees.
+			if st.Leader == 0 || (lead != 0 && st.Leader != lead) || m.Node.Leader() != st.Leader {
 				agree = false
 				break
 			}
