@@ -275,6 +275,11 @@ func (n *Node) loopOnce() {
 	if len(b.acts) > 0 {
 		n.stir(wakeCall, 0)
 	}
+	// Wake before the calls run: a call's caller, once answered, finds
+	// the node awake and its wake counted.
+	if q := &l.q; q.on && q.stirred {
+		n.wake(q.cause, q.from)
+	}
 	for i, f := range b.acts {
 		f()
 		b.acts[i] = nil

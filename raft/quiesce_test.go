@@ -178,6 +178,16 @@ func TestEveryWakeCauseWakes(t *testing.T) {
 			waitQuiesced(ctx, t, c)
 			n = tc.on()
 			before := wakes(n)
+			// Still quiesced after the snapshot of its wakes? (A nudge or a
+			// late message may have woken it since waitQuiesced.)
+			if st, err := n.Status(ctx); err != nil {
+				t.Fatal(err)
+			} else if !st.Quiesced {
+				if attempt == 5 {
+					t.Fatalf("%s: member %d kept waking before the call (wakes %v)", tc.name, n.ID(), before)
+				}
+				continue
+			}
 			if err := tc.do(n); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
@@ -188,7 +198,7 @@ func TestEveryWakeCauseWakes(t *testing.T) {
 			}
 			// Not woken by the call: retry only when something else (a
 			// late message on a loaded machine) woke the member between
-			// the wait and the call, so the call found it awake.
+			// the check and the call, so the call found it awake.
 			other := false
 			for cause, k := range after {
 				other = other || (cause != tc.cause && k > before[cause])
