@@ -25,7 +25,11 @@
 // configuration with standbys runs at a lower writes/s, and the leader's
 // CPU per write then also counts the smaller batches. With -rate R the
 // writers together write at most R a second: at an R both configurations
-// sustain, CPU and bytes per write compare the same load.
+// sustain, CPU and bytes per write compare the same load. With -pin
+// VOTERS:STANDBYS (Linux) the driver and the voter processes run on the
+// first CPUs and the standby processes on the second, the same for every
+// system and standby count: the voters keep their cores whatever the
+// standby count, and the standbys stand in for machines of their own.
 //
 //	go run ./cmd/fleetload -standbys 0,6,12,24,48 -system understudy,hashicorp -duration 10s -rounds 2
 package main
@@ -94,13 +98,14 @@ type config struct {
 	dir           string
 	keep          bool
 	verbose       bool
+	pin           *pinning // nil: no pinning
 	out           io.Writer
 }
 
 func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("fleetload", flag.ContinueOnError)
 	c := &config{out: os.Stdout}
-	var systems, standbys, role string
+	var systems, standbys, role, pin string
 	fs.StringVar(&role, "role", "driver", "driver, or member (how the driver starts the member processes)")
 	fs.StringVar(&systems, "system", "understudy,hashicorp", "systems, comma-separated: understudy, hashicorp")
 	fs.StringVar(&standbys, "standbys", "0,6,12,24,48", "standby counts, comma-separated (ratios are against 0, so list it first)")
@@ -122,7 +127,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.dir, "dir", "", "where the members' data dirs go (default: the system's temp dir)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data dirs and member logs")
 	fs.BoolVar(&c.verbose, "v", false, "print each configuration's steps")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&pin, "pin", "", "VOTERS:STANDBYS CPU lists (e.g. 0:1): the driver and the 3 voter processes run on the first CPUs, the standby processes on the second (Linux; each process binds its threads and sets GOMAXPROCS to its CPU count); the same for every system and standby count. Default: no pinning")
+	err := fs.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	for s := range strings.SplitSeq(systems, ",") {
@@ -137,6 +144,9 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("-standbys: bad count %q", s)
 		}
 		c.standbys = append(c.standbys, n)
+	}
+	if c.pin, err = parsePin(pin); err != nil {
+		return nil, fmt.Errorf("-pin: %w", err)
 	}
 	if c.writers < 1 || c.size < 64 || c.duration <= 0 || c.rounds < 1 || c.sampleEvery == 0 || c.rate < 0 {
 		return nil, errors.New("-writers and -rounds must be positive, -size at least 64, -duration positive, -rate not negative")
@@ -168,6 +178,12 @@ func (r result) cpuPer() float64 {
 }
 
 func run(ctx context.Context, cfg *config) error {
+	if cfg.pin != nil {
+		if err := pinSelf(cfg.pin.voters); err != nil {
+			return fmt.Errorf("-pin: the driver: %w", err)
+		}
+	}
+	fmt.Fprintf(cfg.out, "pinning: %s\n", cfg.pin)
 	tw := tabwriter.NewWriter(cfg.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tstandbys\trelayed\tkills\twrites/s\tp50 ms\tp99 ms\tB/write\tmsgs/write\tCPU ms/write\tB x0\tCPU x0\twrites/s x0\tlag p50 ms\tlag p99 ms\t")
 	tw.Flush()
@@ -262,6 +278,12 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
 			listen: addrs[2*i], ctl: addrs[2*i+1], voters: voters, standby: i >= 3, fsync: i < 3 || cfg.standbyFsync,
 			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
+		if cfg.pin != nil {
+			p.flags.cpus = cfg.pin.voters
+			if i >= 3 {
+				p.flags.cpus = cfg.pin.standbys
+			}
+		}
 		if i < 3 {
 			c.voters = append(c.voters, p)
 		} else {
@@ -280,6 +302,9 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		return res, err
 	}
 	if err := c.waitCaughtUp(ctx, 0); err != nil {
+		return res, err
+	}
+	if err := c.checkPinned(ctx); err != nil {
 		return res, err
 	}
 	res.relayed = c.waitRelayed(ctx)
@@ -394,6 +419,24 @@ func (c *cluster) waitCaughtUp(ctx context.Context, index uint64) error {
 		})
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkPinned checks that every member runs on the CPUs -pin gave it, with
+// GOMAXPROCS their count.
+func (c *cluster) checkPinned(ctx context.Context) error {
+	if c.cfg.pin == nil {
+		return nil
+	}
+	for _, p := range c.all() {
+		st, err := p.status(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(st.CPUs, p.flags.cpus) || st.GOMAXPROCS != len(p.flags.cpus) {
+			return fmt.Errorf("member %d runs on CPUs %v with GOMAXPROCS %d, not on %v", p.flags.id, st.CPUs, st.GOMAXPROCS, p.flags.cpus)
 		}
 	}
 	return nil
