@@ -100,6 +100,9 @@ type config struct {
 	verbose       bool
 	pin           *pinning // nil: no pinning
 	out           io.Writer
+	// beforeLoad, if set, runs once the configuration's members are ready,
+	// before the load (tests inject faults with it).
+	beforeLoad func(c *cluster)
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -187,13 +190,25 @@ func run(ctx context.Context, cfg *config) error {
 	tw := tabwriter.NewWriter(cfg.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tstandbys\trelayed\tkills\twrites/s\tp50 ms\tp99 ms\tB/write\tmsgs/write\tCPU ms/write\tB x0\tCPU x0\twrites/s x0\tlag p50 ms\tlag p99 ms\t")
 	tw.Flush()
+	// A configuration that fails prints its row with the error and the
+	// next one runs; the run fails at the end.
+	var failed []error
+	total := 0
 	for round := range cfg.rounds {
 		base := map[string]result{}
 		for _, n := range cfg.standbys {
 			for _, sys := range cfg.systems {
+				total++
 				r, err := runOne(ctx, cfg, sys, n)
 				if err != nil {
-					return fmt.Errorf("round %d, %s with %d standbys: %w", round+1, sys, n, err)
+					err = fmt.Errorf("round %d, %s with %d standbys: %w", round+1, sys, n, err)
+					failed = append(failed, err)
+					fmt.Fprintf(tw, "%s\t%d\t  FAILED: %v\n", sys, n, err)
+					tw.Flush()
+					if ctx.Err() != nil {
+						return errors.Join(failed...)
+					}
+					continue
 				}
 				if n == 0 {
 					base[sys] = r
@@ -202,6 +217,9 @@ func run(ctx context.Context, cfg *config) error {
 				tw.Flush()
 			}
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d configurations failed: %w", len(failed), total, errors.Join(failed...))
 	}
 	return nil
 }
@@ -273,6 +291,12 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		}
 		wg.Wait()
 	}()
+	defer func() {
+		// A step that failed because a member died says so.
+		if d := c.died(); err != nil && d != nil && !strings.Contains(err.Error(), d.Error()) {
+			err = errors.Join(err, d)
+		}
+	}()
 	voters := []string{addrs[0], addrs[2], addrs[4]} // member i: peer addrs[2(i-1)], control addrs[2(i-1)+1]
 	for i := range 3 + n {
 		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
@@ -310,6 +334,9 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	res.relayed = c.waitRelayed(ctx)
 	c.logf("%d standbys caught up, %d relayed", n, res.relayed)
 
+	if cfg.beforeLoad != nil {
+		cfg.beforeLoad(c)
+	}
 	kctx, kcancel := context.WithCancel(ctx)
 	killer := &killer{c: c, killed: map[uint64]bool{}}
 	var kwg sync.WaitGroup
@@ -323,6 +350,9 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
 	kcancel()
 	kwg.Wait()
+	if derr := c.died(); derr != nil {
+		return res, errors.Join(derr, err)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -342,7 +372,19 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 			return res, err
 		}
 	}
-	return res, nil
+	return res, c.died()
+}
+
+// died returns an error for each member process that exited without the
+// driver killing or stopping it.
+func (c *cluster) died() error {
+	var errs []error
+	for _, p := range c.all() {
+		if err := p.died(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startAll starts ps at once and waits until each is ready.

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -183,5 +184,56 @@ func TestFleetLoadPinned(t *testing.T) {
 	head := fmt.Sprintf("pinning: driver and voters on CPUs %d, standbys on CPUs %d", avail[0], avail[len(avail)-1])
 	if !strings.HasPrefix(out.String(), head) || !strings.Contains(out.String(), "understudy") || !strings.Contains(out.String(), "hashicorp") {
 		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// TestFleetLoadGoesOnAfterAFailure: a configuration whose member dies (a
+// standby killed behind the driver's back before the load) prints its row
+// with the error, the next configuration still runs and prints its
+// figures, and the run fails at the end.
+func TestFleetLoadGoesOnAfterAFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 x 4 member processes with fsync on")
+	}
+	var out bytes.Buffer
+	cfg, err := parseFlags([]string{"-system", "understudy,hashicorp", "-standbys", "1", "-writers", "4",
+		"-duration", "300ms", "-warmup", "100ms", "-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.out = &out
+	cfg.beforeLoad = func(c *cluster) {
+		if c.system != "understudy" {
+			return
+		}
+		p := c.standbys[0]
+		p.mu.Lock()
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		_ = cmd.Process.Signal(syscall.SIGKILL) // not p.kill: a death, not the driver's
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = run(ctx, cfg)
+	t.Logf("\n%s", out.String())
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 configurations failed") || !strings.Contains(err.Error(), "member 4 died") {
+		t.Errorf("run: %v; want 1 of 2 failed, member 4 died", err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	var us, hc string
+	for _, l := range lines {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "understudy":
+			us = l
+		case len(f) > 0 && f[0] == "hashicorp":
+			hc = l
+		}
+	}
+	if !strings.Contains(us, "FAILED") || !strings.Contains(us, "member 4 died") {
+		t.Errorf("understudy's row: %q", us)
+	}
+	if hc == "" || strings.Contains(hc, "FAILED") {
+		t.Errorf("hashicorp's row: %q", hc)
 	}
 }
