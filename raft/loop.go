@@ -342,6 +342,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	if from := m.GetFrom(); from != 0 {
 		l.lastContact.set(from, now)
 	}
+	n.relayNoteAsker(m)
 	quiet, consumed := n.quietStep(m)
 	if consumed || n.holdReadIndex(m) {
 		return quiet

@@ -221,6 +221,12 @@ func (n *Node) serveRequest(ctx context.Context, from uint64, b []byte) ([]byte,
 		}
 		resp.Err = toRPCError(err)
 	case rpcDiscover:
+		if n.members.Load() == nil {
+			// Made, not started: a host hands the replica's transport its
+			// handler before Start installs the member table, and a
+			// joiner's CheckBootstrap asks every listed member at once.
+			return nil, fmt.Errorf("raft: member %d: %w", n.cfg.ID, ErrNotStarted)
+		}
 		ci := n.clusterInfo()
 		resp.Cluster = &ci
 	default:

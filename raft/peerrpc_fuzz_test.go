@@ -100,3 +100,26 @@ func FuzzRestoreBackup(f *testing.F) {
 		}
 	})
 }
+
+// TestServeRequestBeforeStart: a member made but not started yet (a host
+// hands a new replica's transport its handler before Node.Start) answers
+// every request with an error, never a panic. A joiner's CheckBootstrap
+// asks every listed member at once, so another standby joining at the same
+// moment asked one in that window: rpcDiscover read the member table,
+// installed only by Start, and the process died (fleetload, 24 standbys
+// joining together, about one run in six).
+func TestServeRequestBeforeStart(t *testing.T) {
+	n := newTestNode(t, 3, nopSM{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, op := range []string{rpcDiscover, rpcMembership, rpcTransfer} {
+		b, _ := json.Marshal(rpcRequest{V: peerRPCVersion, Op: op})
+		out, err := n.PeerHandler().ServeRequest(ctx, 2, b)
+		if err == nil {
+			var resp rpcResponse
+			if jerr := json.Unmarshal(out, &resp); jerr != nil || (resp.Err == nil && resp.Cluster != nil) {
+				t.Errorf("%s before Start: answered %s (%v), want an error", op, out, jerr)
+			}
+		}
+	}
+}

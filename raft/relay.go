@@ -64,9 +64,22 @@ type relayState struct {
 	// in an envelope for it and the commit index it carried
 	// (redundantHeartbeat).
 	sentApp map[uint64]relayMark
+	// sentBeat is, per relayed standby, the tick of the latest heartbeat
+	// put in an envelope for it and the commit index it carried
+	// (redundantHeartbeat).
+	sentBeat map[uint64]relayMark
 	// Reused buffers of sendOut.
 	bundles []relayBundle
 	rest    []*raftpb.Message
+	// asked holds, per standby that forwarded a proposal or a read to the
+	// leader, the tick it last did: it is sent its commit-only appends
+	// (commitOnlyAppend), its Propose and reads waiting for that commit
+	// index. Let go with the rest (reset; a quiesced node drops it).
+	asked map[uint64]uint64
+	// replicating: the learners raft replicates to (sorted), read by
+	// commitOnlyAppend once per sendOut (replicatingRead).
+	replicating     []uint64
+	replicatingRead bool
 }
 
 type relayMark struct{ index, tick uint64 }
@@ -91,6 +104,8 @@ func relayable(m *raftpb.Message) bool {
 func (r *relayState) reset() {
 	clear(r.keep)
 	clear(r.sentApp)
+	clear(r.sentBeat)
+	clear(r.asked)
 	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
 		return
 	}
@@ -158,6 +173,11 @@ func (n *Node) relayTick() {
 		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
 	ticks := l.ticks
+	for id, at := range r.asked {
+		if ticks-at > fb {
+			delete(r.asked, id)
+		}
+	}
 	for id, until := range r.down {
 		if until <= ticks {
 			delete(r.down, id)
@@ -340,6 +360,7 @@ func (n *Node) unrelay(s uint64, probe bool) {
 	delete(r.via, s)
 	delete(r.mark, s)
 	delete(r.sentApp, s)
+	delete(r.sentBeat, s)
 	if r.load[via]--; r.load[via] <= 0 {
 		delete(r.load, via)
 	}
@@ -433,22 +454,20 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 		return
 	}
 	rest := r.rest[:0]
+	r.replicatingRead = false // commitOnlyAppend reads it when first needed
 	for _, m := range out {
 		if relayable(m) {
 			to := m.GetTo()
 			via := r.via[to]
-			if via != 0 && n.redundantHeartbeat(m) {
+			if via != 0 && (n.redundantHeartbeat(m) || n.commitOnlyAppend(m)) {
 				continue
 			}
 			if via == 0 {
 				via = to // a relay's own message rides with its standbys'
 			}
 			if i := bundleOf(bundles, via); i >= 0 && bundles[i].add(m) {
-				if via != to && m.GetType() == raftpb.MsgApp {
-					if r.sentApp == nil {
-						r.sentApp = make(map[uint64]relayMark)
-					}
-					r.sentApp[to] = relayMark{index: m.GetCommit(), tick: l.ticks}
+				if via != to {
+					r.noteSent(m, l.ticks)
 				}
 				continue
 			}
@@ -468,24 +487,144 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	r.rest, r.bundles = rest[:0], bundles[:0]
 }
 
+// noteSent records append or heartbeat m to a relayed standby, put in
+// an envelope at tick (redundantHeartbeat, commitOnlyAppend).
+func (r *relayState) noteSent(m *raftpb.Message, tick uint64) {
+	mark := relayMark{index: m.GetCommit(), tick: tick}
+	switch m.GetType() {
+	case raftpb.MsgApp:
+		if r.sentApp == nil {
+			r.sentApp = make(map[uint64]relayMark)
+		}
+		r.sentApp[m.GetTo()] = mark
+	case raftpb.MsgHeartbeat:
+		if r.sentBeat == nil {
+			r.sentBeat = make(map[uint64]relayMark)
+		}
+		r.sentBeat[m.GetTo()] = mark
+	}
+}
+
+// idleBeatTicks is how often an idle relayed standby that holds the
+// commit index is sent a heartbeat: a third of an election timeout (at
+// least the heartbeat interval), so that its answers keep the leader's
+// view of it — silent after an election timeout (relayTick's fallback,
+// readiness, quiescence) — fresh with room to spare.
+func (n *Node) idleBeatTicks() uint64 {
+	return max(uint64(n.cfg.HeartbeatTicks), uint64(n.cfg.ElectionTicks)/3)
+}
+
 // redundantHeartbeat reports whether heartbeat m to a relayed standby may
-// be left out: the standby was sent an append within the heartbeat
-// interval whose commit index is at least the heartbeat's. Its commit
-// rides on the appends, its answers to them keep the leader's view of it
-// (Match, last contact) fresh, and raft tolerates a lost heartbeat: a
-// learner never campaigns, and its answer to a read round's heartbeat
-// counts for no quorum (etcd raft's readOnly acks are counted over the
-// voters). Once no append went within an interval — an idle group, or a
-// standby whose appends are paused (raft's inflights full: a heartbeat's
-// answer is what frees them) — the heartbeats go again. The quiesce
-// marker is never left out.
+// be left out:
+//
+//   - appends flow: the standby was sent an append within the heartbeat
+//     interval. Its commit index rides on its next append (each carries the
+//     commit index of its time), and its answers to them keep the leader's
+//     view of it (Match, last contact) fresh. Once no append went within an
+//     interval — the writes stopped, or raft paused the standby's appends
+//     (inflights full: a heartbeat's answer is what frees them) — the
+//     heartbeats go again, and the first one carries the commit index the
+//     appends did not: the last write reaches a standby at most two
+//     intervals after it committed;
+//   - idle: no append within the interval, but the standby holds the
+//     commit index (an append or heartbeat carried it), replicates, is
+//     caught up (as of the last relayTick), and was sent a heartbeat or an
+//     append within idleBeatTicks. Every idle tick cost the leader a
+//     heartbeat header per relayed standby (16x the bytes of no standby
+//     with 24), where a heartbeat every third of an election timeout tells
+//     the standby nothing less.
+//
+// raft tolerates a lost heartbeat: a learner never campaigns, and its
+// answer to a read round's heartbeat counts for no quorum (etcd raft's
+// readOnly acks are counted over the voters). The quiesce marker is never
+// left out.
 func (n *Node) redundantHeartbeat(m *raftpb.Message) bool {
 	l := &n.loop
+	r := l.relay
 	if m.GetType() != raftpb.MsgHeartbeat || quiesceKindOf(m.GetContext()) != 0 {
 		return false
 	}
-	sent, ok := l.relay.sentApp[m.GetTo()]
-	return ok && l.ticks-sent.tick <= uint64(n.cfg.HeartbeatTicks) && sent.index >= m.GetCommit()
+	to := m.GetTo()
+	app, sentApp := r.sentApp[to]
+	if sentApp && l.ticks-app.tick <= uint64(n.cfg.HeartbeatTicks) {
+		return true
+	}
+	beat, sentBeat := r.sentBeat[to]
+	if !sentApp && !sentBeat {
+		return false
+	}
+	held := max(app.index, beat.index)
+	last := max(app.tick, beat.tick)
+	p, ok := r.peers[to]
+	caughtUp := ok && p.state == tracker.StateReplicate && p.match >= l.ms.lastIndex
+	return caughtUp && held >= m.GetCommit() && l.ticks-last < n.idleBeatTicks()
+}
+
+// commitOnlyAppend reports whether append m to a relayed standby may be
+// left out: it carries no entry, only a commit index, to a standby raft
+// replicates to (StateReplicate: an empty append there is raft's commit
+// bump after the commit index moved, or its check after a heartbeat's
+// answer; a probe, which raft sends in StateProbe, always goes) that was
+// sent an append within the heartbeat interval and did not forward a
+// proposal or a read lately (relayNoteAsker). At a slow steady rate raft
+// sends one such append per standby per commit, so a write cost the
+// leader two headers per relayed standby — the append with its entry and
+// this one — and the second grew with the standby count, not with the
+// bytes written. The commit index reaches the standby anyway: on its next
+// append (which carries the commit index of its time) or on its next
+// heartbeat, which redundantHeartbeat does not leave out, since no append
+// carried that commit index. Leaving a message out is safe in raft (a
+// lost message); the standby applies a write at most a heartbeat interval
+// later at a slow rate, and as before under load. Once no append went to
+// the standby within an interval — idle, or an append lost — the empty
+// append goes: after a heartbeat's answer it is how raft finds that the
+// standby lacks the last entries (it rejects it, and raft resends). Which
+// standbys raft replicates to is read from its progress once per sendOut,
+// when first needed.
+func (n *Node) commitOnlyAppend(m *raftpb.Message) bool {
+	if m.GetType() != raftpb.MsgApp || len(m.Entries) > 0 {
+		return false
+	}
+	r := n.loop.relay
+	if _, asked := r.asked[m.GetTo()]; asked {
+		return false
+	}
+	if sent, ok := r.sentApp[m.GetTo()]; !ok || n.loop.ticks-sent.tick > uint64(n.cfg.HeartbeatTicks) {
+		return false
+	}
+	if !r.replicatingRead {
+		r.replicatingRead = true
+		r.replicating = r.replicating[:0]
+		n.loop.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
+			if pr.IsLearner && pr.State == tracker.StateReplicate {
+				r.replicating = append(r.replicating, id)
+			}
+		})
+		slices.Sort(r.replicating)
+	}
+	_, ok := slices.BinarySearch(r.replicating, m.GetTo())
+	return ok
+}
+
+// relayNoteAsker notes, on the leader, a standby that forwarded a proposal
+// or a read (m, a peer message about to be stepped): until it is quiet for
+// an election timeout it is sent the appends that carry only a commit
+// index (commitOnlyAppend), so that its Propose, which returns once it
+// applied the write, and its reads, which wait until it applied the read
+// index, do not wait for a heartbeat. A relayed standby that only follows
+// the log is not sent them.
+func (n *Node) relayNoteAsker(m *raftpb.Message) {
+	r := n.loop.relay
+	if t := m.GetType(); r == nil || len(r.via) == 0 || (t != raftpb.MsgProp && t != raftpb.MsgReadIndex) {
+		return
+	}
+	if _, relayed := r.via[m.GetFrom()]; !relayed {
+		return
+	}
+	if r.asked == nil {
+		r.asked = make(map[uint64]uint64)
+	}
+	r.asked[m.GetFrom()] = n.loop.ticks
 }
 
 // relayBundle is the envelope being built for one relay (a new one per

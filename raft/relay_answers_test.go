@@ -117,12 +117,13 @@ func measureLeaderLoadOnce(t *testing.T, standbys int, answers bool) (leaderLoad
 }
 
 // TestRelayNoRedundantHeartbeats: while the leader writes, a relayed
-// standby that was sent an append within the heartbeat interval (whose
-// commit index the heartbeat would not raise) is not sent its heartbeat
-// too: the heartbeats built for it are a small part of a follower
-// voter's (before: one per interval, as a voter's); idle, each one
-// hears heartbeats again, and every standby's applied log is the
-// leader's. Counts printed for 12 and 24 standbys.
+// standby that was sent an append within the heartbeat interval (its next
+// append carries the commit index) is not sent its heartbeat too: the
+// heartbeats built for it are a small part of a follower voter's (before:
+// one per interval, as a voter's); idle, each one hears heartbeats again
+// (every third of an election timeout once caught up), and every
+// standby's applied log is the leader's. Counts printed for 12 and 24
+// standbys.
 func TestRelayNoRedundantHeartbeats(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures two clusters")

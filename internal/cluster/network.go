@@ -41,13 +41,15 @@ type Network struct {
 	sentBy    map[uint64]*Traffic // what each member sent (relay.go)
 	recvBy    map[uint64]*Traffic // what was delivered to each member
 	authored  map[authored]uint64 // messages by author, addressee and type
-	noAnswers atomic.Bool         // SetRelayedAnswers(false)
-	direct    map[link]uint64     // messages sent directly (not in an envelope), by link
-	snapsTo   map[uint64]uint64   // snapshot sends attempted, by receiver
-	paused    map[uint64]bool     // members whose messages are held (Pause)
-	held      []heldMsg           // messages to or from a paused member, in order
-	closed    bool
-	wg        sync.WaitGroup
+	// authoredBytes: their bytes (AuthoredBytes)
+	authoredBytes map[authored]uint64
+	noAnswers     atomic.Bool       // SetRelayedAnswers(false)
+	direct        map[link]uint64   // messages sent directly (not in an envelope), by link
+	snapsTo       map[uint64]uint64 // snapshot sends attempted, by receiver
+	paused        map[uint64]bool   // members whose messages are held (Pause)
+	held          []heldMsg         // messages to or from a paused member, in order
+	closed        bool
+	wg            sync.WaitGroup
 
 	// hosts are the members' hosts' liveness (SetHostLive).
 	hosts map[uint64]hostState
@@ -81,17 +83,18 @@ type NetStats struct {
 // NewNetwork returns a network whose random decisions come from seed.
 func NewNetwork(seed int64) *Network {
 	return &Network{
-		rng:       rand.New(rand.NewSource(seed)),
-		endpoints: make(map[uint64]*endpoint),
-		blocked:   make(map[link]bool),
-		dropRate:  make(map[link]float64),
-		snapsTo:   make(map[uint64]uint64),
-		paused:    make(map[uint64]bool),
-		hosts:     make(map[uint64]hostState),
-		sentBy:    make(map[uint64]*Traffic),
-		recvBy:    make(map[uint64]*Traffic),
-		authored:  make(map[authored]uint64),
-		direct:    make(map[link]uint64),
+		rng:           rand.New(rand.NewSource(seed)),
+		endpoints:     make(map[uint64]*endpoint),
+		blocked:       make(map[link]bool),
+		dropRate:      make(map[link]float64),
+		snapsTo:       make(map[uint64]uint64),
+		paused:        make(map[uint64]bool),
+		hosts:         make(map[uint64]hostState),
+		sentBy:        make(map[uint64]*Traffic),
+		recvBy:        make(map[uint64]*Traffic),
+		authored:      make(map[authored]uint64),
+		authoredBytes: make(map[authored]uint64),
+		direct:        make(map[link]uint64),
 	}
 }
 
@@ -384,6 +387,7 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	size := proto.Size(m)
 	nw.countLocked(from, len(m.Entries), size, 1)
 	nw.authored[authored{from, to, m.GetType()}]++
+	nw.authoredBytes[authored{from, to, m.GetType()}] += uint64(size)
 	nw.direct[link{from, to}]++
 	dst := nw.endpoints[to]
 	src := nw.endpoints[from]

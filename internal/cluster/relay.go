@@ -60,6 +60,16 @@ func (nw *Network) Authored(from, to uint64, typ raftpb.MessageType) uint64 {
 	return nw.authored[authored{from, to, typ}]
 }
 
+// AuthoredBytes returns the encoded bytes of the messages Authored
+// counts: a message sent directly in full, one in a relay envelope its
+// header only (the envelope's entries are shared by its messages: they
+// are in SentBy's Bytes, not here).
+func (nw *Network) AuthoredBytes(from, to uint64, typ raftpb.MessageType) uint64 {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.authoredBytes[authored{from, to, typ}]
+}
+
 // Direct returns how many messages member from sent member to directly,
 // not in a relay envelope, since the network started or since
 // ResetTraffic.
@@ -104,6 +114,7 @@ func (nw *Network) ResetTraffic() {
 	clear(nw.sentBy)
 	clear(nw.recvBy)
 	clear(nw.authored)
+	clear(nw.authoredBytes)
 	clear(nw.direct)
 	nw.mu.Unlock()
 }
@@ -206,6 +217,7 @@ func (nw *Network) sendRelay(from, to uint64, env *raftio.RelayEnvelope) {
 	for _, h := range env.Msgs {
 		if h.GetFrom() == from {
 			nw.authored[authored{from, h.GetTo(), h.GetType()}]++
+			nw.authoredBytes[authored{from, h.GetTo(), h.GetType()}] += uint64(proto.Size(h) + 2)
 			nw.sentBy[from].OwnEnveloped++
 		}
 	}

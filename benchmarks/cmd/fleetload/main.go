@@ -25,7 +25,11 @@
 // configuration with standbys runs at a lower writes/s, and the leader's
 // CPU per write then also counts the smaller batches. With -rate R the
 // writers together write at most R a second: at an R both configurations
-// sustain, CPU and bytes per write compare the same load.
+// sustain, CPU and bytes per write compare the same load. With -pin
+// VOTERS:STANDBYS (Linux) the driver and the voter processes run on the
+// first CPUs and the standby processes on the second, the same for every
+// system and standby count: the voters keep their cores whatever the
+// standby count, and the standbys stand in for machines of their own.
 //
 //	go run ./cmd/fleetload -standbys 0,6,12,24,48 -system understudy,hashicorp -duration 10s -rounds 2
 package main
@@ -94,13 +98,17 @@ type config struct {
 	dir           string
 	keep          bool
 	verbose       bool
+	pin           *pinning // nil: no pinning
 	out           io.Writer
+	// beforeLoad, if set, runs once the configuration's members are ready,
+	// before the load (tests inject faults with it).
+	beforeLoad func(c *cluster)
 }
 
 func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("fleetload", flag.ContinueOnError)
 	c := &config{out: os.Stdout}
-	var systems, standbys, role string
+	var systems, standbys, role, pin string
 	fs.StringVar(&role, "role", "driver", "driver, or member (how the driver starts the member processes)")
 	fs.StringVar(&systems, "system", "understudy,hashicorp", "systems, comma-separated: understudy, hashicorp")
 	fs.StringVar(&standbys, "standbys", "0,6,12,24,48", "standby counts, comma-separated (ratios are against 0, so list it first)")
@@ -122,7 +130,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.dir, "dir", "", "where the members' data dirs go (default: the system's temp dir)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the data dirs and member logs")
 	fs.BoolVar(&c.verbose, "v", false, "print each configuration's steps")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&pin, "pin", "", "VOTERS:STANDBYS CPU lists (e.g. 0:1): the driver and the 3 voter processes run on the first CPUs, the standby processes on the second (Linux; each process binds its threads and sets GOMAXPROCS to its CPU count); the same for every system and standby count. Default: no pinning")
+	err := fs.Parse(args)
+	if err != nil {
 		return nil, err
 	}
 	for s := range strings.SplitSeq(systems, ",") {
@@ -137,6 +147,9 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("-standbys: bad count %q", s)
 		}
 		c.standbys = append(c.standbys, n)
+	}
+	if c.pin, err = parsePin(pin); err != nil {
+		return nil, fmt.Errorf("-pin: %w", err)
 	}
 	if c.writers < 1 || c.size < 64 || c.duration <= 0 || c.rounds < 1 || c.sampleEvery == 0 || c.rate < 0 {
 		return nil, errors.New("-writers and -rounds must be positive, -size at least 64, -duration positive, -rate not negative")
@@ -168,16 +181,34 @@ func (r result) cpuPer() float64 {
 }
 
 func run(ctx context.Context, cfg *config) error {
+	if cfg.pin != nil {
+		if err := pinSelf(cfg.pin.voters); err != nil {
+			return fmt.Errorf("-pin: the driver: %w", err)
+		}
+	}
+	fmt.Fprintf(cfg.out, "pinning: %s\n", cfg.pin)
 	tw := tabwriter.NewWriter(cfg.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tstandbys\trelayed\tkills\twrites/s\tp50 ms\tp99 ms\tB/write\tmsgs/write\tCPU ms/write\tB x0\tCPU x0\twrites/s x0\tlag p50 ms\tlag p99 ms\t")
 	tw.Flush()
+	// A configuration that fails prints its row with the error and the
+	// next one runs; the run fails at the end.
+	var failed []error
+	total := 0
 	for round := range cfg.rounds {
 		base := map[string]result{}
 		for _, n := range cfg.standbys {
 			for _, sys := range cfg.systems {
+				total++
 				r, err := runOne(ctx, cfg, sys, n)
 				if err != nil {
-					return fmt.Errorf("round %d, %s with %d standbys: %w", round+1, sys, n, err)
+					err = fmt.Errorf("round %d, %s with %d standbys: %w", round+1, sys, n, err)
+					failed = append(failed, err)
+					fmt.Fprintf(tw, "%s\t%d\t  FAILED: %v\n", sys, n, err)
+					tw.Flush()
+					if ctx.Err() != nil {
+						return errors.Join(failed...)
+					}
+					continue
 				}
 				if n == 0 {
 					base[sys] = r
@@ -186,6 +217,9 @@ func run(ctx context.Context, cfg *config) error {
 				tw.Flush()
 			}
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d configurations failed: %w", len(failed), total, errors.Join(failed...))
 	}
 	return nil
 }
@@ -257,11 +291,23 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		}
 		wg.Wait()
 	}()
+	defer func() {
+		// A step that failed because a member died says so.
+		if d := c.died(); err != nil && d != nil && !strings.Contains(err.Error(), d.Error()) {
+			err = errors.Join(err, d)
+		}
+	}()
 	voters := []string{addrs[0], addrs[2], addrs[4]} // member i: peer addrs[2(i-1)], control addrs[2(i-1)+1]
 	for i := range 3 + n {
 		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
 			listen: addrs[2*i], ctl: addrs[2*i+1], voters: voters, standby: i >= 3, fsync: i < 3 || cfg.standbyFsync,
 			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
+		if cfg.pin != nil {
+			p.flags.cpus = cfg.pin.voters
+			if i >= 3 {
+				p.flags.cpus = cfg.pin.standbys
+			}
+		}
 		if i < 3 {
 			c.voters = append(c.voters, p)
 		} else {
@@ -282,9 +328,15 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	if err := c.waitCaughtUp(ctx, 0); err != nil {
 		return res, err
 	}
+	if err := c.checkPinned(ctx); err != nil {
+		return res, err
+	}
 	res.relayed = c.waitRelayed(ctx)
 	c.logf("%d standbys caught up, %d relayed", n, res.relayed)
 
+	if cfg.beforeLoad != nil {
+		cfg.beforeLoad(c)
+	}
 	kctx, kcancel := context.WithCancel(ctx)
 	killer := &killer{c: c, killed: map[uint64]bool{}}
 	var kwg sync.WaitGroup
@@ -298,6 +350,9 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
 	kcancel()
 	kwg.Wait()
+	if derr := c.died(); derr != nil {
+		return res, errors.Join(derr, err)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -317,7 +372,19 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 			return res, err
 		}
 	}
-	return res, nil
+	return res, c.died()
+}
+
+// died returns an error for each member process that exited without the
+// driver killing or stopping it.
+func (c *cluster) died() error {
+	var errs []error
+	for _, p := range c.all() {
+		if err := p.died(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startAll starts ps at once and waits until each is ready.
@@ -394,6 +461,24 @@ func (c *cluster) waitCaughtUp(ctx context.Context, index uint64) error {
 		})
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// checkPinned checks that every member runs on the CPUs -pin gave it, with
+// GOMAXPROCS their count.
+func (c *cluster) checkPinned(ctx context.Context) error {
+	if c.cfg.pin == nil {
+		return nil
+	}
+	for _, p := range c.all() {
+		st, err := p.status(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(st.CPUs, p.flags.cpus) || st.GOMAXPROCS != len(p.flags.cpus) {
+			return fmt.Errorf("member %d runs on CPUs %v with GOMAXPROCS %d, not on %v", p.flags.id, st.CPUs, st.GOMAXPROCS, p.flags.cpus)
 		}
 	}
 	return nil

@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,5 +82,158 @@ func TestFleetLoadSmoke(t *testing.T) {
 				t.Errorf("output:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// TestParsePin: -pin's VOTERS:STANDBYS CPU lists, and the member's -cpus.
+func TestParsePin(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		voters   []int
+		standbys []int
+	}{
+		{"0:1", []int{0}, []int{1}},
+		{"0-1:2,3", []int{0, 1}, []int{2, 3}},
+		{" 1,0,1 : 3-4,2 ", []int{0, 1}, []int{2, 3, 4}},
+		{"0:0", []int{0}, []int{0}},
+	} {
+		p, err := parsePin(tc.in)
+		if err != nil || !slices.Equal(p.voters, tc.voters) || !slices.Equal(p.standbys, tc.standbys) {
+			t.Errorf("parsePin(%q) = %v, %v; want %v:%v", tc.in, p, err, tc.voters, tc.standbys)
+		}
+	}
+	for _, off := range []string{"", "off"} {
+		if p, err := parsePin(off); p != nil || err != nil {
+			t.Errorf("parsePin(%q) = %v, %v; want no pinning", off, p, err)
+		}
+	}
+	for _, bad := range []string{"0", "0:", ":1", "a:1", "0:1-", "1-0:2", "-1:0", "0:1:2", "0:2000", "0,,1:2"} {
+		if p, err := parsePin(bad); !errors.Is(err, errPin) {
+			t.Errorf("parsePin(%q) = %v, %v; want an errPin", bad, p, err)
+		}
+	}
+	cfg, err := parseFlags([]string{"-pin", "0:1"})
+	if err != nil || cfg.pin == nil || !strings.Contains(cfg.pin.String(), "voters on CPUs 0, standbys on CPUs 1") {
+		t.Errorf("-pin 0:1: %v, %v", cfg.pin, err)
+	}
+	if _, err := parseFlags([]string{"-pin", "x"}); !errors.Is(err, errPin) {
+		t.Errorf("-pin x: %v", err)
+	}
+	// The member flag round-trips, and is absent when not pinned.
+	f := memberFlags{system: "understudy", id: 4, dir: "d", listen: "l", ctl: "c", voters: []string{"a", "b", "c"},
+		tick: time.Millisecond, sampleEvery: 8, cpus: []int{1, 3}}
+	g, err := parseMemberFlags(f.args())
+	if err != nil || !slices.Equal(g.cpus, []int{1, 3}) {
+		t.Errorf("member -cpus: %v, %v", g, err)
+	}
+	f.cpus = nil
+	if g, err := parseMemberFlags(f.args()); err != nil || g.cpus != nil {
+		t.Errorf("member without -cpus: %v, %v", g, err)
+	}
+}
+
+// TestPinSelfRejectsAMissingCPU: a CPU the process may not use is an error
+// that names it, and leaves the process as it was.
+func TestPinSelfRejectsAMissingCPU(t *testing.T) {
+	before := pinnedCPUs()
+	err := pinSelf([]int{maxCPU})
+	if !errors.Is(err, errPin) || (runtime.GOOS == "linux" && !strings.Contains(err.Error(), "1023")) {
+		t.Fatalf("pinSelf(1023) = %v", err)
+	}
+	if after := pinnedCPUs(); !slices.Equal(before, after) {
+		t.Errorf("CPUs %v before, %v after", before, after)
+	}
+}
+
+// TestFleetLoadPinned runs the driver (run, as main does) with -pin on
+// both systems: the driver and every member run on the CPUs -pin gave them
+// with GOMAXPROCS their count (runOne checks each member's), and the
+// header says so. On a machine of one CPU both sides share it.
+func TestFleetLoadPinned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 x 4 member processes with fsync on")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("CPU affinity: Linux only")
+	}
+	avail := pinnedCPUs()
+	pin := fmt.Sprintf("%d:%d", avail[0], avail[len(avail)-1])
+	procs := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() {
+		if err := pinSelf(avail); err != nil {
+			t.Error(err)
+		}
+		runtime.GOMAXPROCS(procs)
+	})
+	var out bytes.Buffer
+	cfg, err := parseFlags([]string{"-system", "understudy,hashicorp", "-standbys", "1", "-writers", "4",
+		"-duration", "500ms", "-warmup", "200ms", "-pin", pin, "-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Logf("\n%s", out.String())
+	if got := pinnedCPUs(); !slices.Equal(got, avail[:1]) || runtime.GOMAXPROCS(0) != 1 {
+		t.Errorf("the driver runs on CPUs %v with GOMAXPROCS %d, want [%d] and 1", got, runtime.GOMAXPROCS(0), avail[0])
+	}
+	head := fmt.Sprintf("pinning: driver and voters on CPUs %d, standbys on CPUs %d", avail[0], avail[len(avail)-1])
+	if !strings.HasPrefix(out.String(), head) || !strings.Contains(out.String(), "understudy") || !strings.Contains(out.String(), "hashicorp") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+// TestFleetLoadGoesOnAfterAFailure: a configuration whose member dies (a
+// standby killed behind the driver's back before the load) prints its row
+// with the error, the next configuration still runs and prints its
+// figures, and the run fails at the end.
+func TestFleetLoadGoesOnAfterAFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 x 4 member processes with fsync on")
+	}
+	var out bytes.Buffer
+	cfg, err := parseFlags([]string{"-system", "understudy,hashicorp", "-standbys", "1", "-writers", "4",
+		"-duration", "300ms", "-warmup", "100ms", "-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.out = &out
+	cfg.beforeLoad = func(c *cluster) {
+		if c.system != "understudy" {
+			return
+		}
+		p := c.standbys[0]
+		p.mu.Lock()
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		_ = cmd.Process.Signal(syscall.SIGKILL) // not p.kill: a death, not the driver's
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = run(ctx, cfg)
+	t.Logf("\n%s", out.String())
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 configurations failed") || !strings.Contains(err.Error(), "member 4 died") {
+		t.Errorf("run: %v; want 1 of 2 failed, member 4 died", err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	var us, hc string
+	for _, l := range lines {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "understudy":
+			us = l
+		case len(f) > 0 && f[0] == "hashicorp":
+			hc = l
+		}
+	}
+	if !strings.Contains(us, "FAILED") || !strings.Contains(us, "member 4 died") {
+		t.Errorf("understudy's row: %q", us)
+	}
+	if hc == "" || strings.Contains(hc, "FAILED") {
+		t.Errorf("hashicorp's row: %q", hc)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,9 @@ type memberStatus struct {
 	// Relayed maps each relayed standby to its relay (understudy's leader,
 	// raft.PeerProgress.RelayedBy).
 	Relayed map[uint64]uint64 `json:"relayed,omitempty"`
+	// CPUs the process runs on when pinned (-cpus), and its GOMAXPROCS.
+	CPUs       []int `json:"cpus,omitempty"`
+	GOMAXPROCS int   `json:"gomaxprocs"`
 }
 
 // memberFlags is what a member process is started with.
@@ -65,6 +69,7 @@ type memberFlags struct {
 	relay         bool
 	maxLearners   int
 	sampleEvery   uint64
+	cpus          []int // pin the process to these CPUs (none: not pinned)
 }
 
 func (f *memberFlags) args() []string {
@@ -72,13 +77,13 @@ func (f *memberFlags) args() []string {
 		"-listen", f.listen, "-ctl", f.ctl, "-voters", strings.Join(f.voters, ","),
 		fmt.Sprintf("-standby=%t", f.standby), fmt.Sprintf("-fsync=%t", f.fsync), "-tick", f.tick.String(),
 		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay),
-		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery)}
+		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus)}
 }
 
 func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs := flag.NewFlagSet("fleetload member", flag.ContinueOnError)
 	f := &memberFlags{}
-	var role, voters string
+	var role, voters, cpus string
 	fs.StringVar(&role, "role", "member", "")
 	fs.StringVar(&f.system, "system", "understudy", "understudy or hashicorp")
 	fs.Uint64Var(&f.id, "id", 0, "member ID (1..3: the voters)")
@@ -93,8 +98,16 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.BoolVar(&f.relay, "relay", true, "understudy: raft.Config.Relay")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")
 	fs.Uint64Var(&f.sampleEvery, "sample-every", 8, "record the apply time of every index divisible by this")
+	fs.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (a list: 0, 0,2, 0-3); empty: not pinned")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if cpus != "" {
+		c, err := parseCPUs(cpus)
+		if err != nil {
+			return nil, fmt.Errorf("-cpus: %w", err)
+		}
+		f.cpus = c
 	}
 	f.voters = strings.Split(voters, ",")
 	if f.id == 0 || f.dir == "" || f.listen == "" || f.ctl == "" || len(f.voters) != 3 || f.sampleEvery == 0 {
@@ -149,6 +162,11 @@ func runMember(args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(f.cpus) > 0 {
+		if err := pinSelf(f.cpus); err != nil {
+			return fmt.Errorf("-cpus: %w", err)
+		}
+	}
 	ctx := context.Background()
 	samples := &applySamples{every: f.sampleEvery}
 	var m member
@@ -167,6 +185,10 @@ func runMember(args []string) error {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile) // the driver's -leader-profile
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := m.status(r.Context())
+		if len(f.cpus) > 0 {
+			st.CPUs = pinnedCPUs()
+		}
+		st.GOMAXPROCS = runtime.GOMAXPROCS(0)
 		reply(w, st, err)
 	})
 	mux.HandleFunc("POST /add", func(w http.ResponseWriter, r *http.Request) {

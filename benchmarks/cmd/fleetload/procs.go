@@ -26,6 +26,12 @@ type proc struct {
 	mu    sync.Mutex
 	cmd   *exec.Cmd
 	done  chan struct{}
+	// ended: the process exited, with exitErr; ours: the driver killed or
+	// stopped it (not a death).
+	ended   bool
+	ours    bool
+	exitErr error
+	logPath string
 }
 
 // selfExe is the binary member processes run: this one (under go test,
@@ -58,14 +64,19 @@ func (p *proc) start(ctx context.Context) error {
 		return err
 	}
 	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done, p.ended, p.ours, p.exitErr, p.logPath = cmd, done, false, false, nil, logf.Name()
+	p.mu.Unlock()
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
 		logf.Close()
+		p.mu.Lock()
+		if p.cmd == cmd {
+			p.ended, p.exitErr = true, err
+		}
+		p.mu.Unlock()
 		close(done)
 	}()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
 	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -83,7 +94,8 @@ func (p *proc) start(ctx context.Context) error {
 	select {
 	case ok := <-ready:
 		if !ok {
-			return fmt.Errorf("member %d exited before ready (see %s)", p.flags.id, logf.Name())
+			<-done
+			return fmt.Errorf("member %d exited before ready: %w", p.flags.id, p.deathErr())
 		}
 		return nil
 	case <-ctx.Done():
@@ -92,10 +104,47 @@ func (p *proc) start(ctx context.Context) error {
 	}
 }
 
+// died returns an error if the process exited without the driver killing
+// or stopping it: its exit status and what its log says.
+func (p *proc) died() error {
+	p.mu.Lock()
+	dead := p.cmd != nil && p.ended && !p.ours
+	p.mu.Unlock()
+	if !dead {
+		return nil
+	}
+	return fmt.Errorf("member %d died: %w", p.flags.id, p.deathErr())
+}
+
+// deathErr describes how the process ended: its exit status and the first
+// line of its log that says why (a panic, the member's error), else its
+// last line.
+func (p *proc) deathErr() error {
+	p.mu.Lock()
+	exitErr, path := p.exitErr, p.logPath
+	p.mu.Unlock()
+	why := ""
+	if b, err := os.ReadFile(path); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		why = lines[len(lines)-1]
+		for _, l := range lines {
+			if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") || strings.HasPrefix(l, "fleetload member:") {
+				why = l
+				break
+			}
+		}
+	}
+	if len(why) > 300 {
+		why = why[:300] + "…"
+	}
+	return fmt.Errorf("%v: %q (log: %s)", exitErr, why, path)
+}
+
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *proc) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.ours = true
 	p.mu.Unlock()
 	if cmd == nil {
 		return
@@ -108,6 +157,7 @@ func (p *proc) kill() {
 func (p *proc) stop(d time.Duration) {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.ours = true
 	p.mu.Unlock()
 	if cmd == nil {
 		return
