@@ -49,14 +49,22 @@ func TestForwardedWritesNeedNoTick(t *testing.T) {
 		}
 	}
 	// And the leader's own writes reach a follower's state machine
-	// without a tick once a write of the follower's follows them.
-	propose(ctx, t, lead.Node, kv.Put("last", "v"))
+	// without a tick once a write of the follower's follows them, or a
+	// linearizable read on the follower.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	propose(ctx, t, lead.Node, kv.Put("last", "v"))
 	if _, err := f.Node.Propose(wctx, kv.Put("after", "v")); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := f.SM.Get("last"); !ok {
 		t.Fatal("the follower applied its own write but not the leader's before it")
+	}
+	propose(ctx, t, lead.Node, kv.Put("read", "v"))
+	if err := f.Node.ReadBarrier(wctx); err != nil {
+		t.Fatalf("a read through follower %d after the leader's write, with no tick: %v", f.ID, err)
+	}
+	if _, ok := f.SM.Get("read"); !ok {
+		t.Fatal("a linearizable read on the follower did not see the leader's write before it")
 	}
 }
