@@ -75,6 +75,7 @@ type loopBufs struct {
 	readsBuf []*readRequest    // reads taken
 	live     []uint64          // the sequence numbers of a batch being proposed
 	answers  []*raftpb.Message // of applies on the loop's worker (applyinline.go)
+	bump     commitBump        // a follower's progress looked up (commitbump.go)
 }
 
 // buffers returns the loop's reused buffers, made if the node has none.
@@ -518,6 +519,9 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 				n.applyTask.Signal()
 			}
 		default:
+			if n.isCommitBump(m) {
+				continue // not sent (commitbump.go)
+			}
 			out = append(out, m)
 		}
 	}
