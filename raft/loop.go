@@ -75,7 +75,9 @@ type loopBufs struct {
 	readsBuf []*readRequest    // reads taken
 	live     []uint64          // the sequence numbers of a batch being proposed
 	answers  []*raftpb.Message // of applies on the loop's worker (applyinline.go)
-	bump     commitBump        // a follower's progress looked up (commitbump.go)
+	bump     commitBump        // a follower's progress looked up (redundant.go)
+	// appContacts are the leader's appends to and from each follower (redundant.go).
+	appContacts []appContact
 }
 
 // buffers returns the loop's reused buffers, made if the node has none.
@@ -338,6 +340,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	if from := m.GetFrom(); from != 0 {
 		l.lastContact.set(from, now)
 	}
+	n.noteAppAcked(m)
 	quiet, consumed := n.quietStep(m)
 	if consumed || n.holdReadIndex(m) {
 		return quiet
@@ -519,9 +522,10 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 				n.applyTask.Signal()
 			}
 		default:
-			if n.isCommitBump(m) {
-				continue // not sent (commitbump.go)
+			if n.isCommitBump(m) || n.isBusyHeartbeat(m) {
+				continue // not sent (redundant.go)
 			}
+			n.noteAppSent(m)
 			out = append(out, m)
 		}
 	}

@@ -1,0 +1,141 @@
+package raft
+
+import (
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// Messages of a leader's Ready that it does not send, because another
+// message carries what they would: commit bumps and heartbeats while
+// appends flow.
+//
+// Commit bumps. Each time a leader's commit index moves, etcd raft
+// broadcasts a MsgApp to every follower (bcastAppend), with entries if it
+// has any to send and else empty: an empty one to a follower that has
+// acknowledged every entry only tells it the new commit index. It costs a
+// round of its own — the follower's loop run, its answer (a MsgAppResp
+// acknowledging nothing new, after an append with nothing to write) and
+// the leader's loop run for that answer — and with a few writes per
+// round it was more than one message a write (issue 37: 1.6 empty
+// MsgApps and as many answers a write at 100 groups).
+//
+// The leader does not send it: the follower learns the commit index from
+// the next MsgApp to it, which carries it (when writes go on: with the
+// next round's entries), or from the next heartbeat, which carries
+// min(match, commit) — the whole commit index here, the follower's match
+// being the leader's last index — within the heartbeat interval. Raft
+// counts it sent (Progress.SentCommit), which is what a lost message
+// would look like. Only such a message is held back: to a follower
+// replicating (tracker.StateReplicate) whose match is at the message's
+// index (nothing sent to it unacknowledged, so the message probes
+// nothing and frees no inflight slot: those go, as the probes and the
+// empty appends a heartbeat's answer prompts while the follower lags),
+// and not to a relayed standby (its relay's own traffic is left as it
+// is, nor to any member while the leader relays: relay.go).
+
+// commitBump is the run loop's look-up of a follower's progress for
+// isCommitBump, bound once (no closure a message).
+type commitBump struct {
+	to, index uint64
+	bump      bool
+	visit     func(id uint64, typ etcdraft.ProgressType, pr tracker.Progress)
+}
+
+// isCommitBump reports whether m, a network message of a Ready of this
+// leader, is a MsgApp that only carries the commit index to a follower
+// that has every entry (see above). It runs on the loop.
+func (n *Node) isCommitBump(m *raftpb.Message) bool {
+	l := &n.loop
+	if m.GetType() != raftpb.MsgApp || len(m.Entries) > 0 || m.Snapshot != nil || l.role != RoleLeader ||
+		(l.relay != nil && len(l.relay.via) > 0) {
+		return false
+	}
+	c := &l.buffers().bump
+	if c.visit == nil {
+		c.visit = func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
+			if id == c.to {
+				c.bump = pr.State == tracker.StateReplicate && pr.Match >= c.index && pr.PendingSnapshot == 0
+			}
+		}
+	}
+	c.to, c.index, c.bump = m.GetTo(), m.GetIndex(), false
+	l.rn.WithProgress(c.visit)
+	return c.bump
+}
+
+// Heartbeats while appends flow. On every heartbeat tick etcd raft sends
+// each follower a MsgHeartbeat, and the follower's answer prompts an empty
+// MsgApp when the follower has not acknowledged every entry yet (as while
+// appends flow: one is in flight), which it answers too: four messages and
+// a loop run on each side per follower a tick, for nothing an append does
+// not do already — a MsgApp resets the follower's election timer as a
+// heartbeat does, and its answer makes the follower recently active for
+// the leader's CheckQuorum. The leader does not send a heartbeat to a
+// follower it sent a MsgApp to, and that acknowledged an append
+// (MsgAppResp, not a rejection), within the last heartbeat interval
+// (Config.HeartbeatTicks): the follower hears from it and it hears from
+// the follower. A follower whose answers stop (appends lost on a
+// congested link) gets its heartbeats again at the next tick, and so does
+// every follower once the appends stop, which then learns the last commit
+// index (a heartbeat carries it) within two heartbeat intervals.
+// Heartbeats with a context (a read's round, a quiescence marker) always
+// go, and none is held back while the leader relays (relay.go).
+
+// appContact is when the leader last sent a follower a MsgApp and last
+// stepped its acknowledgement of one, in the loop's ticks.
+type appContact struct {
+	id                uint64
+	sent, acked       uint64 // loopState.ticks
+	hasSent, hasAcked bool
+}
+
+// contact returns the follower's appContact, made if new.
+func (b *loopBufs) contact(id uint64) *appContact {
+	for i := range b.appContacts {
+		if b.appContacts[i].id == id {
+			return &b.appContacts[i]
+		}
+	}
+	b.appContacts = append(b.appContacts, appContact{id: id})
+	return &b.appContacts[len(b.appContacts)-1]
+}
+
+// noteAppSent records a MsgApp of a Ready this leader sends (handleReady).
+func (n *Node) noteAppSent(m *raftpb.Message) {
+	l := &n.loop
+	if l.role != RoleLeader || m.GetType() != raftpb.MsgApp {
+		return
+	}
+	c := l.buffers().contact(m.GetTo())
+	c.sent, c.hasSent = l.ticks, true
+}
+
+// noteAppAcked records a follower's acknowledgement of an append, stepped
+// by this leader.
+func (n *Node) noteAppAcked(m *raftpb.Message) {
+	l := &n.loop
+	if l.role != RoleLeader || m.GetType() != raftpb.MsgAppResp || m.GetReject() {
+		return
+	}
+	c := l.buffers().contact(m.GetFrom())
+	c.acked, c.hasAcked = l.ticks, true
+}
+
+// isBusyHeartbeat reports whether m, a network message of a Ready of this
+// leader, is a heartbeat without a context to a follower that appends
+// reach and that answers them (see above).
+func (n *Node) isBusyHeartbeat(m *raftpb.Message) bool {
+	l := &n.loop
+	if m.GetType() != raftpb.MsgHeartbeat || len(m.Context) > 0 || l.role != RoleLeader ||
+		(l.relay != nil && len(l.relay.via) > 0) || l.bufs == nil {
+		return false
+	}
+	within := uint64(max(n.cfg.HeartbeatTicks, 1))
+	for _, c := range l.bufs.appContacts {
+		if c.id == m.GetTo() {
+			return c.hasSent && c.hasAcked && l.ticks-c.sent <= within && l.ticks-c.acked <= within
+		}
+	}
+	return false
+}
