@@ -27,19 +27,26 @@ import (
 // being the leader's last index — within the heartbeat interval. Raft
 // counts it sent (Progress.SentCommit), which is what a lost message
 // would look like. Only such a message is held back: to a follower
-// replicating (tracker.StateReplicate) whose match is at the message's
-// index (nothing sent to it unacknowledged, so the message probes
-// nothing and frees no inflight slot: those go, as the probes and the
-// empty appends a heartbeat's answer prompts while the follower lags),
-// and not to a relayed standby (its relay's own traffic is left as it
-// is, nor to any member while the leader relays: relay.go).
+// replicating (tracker.StateReplicate, no snapshot pending) whose match is
+// at the message's index (it has every entry), or that has appends in
+// flight (its match is below the index: it is the follower that had not
+// answered yet when the commit moved) and whose heartbeat answer the
+// leader did not step within the last heartbeat interval. The empty
+// MsgApp a heartbeat's answer prompts while the follower lags is how raft
+// finds an append that was lost when no other comes: it goes. And a
+// follower whose answers stop gets heartbeats again (below), so that path
+// is never closed for long. Probes (tracker.StateProbe) go. Nothing is
+// held back to a relayed standby, nor to any member while the leader
+// relays (relay.go).
 
 // commitBump is the run loop's look-up of a follower's progress for
 // isCommitBump, bound once (no closure a message).
 type commitBump struct {
 	to, index uint64
-	bump      bool
-	visit     func(id uint64, typ etcdraft.ProgressType, pr tracker.Progress)
+	// heartbeat: the leader stepped the follower's heartbeat answer
+	// within the last heartbeat interval.
+	heartbeat, bump bool
+	visit           func(id uint64, typ etcdraft.ProgressType, pr tracker.Progress)
 }
 
 // isCommitBump reports whether m, a network message of a Ready of this
@@ -51,15 +58,23 @@ func (n *Node) isCommitBump(m *raftpb.Message) bool {
 		(l.relay != nil && len(l.relay.via) > 0) {
 		return false
 	}
-	c := &l.buffers().bump
+	b := l.buffers()
+	c := &b.bump
 	if c.visit == nil {
 		c.visit = func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
 			if id == c.to {
-				c.bump = pr.State == tracker.StateReplicate && pr.Match >= c.index && pr.PendingSnapshot == 0
+				c.bump = pr.State == tracker.StateReplicate && pr.PendingSnapshot == 0 &&
+					(pr.Match >= c.index || !c.heartbeat)
 			}
 		}
 	}
 	c.to, c.index, c.bump = m.GetTo(), m.GetIndex(), false
+	c.heartbeat = false
+	for _, a := range b.appContacts {
+		if a.id == c.to {
+			c.heartbeat = a.hasHeard && l.ticks-a.heard <= uint64(max(n.cfg.HeartbeatTicks, 1))
+		}
+	}
 	l.rn.WithProgress(c.visit)
 	return c.bump
 }
@@ -82,12 +97,13 @@ func (n *Node) isCommitBump(m *raftpb.Message) bool {
 // Heartbeats with a context (a read's round, a quiescence marker) always
 // go, and none is held back while the leader relays (relay.go).
 
-// appContact is when the leader last sent a follower a MsgApp and last
-// stepped its acknowledgement of one, in the loop's ticks.
+// appContact is when the leader last sent a follower a MsgApp, last
+// stepped its acknowledgement of one, and last stepped its answer to a
+// heartbeat, in the loop's ticks.
 type appContact struct {
-	id                uint64
-	sent, acked       uint64 // loopState.ticks
-	hasSent, hasAcked bool
+	id                          uint64
+	sent, acked, heard          uint64 // loopState.ticks
+	hasSent, hasAcked, hasHeard bool
 }
 
 // contact returns the follower's appContact, made if new.
@@ -111,15 +127,21 @@ func (n *Node) noteAppSent(m *raftpb.Message) {
 	c.sent, c.hasSent = l.ticks, true
 }
 
-// noteAppAcked records a follower's acknowledgement of an append, stepped
-// by this leader.
+// noteAppAcked records a follower's acknowledgement of an append, or its
+// answer to a heartbeat, stepped by this leader.
 func (n *Node) noteAppAcked(m *raftpb.Message) {
 	l := &n.loop
-	if l.role != RoleLeader || m.GetType() != raftpb.MsgAppResp || m.GetReject() {
+	if l.role != RoleLeader {
 		return
 	}
-	c := l.buffers().contact(m.GetFrom())
-	c.acked, c.hasAcked = l.ticks, true
+	switch t := m.GetType(); {
+	case t == raftpb.MsgAppResp && !m.GetReject():
+		c := l.buffers().contact(m.GetFrom())
+		c.acked, c.hasAcked = l.ticks, true
+	case t == raftpb.MsgHeartbeatResp:
+		c := l.buffers().contact(m.GetFrom())
+		c.heard, c.hasHeard = l.ticks, true
+	}
 }
 
 // isBusyHeartbeat reports whether m, a network message of a Ready of this
