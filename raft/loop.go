@@ -167,6 +167,7 @@ func (n *Node) restore() (err error) {
 		return err
 	}
 	n.loop = loopState{rn: rn}
+	n.followerAcked.Store(ackGateClosed)
 	n.loop.term = hs.GetTerm()
 	n.loop.bootCampaign = bootstrapped
 	n.loop.ms.lastIndex = last
@@ -552,6 +553,7 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 	before := n.loop.rn.Status().Config
 	cs := n.loop.rn.ApplyConfChange(cc)
 	n.loop.ms.raftConf = cs
+	n.publishAckGate()
 	n.relayFollowConfig(cs)
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range ids {
@@ -654,6 +656,7 @@ func (n *Node) setRole(r Role) {
 	n.answersLearner.Store(r == RoleLearner)
 	if r != n.loop.role {
 		n.loop.role = r
+		n.publishAckGate()
 		n.events.emit(Event{Type: EventRoleChanged, Role: r, Term: n.loop.term})
 	}
 }
