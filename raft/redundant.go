@@ -51,7 +51,8 @@ type commitBump struct {
 
 // isCommitBump reports whether m, a network message of a Ready of this
 // leader, is a MsgApp that only carries the commit index to a follower
-// that has every entry (see above). It runs on the loop.
+// that has every entry, or has appends in flight and did not answer a
+// heartbeat lately (see above). It runs on the loop.
 func (n *Node) isCommitBump(m *raftpb.Message) bool {
 	l := &n.loop
 	if m.GetType() != raftpb.MsgApp || len(m.Entries) > 0 || m.Snapshot != nil || l.role != RoleLeader ||
@@ -99,7 +100,9 @@ func (n *Node) isCommitBump(m *raftpb.Message) bool {
 
 // appContact is when the leader last sent a follower a MsgApp, last
 // stepped its acknowledgement of one, and last stepped its answer to a
-// heartbeat, in the loop's ticks.
+// heartbeat, in the loop's ticks. The loop's buffers hold one for each
+// member it heard from or sent to while it led, until they are let go
+// (quiescence, dropBuffers).
 type appContact struct {
 	id                          uint64
 	sent, acked, heard          uint64 // loopState.ticks
