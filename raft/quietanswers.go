@@ -4,8 +4,8 @@ import "go.etcd.io/raft/v3/raftpb"
 
 // Quiet answers. The append and apply tasks tell the loop what they did
 // through its mailbox (raft's MsgStorageAppendResp and
-// MsgStorageApplyResp), and each used to signal a loop run for it. Two of
-// those answers give the loop nothing to do at once, and most of those
+// MsgStorageApplyResp), and each used to signal a loop run for it. Three
+// kinds of answers give the loop nothing to do at once, and most of those
 // runs were runs without a Ready (issue 37: at 100 groups about 1.8 of
 // 5.6 loop runs a write, the largest kind of run):
 //
@@ -14,32 +14,33 @@ import "go.etcd.io/raft/v3/raftpb"
 //     straight from the append task). Raft applies an entry only once it
 //     is on disk and committed, and the follower learns the commit index
 //     from the leader's next message, which runs the loop. A batch whose
-//     answers to this member include anything else — the leader's own
-//     acknowledgement (MsgAppResp to itself, which may commit), a vote,
-//     a snapshot written — signals as before;
+//     answers to this member include anything else — a vote, a snapshot
+//     written, the leader's own acknowledgement but as below — signals
+//     as before;
 //   - an applied batch of entries without a conf change or a snapshot,
 //     small enough (inlineApplyEntries, inlineApplyBytes) that raft's
 //     bound on the bytes being applied (MaxCommittedSizePerReady) does
 //     not hold back the next committed entries for its answer. The
 //     proposers were answered by the apply task already; what reads
 //     raft's applied index (a new leader's first change, the leader's
-//     quiescence) runs on the loop after it stepped its mailbox.
+//     quiescence) runs on the loop after it stepped its mailbox;
 //   - the leader's own acknowledgement of an append (its MsgAppResp to
 //     itself, with the MsgStorageAppendResp) while no follower voter has
 //     acknowledged an index of that append or beyond: it cannot commit
 //     anything alone then (a commit needs another voter's acknowledgement
 //     of the entry too), and the follower's acknowledgement, when it
 //     comes, runs the loop, which steps both. The loop publishes the
-//     highest index a follower voter acknowledged (followerAcked) before
-//     it takes its mailbox; the append task queues the answer, then reads
+//     highest index a follower acknowledged (followerAcked: a learner's
+//     too, which only signals more) before it takes its mailbox; the append task queues the answer, then reads
 //     it and signals if a follower is there already: one of the two sees
 //     the other. With a single voter, a joint configuration, or when it
 //     does not lead, the gate is closed (ackGateClosed: always signal).
 //
 // They are queued without a signal: the loop's next run steps them, after
 // the peer messages it takes and before the proposals, reads and calls,
-// and a node that is not quiesced runs at least once a tick. A quiesced node is signaled as before (and quiesce signals a loop
-// run if its mailbox holds something).
+// and a node that is not quiesced runs at least once a tick. A quiesced
+// node is signaled as before (and quiesce signals a loop run if its
+// mailbox holds something).
 
 // answerQuietly queues the answers msgs of the append or apply task for
 // the loop's next run without signaling it (see above).
