@@ -136,7 +136,7 @@ type Node struct {
 	// the loop set it) for its answers through relays: the append task
 	// sends answers too (relay_answers.go).
 	answersLearner atomic.Bool
-	// followerAcked is the highest index a follower voter acknowledged,
+	// followerAcked is the highest index a follower acknowledged,
 	// as this leader's loop stepped it, or ackGateClosed (quietanswers.go).
 	followerAcked atomic.Uint64
 	quietActs     queue[func()]
