@@ -303,7 +303,7 @@ func (n *Node) applyEntries(t applyTask) error {
 		}
 		return nil
 	}
-	if quietApplyAnswer(t) {
+	if n.quietApplyAnswer(t) {
 		n.answerQuietly(t.msg.GetResponses()...)
 	} else {
 		n.local.put(t.msg.GetResponses()...)

@@ -18,9 +18,10 @@ import "go.etcd.io/raft/v3/raftpb"
 //     written, the leader's own acknowledgement but as below — signals
 //     as before;
 //   - an applied batch of entries without a conf change or a snapshot,
-//     small enough (inlineApplyEntries, inlineApplyBytes) that raft's
+//     small enough, and with no other queued behind it, that raft's
 //     bound on the bytes being applied (MaxCommittedSizePerReady) does
-//     not hold back the next committed entries for its answer. The
+//     not hold back the next committed entries for its answer
+//     (quietApplyAnswer). The
 //     proposers were answered by the apply task already; what reads
 //     raft's applied index (a new leader's first change, the leader's
 //     quiescence) runs on the loop after it stepped its mailbox;
@@ -127,9 +128,19 @@ func (n *Node) publishAckGate() {
 }
 
 // quietApplyAnswer reports whether the answer of the applied task t may
-// wait for the loop's next run (see above).
-func quietApplyAnswer(t applyTask) bool {
-	if t.snap != nil || len(t.confStates) > 0 {
+// wait for the loop's next run (see above): raft stops handing out
+// committed entries while the bytes it handed to the apply task and has
+// not heard back of reach 4 × MaxSizePerMsg (MaxCommittedSizePerReady),
+// and a committed entry it holds back for an answer that waits would wait
+// for the next tick. So only a small batch (at most half of MaxSizePerMsg,
+// and the inline bounds) with nothing queued behind it: the answers that
+// wait are then of the batches the loop handed out since it last took its
+// mailbox, a few, far from that bound. (Raft's count of the leader's
+// uncommitted bytes, MaxUncommittedEntriesSize, also drops only with the
+// answer: what waits is far below it, and the loop steps its mailbox
+// before its own proposals.)
+func (n *Node) quietApplyAnswer(t applyTask) bool {
+	if t.snap != nil || len(t.confStates) > 0 || n.applies.len() > 0 {
 		return false
 	}
 	ents := t.msg.GetEntries()
@@ -140,5 +151,5 @@ func quietApplyAnswer(t applyTask) bool {
 	for _, e := range ents {
 		size += len(e.GetData())
 	}
-	return size <= inlineApplyBytes
+	return size <= inlineApplyBytes && uint64(size) <= n.cfg.MaxSizePerMsg/2
 }

@@ -1,0 +1,48 @@
+package raft_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/understudy-raft/understudy/internal/cluster"
+	"github.com/understudy-raft/understudy/kv"
+	"github.com/understudy-raft/understudy/raft"
+)
+
+// TestQuietApplyAnswersDoNotHoldBackCommitted writes entries three at a
+// time, each almost as large as raft's bound on the bytes being applied
+// (4 × MaxSizePerMsg): raft hands two to the apply task and holds the
+// third, committed, until it hears that they were applied. Those answers
+// must run the loop (quietanswers.go: only an answer that leaves raft's
+// bound far from full may wait for the loop's next run): otherwise the
+// third write waited for the next tick, with nothing else to run the loop
+// (13 ticks of 200 ms for 10 rounds; 0-1 after). Ticks are long, so that
+// waiting for them shows as ticks.
+func TestQuietApplyAnswersDoNotHoldBackCommitted(t *testing.T) {
+	c := cluster.New(t, cluster.Options{TickInterval: 200 * time.Millisecond, MaxSizePerMsg: 1024, MaxCommandSize: 4096})
+	ctx := ctxT(t, 60*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("warm", "v"))
+	value := strings.Repeat("v", 4000)
+	const rounds = 10
+	start := raft.Ticks(lead.Node)
+	for r := range rounds {
+		var wg sync.WaitGroup
+		for w := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				propose(ctx, t, lead.Node, kv.Put(fmt.Sprint("k", r, "-", w), value))
+			}()
+		}
+		wg.Wait()
+	}
+	ticks := raft.Ticks(lead.Node) - start
+	t.Logf("%d rounds of three writes took %d ticks", rounds, ticks)
+	if ticks >= rounds/2 {
+		t.Fatalf("%d rounds of three writes took %d ticks of %v: writes waited for ticks", rounds, ticks, 200*time.Millisecond)
+	}
+}
