@@ -530,6 +530,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 			out = append(out, m)
 		}
 	}
+	n.noteProposed()
 	if len(out) > 0 {
 		n.sendOut(out)
 	}

@@ -13,16 +13,19 @@ import "go.etcd.io/raft/v3/raftpb"
 //     the entries are on disk; its acknowledgement went to the leader
 //     straight from the append task). Raft applies an entry only once it
 //     is on disk and committed, and the follower learns the commit index
-//     from the leader's next message, which runs the loop. A batch whose
-//     answers to this member include anything else — a vote, a snapshot
-//     written, the leader's own acknowledgement but as below — signals
-//     as before;
+//     from the leader's next message, which runs the loop. Not while a
+//     caller waits for this member to apply something (someoneWaits:
+//     the leader's message may have come before the entries were on
+//     disk, and the entries are then applied on this answer). A batch
+//     whose answers to this member include anything else — a vote, a
+//     snapshot written, the leader's own acknowledgement but as below —
+//     signals as before;
 //   - an applied batch of entries without a conf change or a snapshot,
 //     small enough, and with no other queued behind it, that raft's
 //     bound on the bytes being applied (MaxCommittedSizePerReady) does
 //     not hold back the next committed entries for its answer
-//     (quietApplyAnswer). The
-//     proposers were answered by the apply task already; what reads
+//     (quietApplyAnswer). The proposers were answered by the apply task
+//     already; what reads
 //     raft's applied index (a new leader's first change, the leader's
 //     quiescence) runs on the loop after it stepped its mailbox;
 //   - the leader's own acknowledgement of an append (its MsgAppResp to
@@ -79,12 +82,37 @@ func (n *Node) quietAppendAnswers(batch []*raftpb.Message) (quiet bool, first ui
 		}
 	}
 	if !own {
-		return quiet, 0
+		return quiet && !n.someoneWaits(), 0
 	}
 	if first == 0 || n.followerAcked.Load() == ackGateClosed {
 		return false, 0
 	}
 	return true, first
+}
+
+// someoneWaits reports whether a caller waits for this member to apply
+// something: a proposal or change it made (forwarded to the leader), a
+// read or a forwarded call waiting for the applied index. Its append's
+// answer then runs the loop, which may apply at once what the leader
+// already said is committed (its message came before the entries were on
+// disk).
+func (n *Node) someoneWaits() bool {
+	n.applied.mu.Lock()
+	w := n.applied.ch != nil
+	n.applied.mu.Unlock()
+	if w {
+		return true
+	}
+	n.waiters.mu.Lock()
+	w = len(n.waiters.m) > 0
+	n.waiters.mu.Unlock()
+	if w {
+		return true
+	}
+	n.changes.mu.Lock()
+	w = len(n.changes.m) > 0
+	n.changes.mu.Unlock()
+	return w
 }
 
 // ackGateClosed in followerAcked: the leader's own acknowledgement always

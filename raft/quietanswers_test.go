@@ -46,3 +46,49 @@ func TestQuietApplyAnswersDoNotHoldBackCommitted(t *testing.T) {
 		t.Fatalf("%d rounds of three writes took %d ticks of %v: writes waited for ticks", rounds, ticks, 200*time.Millisecond)
 	}
 }
+
+// TestFollowerProposalsAnsweredWithoutTicks has a follower propose writes
+// one at a time, then read what the leader wrote, one at a time: a follower answers its proposer once it applied the
+// entry, so it must hear of the commit at once. The leader holds back the
+// empty MsgApps that only carry a commit index (redundant.go) but not to
+// a member whose forwarded proposal the commit covers: otherwise each
+// write waited for a heartbeat, one or two ticks. Ticks are long, so that
+// waiting for them shows as ticks.
+func TestFollowerProposalsAnsweredWithoutTicks(t *testing.T) {
+	c := cluster.New(t, cluster.Options{TickInterval: 200 * time.Millisecond})
+	ctx := ctxT(t, 60*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("warm", "v"))
+	var f *cluster.Member
+	for _, m := range c.Running() {
+		if m.ID != lead.ID {
+			f = m
+			break
+		}
+	}
+	const writes = 10
+	start := raft.Ticks(lead.Node)
+	for i := range writes {
+		propose(ctx, t, f.Node, kv.Put(fmt.Sprint("k", i), "v"))
+	}
+	ticks := raft.Ticks(lead.Node) - start
+	t.Logf("%d writes through follower %d took %d ticks", writes, f.ID, ticks)
+	if ticks >= writes/2 {
+		t.Fatalf("%d writes through a follower took %d ticks of %v: they waited for heartbeats", writes, ticks, 200*time.Millisecond)
+	}
+	// A linearizable read on the follower of what the leader just wrote:
+	// the read's heartbeats carry the commit index.
+	start = raft.Ticks(lead.Node)
+	for i := range writes {
+		key := fmt.Sprint("r", i)
+		propose(ctx, t, lead.Node, kv.Put(key, "v"))
+		if v, err := f.Node.Read(ctx, []byte(key)); err != nil || string(v) != "v" {
+			t.Fatalf("follower %d reading %s: %q, %v", f.ID, key, v, err)
+		}
+	}
+	ticks = raft.Ticks(lead.Node) - start
+	t.Logf("%d writes on the leader read on follower %d took %d ticks", writes, f.ID, ticks)
+	if ticks >= writes/2 {
+		t.Fatalf("%d writes on the leader read on a follower took %d ticks of %v: the reads waited for heartbeats", writes, ticks, 200*time.Millisecond)
+	}
+}

@@ -37,7 +37,11 @@ import (
 // follower whose answers stop gets heartbeats again (below), so that path
 // is never closed for long. Probes (tracker.StateProbe) go. Nothing is
 // held back to a relayed standby, nor to any member while the leader
-// relays (relay.go).
+// relays (relay.go), nor to a member that forwarded a proposal the new
+// commit index covers: a member answers its proposer once it applied the
+// entry, so it must hear of the commit at once (the leader notes the
+// forwarded MsgProp, and the last index of the Ready that appended it,
+// until a MsgApp with that commit index went to the member).
 
 // commitBump is the run loop's look-up of a follower's progress for
 // isCommitBump, bound once (no closure a message).
@@ -73,6 +77,9 @@ func (n *Node) isCommitBump(m *raftpb.Message) bool {
 	c.heartbeat = false
 	for _, a := range b.appContacts {
 		if a.id == c.to {
+			if a.proposed != 0 && m.GetCommit() >= a.proposed {
+				return false // its proposer waits (see above)
+			}
 			c.heartbeat = a.hasHeard && l.ticks-a.heard <= uint64(max(n.cfg.HeartbeatTicks, 1))
 		}
 	}
@@ -107,6 +114,12 @@ type appContact struct {
 	id                          uint64
 	sent, acked, heard          uint64 // loopState.ticks
 	hasSent, hasAcked, hasHeard bool
+	// proposing: the member forwarded a proposal that no Ready appended
+	// yet; proposed: the last index of the Ready that appended it, until a
+	// MsgApp with a commit index that covers it went to the member (0:
+	// none).
+	proposing bool
+	proposed  uint64
 }
 
 // contact returns the follower's appContact, made if new.
@@ -128,10 +141,28 @@ func (n *Node) noteAppSent(m *raftpb.Message) {
 	}
 	c := l.buffers().contact(m.GetTo())
 	c.sent, c.hasSent = l.ticks, true
+	if c.proposed != 0 && m.GetCommit() >= c.proposed {
+		c.proposed = 0 // it knows its proposal committed
+	}
 }
 
-// noteAppAcked records a follower's acknowledgement of an append, or its
-// answer to a heartbeat, stepped by this leader.
+// noteProposed gives the members' forwarded proposals that this Ready
+// appended (handleReady, after noteAppend) the Ready's last index.
+func (n *Node) noteProposed() {
+	l := &n.loop
+	if l.bufs == nil {
+		return
+	}
+	for i := range l.bufs.appContacts {
+		if c := &l.bufs.appContacts[i]; c.proposing {
+			c.proposing, c.proposed = false, max(c.proposed, l.ms.lastIndex)
+		}
+	}
+}
+
+// noteAppAcked records a follower's acknowledgement of an append, its
+// answer to a heartbeat, or its forwarded proposal, stepped by this
+// leader.
 func (n *Node) noteAppAcked(m *raftpb.Message) {
 	l := &n.loop
 	if l.role != RoleLeader {
@@ -145,6 +176,8 @@ func (n *Node) noteAppAcked(m *raftpb.Message) {
 	case t == raftpb.MsgHeartbeatResp:
 		c := l.buffers().contact(m.GetFrom())
 		c.heard, c.hasHeard = l.ticks, true
+	case t == raftpb.MsgProp && m.GetFrom() != n.cfg.ID:
+		l.buffers().contact(m.GetFrom()).proposing = true
 	}
 }
 
