@@ -498,6 +498,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	}
 	b := l.buffers()
 	out := b.out[:0]
+	b.bump.confCommitted = l.role == RoleLeader && commitsConfChange(rd)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:

@@ -92,3 +92,39 @@ func TestFollowerProposalsAnsweredWithoutTicks(t *testing.T) {
 		t.Fatalf("%d writes on the leader read on a follower took %d ticks of %v: the reads waited for heartbeats", writes, ticks, 200*time.Millisecond)
 	}
 }
+
+// TestForwardedChangesAnsweredWithoutTicks has a follower add and remove a
+// learner, one change at a time: the follower answers once it applied the
+// change, so it must hear of the commit at once. The leader sends the
+// empty MsgApps that carry a commit index in a Ready that commits a conf
+// change (redundant.go): otherwise each change waited for a heartbeat.
+// Ticks are long, so that waiting for them shows as ticks.
+func TestForwardedChangesAnsweredWithoutTicks(t *testing.T) {
+	c := cluster.New(t, cluster.Options{TickInterval: 200 * time.Millisecond, ManualMembership: true})
+	ctx := ctxT(t, 60*time.Second)
+	lead := c.WaitLeader()
+	propose(ctx, t, lead.Node, kv.Put("warm", "v"))
+	var f *cluster.Member
+	for _, m := range c.Running() {
+		if m.ID != lead.ID {
+			f = m
+			break
+		}
+	}
+	const rounds = 5
+	start := raft.Ticks(lead.Node)
+	for r := range rounds {
+		id := uint64(10 + r)
+		if err := f.Node.AddLearner(ctx, c.Record(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Node.RemoveMember(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ticks := raft.Ticks(lead.Node) - start
+	t.Logf("%d changes through follower %d took %d ticks", 2*rounds, f.ID, ticks)
+	if ticks >= rounds {
+		t.Fatalf("%d changes through a follower took %d ticks of %v: they waited for heartbeats", 2*rounds, ticks, 200*time.Millisecond)
+	}
+}

@@ -37,8 +37,9 @@ import (
 // follower whose answers stop gets heartbeats again (below), so that path
 // is never closed for long. Probes (tracker.StateProbe) go. Nothing is
 // held back to a relayed standby, nor to any member while the leader
-// relays (relay.go), nor to a member that forwarded a proposal the new
-// commit index covers: a member answers its proposer once it applied the
+// relays (relay.go), nor in a Ready that commits a conf change (a member
+// that forwarded the change waits to apply it; changes are rare), nor to
+// a member that forwarded a proposal the new commit index covers: a member answers its proposer once it applied the
 // entry, so it must hear of the commit at once (the leader notes the
 // forwarded MsgProp, and the last index of the Ready that appended it,
 // until a MsgApp with that commit index went to the member).
@@ -48,9 +49,10 @@ import (
 type commitBump struct {
 	to, index uint64
 	// heartbeat: the leader stepped the follower's heartbeat answer
-	// within the last heartbeat interval.
-	heartbeat, bump bool
-	visit           func(id uint64, typ etcdraft.ProgressType, pr tracker.Progress)
+	// within the last heartbeat interval. confCommitted: the Ready being
+	// handled commits a conf change.
+	heartbeat, bump, confCommitted bool
+	visit                          func(id uint64, typ etcdraft.ProgressType, pr tracker.Progress)
 }
 
 // isCommitBump reports whether m, a network message of a Ready of this
@@ -65,6 +67,9 @@ func (n *Node) isCommitBump(m *raftpb.Message) bool {
 	}
 	b := l.buffers()
 	c := &b.bump
+	if c.confCommitted {
+		return false
+	}
 	if c.visit == nil {
 		c.visit = func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
 			if id == c.to {
@@ -194,6 +199,22 @@ func (n *Node) isBusyHeartbeat(m *raftpb.Message) bool {
 	for _, c := range l.bufs.appContacts {
 		if c.id == m.GetTo() {
 			return c.hasSent && c.hasAcked && l.ticks-c.sent <= within && l.ticks-c.acked <= within
+		}
+	}
+	return false
+}
+
+// commitsConfChange reports whether rd hands a conf change to the apply
+// task.
+func commitsConfChange(rd etcdraft.Ready) bool {
+	for _, m := range rd.Messages {
+		if m.GetTo() != etcdraft.LocalApplyThread {
+			continue
+		}
+		for _, e := range m.GetEntries() {
+			if isConfChange(e) {
+				return true
+			}
 		}
 	}
 	return false
