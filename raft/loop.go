@@ -78,6 +78,7 @@ type loopBufs struct {
 	bump     commitBump        // a follower's progress looked up (redundant.go)
 	// appContacts are the leader's appends to and from each follower (redundant.go).
 	appContacts []appContact
+	timeoutNow  heldTimeoutNow // (timeoutnow.go)
 }
 
 // buffers returns the loop's reused buffers, made if the node has none.
@@ -275,6 +276,7 @@ func (n *Node) loopOnce() {
 		}
 		b.localBuf[i] = nil
 	}
+	n.retryTimeoutNow()
 	b.acts = n.acts.takeInto(b.acts[:0], loopInputBatch)
 	if len(b.acts) > 0 {
 		n.stir(wakeCall, 0)
@@ -352,6 +354,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	if err := l.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
 		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
 	}
+	n.holdTimeoutNow(m)
 	return quiet
 }
 
