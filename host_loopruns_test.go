@@ -14,16 +14,14 @@ import (
 
 // TestLoopRunsPerSequentialWrite counts the run loops' runs per write
 // made one at a time (the library's tick, so that ticks are few), summed
-// over a group's three hosts and on the leader's host. A write's round
-// needs the leader's run for the proposal and for the first follower's
-// acknowledgement (the commit), and each follower's run for the append
-// (which carries the last commit index, and so the last write's apply).
-// What the loop need not act on at once rides with its next run
-// (raft/quietanswers.go): a follower's append answered only to its own
-// raft and a small applied batch's answer (on the 3 hosts: 9.7-11.2 runs
-// a write before, 6.0-6.4 after), and the leader's own acknowledgement
-// while no follower acknowledged the append (on the leader's host:
-// 3.6-3.9 before, 2.5-3.0 after; on the 3 hosts 4.3-5.0).
+// over a group's three hosts (and, logged, on the leader's host). A
+// write's round needs the leader's run for the proposal, for its own
+// acknowledgement and for the first follower's (the commit), and each
+// follower's run for the append (which carries the last commit index, and
+// so the last write's apply). What the loop need not act on at once rides
+// with its next run (raft/quietanswers.go): a follower's append answered
+// only to its own raft and a small applied batch's answer (9.7-11.2 runs
+// a write before, 4.5-6.4 after).
 func TestLoopRunsPerSequentialWrite(t *testing.T) {
 	hc := newHosts(t, 3)
 	hc.tune = func(c *raft.Config) { c.TickInterval = raft.DefaultTickInterval }
@@ -58,5 +56,4 @@ func TestLoopRunsPerSequentialWrite(t *testing.T) {
 	perWrite, onLeader := float64(all1-all0)/writes, float64(lead1-lead0)/writes
 	t.Logf("loop runs a write: %.2f on the 3 hosts, %.2f on the leader's", perWrite, onLeader)
 	require.Less(t, perWrite, 8.5, "loop runs a write")
-	require.Less(t, onLeader, 3.4, "loop runs a write on the leader's host")
 }

@@ -187,10 +187,7 @@ func (n *Node) mergeBatch(batch []*raftpb.Message, ents []*raftpb.Entry) (hs *ra
 func (n *Node) deliver(batch []*raftpb.Message) {
 	s := &n.saved
 	o := s.out[:0]
-	quiet, first := false, uint64(0)
-	if !s.onLoop {
-		quiet, first = n.quietAppendAnswers(batch) // (quietanswers.go)
-	}
+	quiet := !s.onLoop && n.quietAppendAnswers(batch) // (quietanswers.go)
 	for _, m := range batch {
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == n.cfg.ID {
@@ -199,7 +196,7 @@ func (n *Node) deliver(batch []*raftpb.Message) {
 					b := n.loop.buffers() // the loop steps it after this turn (onloop.go)
 					b.answers = append(b.answers, r)
 				case quiet:
-					n.local.putQuiet(r)
+					n.answerQuietly(r)
 				default:
 					n.local.put(r)
 				}
@@ -207,9 +204,6 @@ func (n *Node) deliver(batch []*raftpb.Message) {
 				o = append(o, r)
 			}
 		}
-	}
-	if quiet && ((first != 0 && n.followerAcked.Load() >= first) || n.quiesced.Load() || n.stopped()) {
-		n.loopTask.Signal() // after queuing (quietanswers.go)
 	}
 	if len(o) > 0 && n.answers.route.Load() != nil {
 		o = n.answersThroughRelay(o) // a relayed standby's acks (relay_answers.go)

@@ -168,7 +168,6 @@ func (n *Node) restore() (err error) {
 		return err
 	}
 	n.loop = loopState{rn: rn}
-	n.followerAcked.Store(ackGateClosed)
 	n.loop.term = hs.GetTerm()
 	n.loop.bootCampaign = bootstrapped
 	n.loop.ms.lastIndex = last
@@ -558,7 +557,6 @@ func (n *Node) applyConfChange(e *raftpb.Entry) *raftpb.ConfState {
 	before := n.loop.rn.Status().Config
 	cs := n.loop.rn.ApplyConfChange(cc)
 	n.loop.ms.raftConf = cs
-	n.publishAckGate()
 	n.relayFollowConfig(cs)
 	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
 		for _, id := range ids {
@@ -661,7 +659,6 @@ func (n *Node) setRole(r Role) {
 	n.answersLearner.Store(r == RoleLearner)
 	if r != n.loop.role {
 		n.loop.role = r
-		n.publishAckGate()
 		n.events.emit(Event{Type: EventRoleChanged, Role: r, Term: n.loop.term})
 	}
 }

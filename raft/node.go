@@ -136,11 +136,8 @@ type Node struct {
 	// the loop set it) for its answers through relays: the append task
 	// sends answers too (relay_answers.go).
 	answersLearner atomic.Bool
-	// followerAcked is the highest index a follower acknowledged,
-	// as this leader's loop stepped it, or ackGateClosed (quietanswers.go).
-	followerAcked atomic.Uint64
-	quietActs     queue[func()]
-	ticked        atomic.Uint64
+	quietActs      queue[func()]
+	ticked         atomic.Uint64
 	// quietLagging are the members a quiesced leader left lagging (on a
 	// host not live; nil when none), published for HostLiveness.
 	quietLagging atomic.Pointer[[]uint64]

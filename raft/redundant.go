@@ -177,7 +177,6 @@ func (n *Node) noteAppAcked(m *raftpb.Message) {
 	case t == raftpb.MsgAppResp && !m.GetReject():
 		c := l.buffers().contact(m.GetFrom())
 		c.acked, c.hasAcked = l.ticks, true
-		n.noteFollowerAcked(m.GetIndex())
 	case t == raftpb.MsgHeartbeatResp:
 		c := l.buffers().contact(m.GetFrom())
 		c.heard, c.hasHeard = l.ticks, true
