@@ -187,13 +187,17 @@ func (n *Node) mergeBatch(batch []*raftpb.Message, ents []*raftpb.Entry) (hs *ra
 func (n *Node) deliver(batch []*raftpb.Message) {
 	s := &n.saved
 	o := s.out[:0]
+	quiet := !s.onLoop && n.quietAppendAnswers(batch) // (quietanswers.go)
 	for _, m := range batch {
 		for _, r := range m.GetResponses() {
 			if r.GetTo() == n.cfg.ID {
-				if s.onLoop {
+				switch {
+				case s.onLoop:
 					b := n.loop.buffers() // the loop steps it after this turn (onloop.go)
 					b.answers = append(b.answers, r)
-				} else {
+				case quiet:
+					n.answerQuietly(r)
+				default:
 					n.local.put(r)
 				}
 			} else {

@@ -303,7 +303,11 @@ func (n *Node) applyEntries(t applyTask) error {
 		}
 		return nil
 	}
-	n.local.put(t.msg.GetResponses()...)
+	if n.quietApplyAnswer(t) {
+		n.answerQuietly(t.msg.GetResponses()...)
+	} else {
+		n.local.put(t.msg.GetResponses()...)
+	}
 	n.maybeSnapshot()
 	return nil
 }

@@ -276,6 +276,14 @@ func TestForwardedRequestsOverTCP(t *testing.T) {
 
 	t.Run("learner", func(t *testing.T) {
 		c.t = t
+		// The follower subtest's last transfer: the learner may hear of
+		// the new leader after the voters agree on it, and a proposal it
+		// made in the old term would end in ErrLeaderChanged.
+		for lead := c.leader(ctx).node.ID(); learner.node.Leader() != lead; {
+			if err := pause(ctx, 10*time.Millisecond); err != nil {
+				t.Fatalf("learner never named leader %d (it names %d)", lead, learner.node.Leader())
+			}
+		}
 		c.exercise(ctx, learner, 6)
 
 		// Leadership transfers asked of a learner: to itself (refused, typed),

@@ -75,6 +75,10 @@ type loopBufs struct {
 	readsBuf []*readRequest    // reads taken
 	live     []uint64          // the sequence numbers of a batch being proposed
 	answers  []*raftpb.Message // of applies on the loop's worker (applyinline.go)
+	bump     commitBump        // a follower's progress looked up (redundant.go)
+	// appContacts are the leader's appends to and from each follower (redundant.go).
+	appContacts []appContact
+	timeoutNow  heldTimeoutNow // (timeoutnow.go)
 }
 
 // buffers returns the loop's reused buffers, made if the node has none.
@@ -271,6 +275,7 @@ func (n *Node) loopOnce() {
 		}
 		b.localBuf[i] = nil
 	}
+	n.retryTimeoutNow()
 	b.acts = n.acts.takeInto(b.acts[:0], loopInputBatch)
 	if len(b.acts) > 0 {
 		n.stir(wakeCall, 0)
@@ -343,6 +348,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 		l.lastContact.set(from, now)
 	}
 	n.relayNoteAsker(m)
+	n.noteAppAcked(m)
 	quiet, consumed := n.quietStep(m)
 	if consumed || n.holdReadIndex(m) {
 		return quiet
@@ -353,6 +359,7 @@ func (n *Node) stepPeer(m *raftpb.Message, now time.Time) (quiet bool) {
 	if err := l.rn.Step(m); err != nil && !errors.Is(err, etcdraft.ErrStepPeerNotFound) {
 		n.log.Debug("stepping a peer message", slog.Uint64("from", m.GetFrom()), slog.Any("err", err))
 	}
+	n.holdTimeoutNow(m)
 	return quiet
 }
 
@@ -499,6 +506,7 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 	}
 	b := l.buffers()
 	out := b.out[:0]
+	b.bump.confCommitted = l.role == RoleLeader && commitsConfChange(rd)
 	for _, m := range rd.Messages {
 		switch m.GetTo() {
 		case etcdraft.LocalAppendThread:
@@ -524,9 +532,14 @@ func (n *Node) handleReady(rd etcdraft.Ready) {
 				n.applyTask.Signal()
 			}
 		default:
+			if n.isCommitBump(m) || n.isBusyHeartbeat(m) {
+				continue // not sent (redundant.go)
+			}
+			n.noteAppSent(m)
 			out = append(out, m)
 		}
 	}
+	n.noteProposed()
 	if len(out) > 0 {
 		n.sendOut(out)
 	}

@@ -114,6 +114,25 @@ func (mb *mailbox) put(msgs ...*raftpb.Message) {
 	mb.wake()
 }
 
+// putQuiet queues msgs without signaling the loop: its next run, which
+// the node's tick bounds, steps them with whatever else it has
+// (quietanswers.go).
+func (mb *mailbox) putQuiet(msgs ...*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	mb.mu.Lock()
+	mb.msgs = append(mb.msgs, msgs...)
+	mb.mu.Unlock()
+}
+
+// len is the number of messages queued.
+func (mb *mailbox) len() int {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	return len(mb.msgs)
+}
+
 // take moves the queued messages into buf (which it returns) and empties the box.
 func (mb *mailbox) take(buf []*raftpb.Message) []*raftpb.Message {
 	mb.mu.Lock()

@@ -53,13 +53,15 @@ func proposeAllocs(t *testing.T, members int) float64 {
 // and the queues kept their buffer 62 and 269, after the storage's
 // committer and Pebble transaction were reused 56 and 252, after a batch
 // of one proposal was made in one allocation 53 and 249, after kv.Store
-// decoded a put's key and value into one allocation 52 and 246. (Not under
-// -race: its sync.Pool drops items at random.)
+// decoded a put's key and value into one allocation 52 and 246, after the
+// leader stopped sending the empty MsgApps that only carry a commit index
+// (redundant.go: the messages, their answers and the followers' Readys for
+// them) 52 and 194. (Not under -race: its sync.Pool drops items at random.)
 func TestProposeAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		members int
 		max     float64
-	}{{1, 53}, {3, 248}} {
+	}{{1, 53}, {3, 198}} {
 		n := proposeAllocs(t, tc.members)
 		t.Logf("%d members: %.1f allocations per write", tc.members, n)
 		if n > tc.max {

@@ -307,6 +307,9 @@ func (n *Node) quiesce(set []uint64, leader uint64) {
 	n.quietLeader.Store(leader)
 	n.quietHeir.Store(leader != n.cfg.ID && n.rankAmongVoters(leader, nil) == 0)
 	n.quiesced.Store(true)
+	if n.local.len() > 0 {
+		n.loopTask.Signal() // a quiet answer queued before it read quiesced (quietanswers.go)
+	}
 	n.sched.quiesced.Add(1)
 	n.log.Debug("quiesced", slog.Uint64("leader", leader), slog.Uint64("term", l.term))
 }

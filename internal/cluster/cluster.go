@@ -67,6 +67,9 @@ type Options struct {
 	RelayAnswers bool
 	// InlineApply as in raft.Config.
 	InlineApply bool
+	// MaxSizePerMsg and MaxCommandSize as in raft.Config (default raft's).
+	MaxSizePerMsg  uint64
+	MaxCommandSize int
 }
 
 // Cluster is a set of members over one Network.
@@ -161,6 +164,8 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		RelayFanout:            c.opts.RelayFanout,
 		RelayAnswers:           c.opts.RelayAnswers,
 		InlineApply:            c.opts.InlineApply,
+		MaxSizePerMsg:          c.opts.MaxSizePerMsg,
+		MaxCommandSize:         c.opts.MaxCommandSize,
 	}
 }
 
