@@ -4,6 +4,7 @@ package raft_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -26,11 +27,18 @@ func TestLeaderTickAllocsDoNotGrowWithStandbys(t *testing.T) {
 	const ticks = 500 // ten passes of the bookkeeping at 20ms ticks
 	perTick := func(standbys int) float64 {
 		lead := fleet(ctx, t, standbys)
-		return testing.AllocsPerRun(4, func() {
-			if err := raft.LeaderTicks(ctx, lead.Node, ticks); err != nil {
-				t.Fatal(err)
-			}
-		}) / ticks
+		// The count is the whole process's: the other members' work in the
+		// window (a heartbeat round, a late append) only adds to it, so
+		// the least of three windows is the leader's ticks.
+		least := math.Inf(1)
+		for range 3 {
+			least = min(least, testing.AllocsPerRun(4, func() {
+				if err := raft.LeaderTicks(ctx, lead.Node, ticks); err != nil {
+					t.Fatal(err)
+				}
+			})/ticks)
+		}
+		return least
 	}
 	none, many := perTick(0), perTick(48)
 	t.Logf("allocations per leader tick: %.2f with no standby, %.2f with 48", none, many)
