@@ -58,6 +58,11 @@ type relayState struct {
 	// avoid is the relay a standby fell back from while that relay was
 	// fit (a fault between them): it is given another if one has room.
 	avoid map[uint64]uint64
+	// orphan holds a standby whose relay failed (down, unfit, or silent
+	// with most of its standbys) and the tick it did: it is given another
+	// relay at once, whatever its own state, and its silence is not held
+	// against it (nor its new relay) until fallbackTicks after that.
+	orphan map[uint64]uint64
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
 	// sentApp is, per relayed standby, the tick of the latest append put
@@ -106,7 +111,7 @@ func (r *relayState) reset() {
 	clear(r.sentApp)
 	clear(r.sentBeat)
 	clear(r.asked)
-	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
+	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 && len(r.orphan) == 0 {
 		return
 	}
 	clear(r.via)
@@ -115,6 +120,7 @@ func (r *relayState) reset() {
 	clear(r.down)
 	clear(r.mark)
 	clear(r.avoid)
+	clear(r.orphan)
 }
 
 // fallbackTicks is how long a relayed standby may go without answering
@@ -150,6 +156,7 @@ func (n *Node) relayTick() {
 		r.direct, r.down = make(map[uint64]uint64), make(map[uint64]uint64)
 		r.mark, r.peers = make(map[uint64]relayMark), make(map[uint64]relayPeer)
 		r.avoid, r.keep = make(map[uint64]uint64), make(map[uint64]relayMark)
+		r.orphan = make(map[uint64]uint64)
 	}
 	fb := n.fallbackTicks()
 	fresh := time.Duration(fb) * n.cfg.TickInterval
@@ -189,10 +196,16 @@ func (n *Node) relayTick() {
 		}
 	}
 	// Check the relayed standbys.
-	var failed map[uint64]int
+	var failed map[uint64][]uint64
 	for s := range r.avoid {
 		if _, ok := r.peers[s]; !ok {
 			delete(r.avoid, s)
+		}
+	}
+	for s := range r.orphan {
+		// An orphan is one until it answers (through its new relay).
+		if p, ok := r.peers[s]; !ok || !p.learner || p.heard {
+			delete(r.orphan, s)
 		}
 	}
 	for s := range r.keep {
@@ -206,28 +219,42 @@ func (n *Node) relayTick() {
 		case !ok || !p.learner: // removed or promoted: a voter is fed directly
 			n.unrelay(s, ok && p.state == tracker.StateReplicate && p.match < last)
 		case !n.relayFit(via, commit):
-			n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
+			// The relay is at fault, not the standby: another relay.
+			n.orphaned(s, p, last)
+		case r.orphan[s] != 0 && ticks-r.orphan[s] <= fb:
+			// Given this relay after its last one failed, and silent
+			// since: it has an election timeout to answer through it.
 		case !p.heard || n.relayStalled(s, p.match, commit, 2*fb):
 			// A standby probed for a moment (a lost append, rejected) is
 			// not at fault: raft resends through the relay; one that
-			// stays stuck is caught by its progress.
+			// stays stuck is caught by its progress. An orphan still
+			// silent is fed directly; its new relay is not blamed.
+			if r.orphan[s] != 0 {
+				n.fallBack(s, p, last, "silent since its relay failed")
+				continue
+			}
+			if failed == nil {
+				failed = make(map[uint64][]uint64)
+			}
+			failed[via] = append(failed[via], s)
+		}
+	}
+	// A relay most of whose standbys failed at once is the one at fault:
+	// not chosen for an election timeout, its standbys given other relays
+	// at once. Otherwise each failed standby is fed directly for a while.
+	for via, ss := range failed {
+		if 2*len(ss) >= r.load[via] {
+			n.relayDown(via, "most of its standbys fell silent")
+			continue
+		}
+		for _, s := range ss {
+			p := r.peers[s]
 			why := "no progress"
 			if !p.heard {
 				why = "silent"
 			}
 			r.avoid[s] = via
 			n.fallBack(s, p, last, why)
-			if failed == nil {
-				failed = make(map[uint64]int)
-			}
-			failed[via]++
-		}
-	}
-	// A relay most of whose standbys failed at once is the one at fault:
-	// not chosen for an election timeout, its other standbys fed directly.
-	for via, k := range failed {
-		if k*2 >= k+r.load[via] {
-			n.relayDown(via, "most of its standbys fell silent")
 		}
 	}
 	n.assignRelays(commit)
@@ -298,9 +325,15 @@ func (n *Node) keepsUp(id, match, commit uint64) bool {
 	return ticks-mk.tick <= relayKeepUpTicks
 }
 
-// assignRelays gives each standby fed directly that may be relayed a
-// relay with room: the least loaded fit follower voter, else a standby
-// relay, else it becomes a relay itself (if caught up) or stays direct.
+// assignRelays gives each standby fed directly that may be relayed, and
+// each orphan, a relay with room: the least loaded fit follower voter,
+// else the least loaded standby relay; when none has room, the standby
+// becomes a relay itself (if caught up, and not an orphan), else a
+// caught-up standby a voter relays is made one (borrowRelay), else it
+// stays direct. Before that, a standby relay whose standbys the voter
+// relays have room for gives them up (rebalance): a voter relay costs the
+// leader no copy of the entries beyond the one it sends that voter, a
+// standby relay one more.
 func (n *Node) assignRelays(commit uint64) {
 	r := n.loop.relay
 	k := n.cfg.RelayFanout
@@ -311,12 +344,9 @@ func (n *Node) assignRelays(commit uint64) {
 			if n.relayFit(id, commit) {
 				relays = append(relays, id)
 			}
-		case r.via[id] == 0 && p.healthy && r.direct[id] == 0:
+		case r.via[id] == 0 && (r.orphan[id] != 0 || (p.healthy && r.direct[id] == 0)):
 			pending = append(pending, id)
 		}
-	}
-	if len(pending) == 0 {
-		return
 	}
 	// Voters first, then by ID: a stable choice.
 	sort.Slice(relays, func(i, j int) bool {
@@ -326,19 +356,24 @@ func (n *Node) assignRelays(commit uint64) {
 		}
 		return relays[i] < relays[j]
 	})
+	relays = n.rebalance(relays, commit)
+	if len(pending) == 0 {
+		return
+	}
 	slices.Sort(pending)
 	for _, s := range pending {
-		best := uint64(0)
-		for _, id := range relays {
-			if r.load[id] < k && (best == 0 || r.avoid[s] == best || (r.load[id] < r.load[best] && r.avoid[s] != id)) {
-				best = id
-			}
-		}
+		best := n.relayWithRoom(s, relays, k)
 		if best == 0 {
-			if n.relayFit(s, commit) {
-				relays = append(relays, s) // it relays for the next ones
+			if r.orphan[s] != 0 {
+				best = n.borrowRelay(commit)
 			}
-			continue
+			if best == 0 {
+				if n.relayFit(s, commit) {
+					relays = append(relays, s) // it relays for the next ones
+				}
+				continue
+			}
+			relays = append(relays, best)
 		}
 		r.via[s] = best
 		r.load[best]++
@@ -347,6 +382,92 @@ func (n *Node) assignRelays(commit uint64) {
 		}
 		r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
 	}
+}
+
+// relayWithRoom returns the relay for standby s among relays (voters
+// first): a voter with room if there is one, else a standby relay with
+// room, the least loaded of its kind — the one s avoids only if it is the
+// only one — or 0.
+func (n *Node) relayWithRoom(s uint64, relays []uint64, k int) uint64 {
+	r := n.loop.relay
+	for _, voters := range []bool{true, false} {
+		best := uint64(0)
+		for _, id := range relays {
+			if !r.peers[id].learner != voters || r.load[id] >= k {
+				continue
+			}
+			if best == 0 || r.avoid[s] == best || (r.load[id] < r.load[best] && r.avoid[s] != id) {
+				best = id
+			}
+		}
+		if best != 0 {
+			return best
+		}
+	}
+	return 0
+}
+
+// rebalance hands the standbys of each standby relay in relays over to
+// the voter relays in relays when these have room for all of them (after
+// a voter relay came back: the standbys it lost went to standby relays),
+// and returns relays without the standby relays left with none. Nothing
+// was lost on the way (the old relay is fit): no resend is asked for.
+func (n *Node) rebalance(relays []uint64, commit uint64) []uint64 {
+	r := n.loop.relay
+	k := n.cfg.RelayFanout
+	room := 0
+	for _, id := range relays {
+		if !r.peers[id].learner {
+			room += max(k-r.load[id], 0)
+		}
+	}
+	if room == 0 {
+		return relays
+	}
+	out := relays[:0]
+	for _, sr := range relays {
+		load := r.load[sr]
+		if !r.peers[sr].learner || load == 0 || load > room {
+			out = append(out, sr)
+			continue
+		}
+		n.log.Debug("standby relay's standbys handed to voter relays", slog.Uint64("relay", sr), slog.Int("standbys", load))
+		for s, via := range r.via {
+			if via != sr {
+				continue
+			}
+			n.unrelay(s, false)
+			best := n.relayWithRoom(s, relays, k)
+			if best == 0 || r.peers[best].learner {
+				continue // cannot happen: room was counted
+			}
+			r.via[s] = best
+			r.load[best]++
+			r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
+		}
+		room -= load
+	}
+	return out
+}
+
+// borrowRelay makes a caught-up standby that a voter relay feeds a relay
+// (when no relay has room for an orphan: a voter relay failed and the
+// other is full), and returns it, or 0 if there is none. It is taken off
+// its voter relay without a resend: nothing was lost on the way.
+func (n *Node) borrowRelay(commit uint64) uint64 {
+	r := n.loop.relay
+	best := uint64(0)
+	for s, via := range r.via {
+		p, vp := r.peers[s], r.peers[via]
+		if vp.learner || !p.healthy || r.orphan[s] != 0 || (best != 0 && s > best) || !n.keepsUp(s, p.match, commit) {
+			continue
+		}
+		best = s
+	}
+	if best != 0 {
+		n.unrelay(best, false)
+	}
+	return best
 }
 
 // unrelay feeds standby s directly from now on. probe: what was in flight
@@ -375,10 +496,11 @@ func (n *Node) fallBack(s uint64, p relayPeer, last uint64, why string) {
 	n.log.Debug("standby fed directly again", slog.Uint64("standby", s), slog.Uint64("relay", r.via[s]), slog.String("why", why))
 	n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
 	r.direct[s] = n.loop.ticks + uint64(n.cfg.ElectionTicks)
+	delete(r.orphan, s)
 }
 
 // relayDown stops using relay id for an election timeout: its standbys
-// are fed directly.
+// are given other relays (orphaned).
 func (n *Node) relayDown(id uint64, why string) {
 	r := n.loop.relay
 	if r == nil || r.via == nil {
@@ -392,17 +514,36 @@ func (n *Node) relayDown(id uint64, why string) {
 	last := n.loop.ms.lastIndex
 	for s, via := range r.via {
 		if via == id {
-			p := r.peers[s]
-			n.unrelay(s, p.state != tracker.StateSnapshot && p.match < last)
+			n.orphaned(s, r.peers[s], last)
 		}
 	}
 }
 
+// orphaned takes relayed standby s from its relay, which failed (down, or
+// no longer fit): raft resends from its Match what was in flight
+// (ReportUnreachable, as unrelay does), and s is given another relay by
+// the next assignRelays whatever its own state — the resends and the next
+// appends then leave in that relay's envelope, each entry once for all
+// the standbys it takes, rather than one full copy per standby sent
+// directly for an election timeout.
+func (n *Node) orphaned(s uint64, p relayPeer, last uint64) {
+	r := n.loop.relay
+	n.unrelay(s, p.state != tracker.StateSnapshot && p.match < last)
+	delete(r.direct, s)
+	delete(r.avoid, s)
+	if _, ok := r.orphan[s]; !ok && p.state != tracker.StateSnapshot {
+		r.orphan[s] = n.loop.ticks
+	}
+}
+
 // relayUnreachable is the transport's report that a message to id could
-// not be sent (on the loop): a relay it concerns is not used for a while.
+// not be sent (on the loop): a relay it concerns is not used for a while,
+// and its standbys are given other relays before raft's resends to them
+// leave.
 func (n *Node) relayUnreachable(id uint64) {
 	if r := n.loop.relay; r != nil && r.load[id] > 0 {
 		n.relayDown(id, "unreachable")
+		n.assignRelays(n.loop.rn.BasicStatus().GetCommit())
 	}
 }
 
@@ -422,7 +563,7 @@ func (l *loopState) relayVia(id uint64) uint64 {
 // down, no progress tracked. A quiesced node lets such a state go.
 func (r *relayState) idle() bool {
 	return len(r.via) == 0 && len(r.load) == 0 && len(r.direct) == 0 && len(r.down) == 0 &&
-		len(r.mark) == 0 && len(r.keep) == 0 && len(r.avoid) == 0
+		len(r.mark) == 0 && len(r.keep) == 0 && len(r.avoid) == 0 && len(r.orphan) == 0
 }
 
 // sendOut sends a Ready's network messages: directly, except the appends
