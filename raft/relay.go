@@ -63,6 +63,13 @@ type relayState struct {
 	// relay at once, whatever its own state, and its silence is not held
 	// against it (nor its new relay) until fallbackTicks after that.
 	orphan map[uint64]uint64
+	// held are the appends with entries to orphans that sendOut held back
+	// until the next relayTick (flushHeld): raft resends to each orphan
+	// from its Match as its answers come, one by one, each in a Ready of
+	// its own; sent together, they share their entries in one envelope.
+	held []*raftpb.Message
+	// flushing: sendOut is sending held, which it must not hold again.
+	flushing bool
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
 	// sentApp is, per relayed standby, the tick of the latest append put
@@ -111,7 +118,7 @@ func (r *relayState) reset() {
 	clear(r.sentApp)
 	clear(r.sentBeat)
 	clear(r.asked)
-	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 && len(r.orphan) == 0 {
+	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 && len(r.orphan) == 0 && len(r.held) == 0 {
 		return
 	}
 	clear(r.via)
@@ -121,6 +128,8 @@ func (r *relayState) reset() {
 	clear(r.mark)
 	clear(r.avoid)
 	clear(r.orphan)
+	clear(r.held)
+	r.held = r.held[:0]
 }
 
 // fallbackTicks is how long a relayed standby may go without answering
@@ -179,6 +188,7 @@ func (n *Node) relayTick() {
 		heard := !l.lastContact.get(id).IsZero() && newest.Sub(l.lastContact.get(id)) <= fresh
 		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
+	n.flushHeld()
 	ticks := l.ticks
 	for id, at := range r.asked {
 		if ticks-at > fb {
@@ -603,6 +613,10 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 			if via != 0 && (n.redundantHeartbeat(m) || n.commitOnlyAppend(m)) {
 				continue
 			}
+			if via != 0 && !r.flushing && len(m.Entries) > 0 && r.orphan[to] != 0 {
+				r.held = append(r.held, m) // flushHeld, next tick
+				continue
+			}
 			if via == 0 {
 				via = to // a relay's own message rides with its standbys'
 			}
@@ -626,6 +640,25 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	}
 	clear(rest)
 	r.rest, r.bundles = rest[:0], bundles[:0]
+}
+
+// flushHeld sends the appends sendOut held back for orphans (on each
+// relayTick, before the orphans are looked at): each through the standby's
+// relay of now, in one envelope per relay, or directly.
+func (n *Node) flushHeld() {
+	r := n.loop.relay
+	if len(r.held) == 0 {
+		return
+	}
+	held := r.held
+	r.held = nil
+	if n.loop.role == RoleLeader {
+		r.flushing = true
+		n.sendOut(held)
+		r.flushing = false
+	}
+	clear(held)
+	r.held = held[:0]
 }
 
 // noteSent records append or heartbeat m to a relayed standby, put in
