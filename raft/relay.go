@@ -140,10 +140,12 @@ func (r *relayState) reset() {
 func (n *Node) fallbackTicks() uint64 { return uint64(max(2, n.cfg.ElectionTicks)) }
 
 // relayTick (on the leader, each tick) checks the relayed standbys — one
-// silent for fallbackTicks, or without progress for twice as long, or
-// whose relay is no longer fit, is fed directly again — and assigns the standbys fed
-// directly that answer to relays: follower voters first, then caught-up
-// standbys, at most Config.RelayFanout each.
+// silent for fallbackTicks, or without progress for twice as long, is fed
+// directly again; those of a relay no longer fit, or most of whose
+// standbys failed at once, are given another relay (orphaned) — and
+// assigns the standbys fed directly that answer, and the orphans, to
+// relays: follower voters first, then caught-up standbys, at most
+// Config.RelayFanout each.
 func (n *Node) relayTick() {
 	l := &n.loop
 	r := l.relay

@@ -27,10 +27,10 @@ type killTraffic struct {
 	toVoters, toStandbyRelays, toStandbysDirect        uint64
 	entriesVoters, entriesRelays, entriesStandbyDirect uint64
 	// By kind, what the leader built for the standbys: appends with
-	// entries and without (bytes: whole when direct, the header in an
+	// entries or not (bytes: whole when direct, the header in an
 	// envelope), heartbeats, snapshots.
-	appsStandby, emptyAppsStandby, beatsStandby uint64
-	snapshots                                   uint64
+	appsStandby, beatsStandby uint64
+	snapshots                 uint64
 	// directTicks: samples of a standby (not a relay) fed directly, out of
 	// samples of every standby.
 	directSamples, samples int
