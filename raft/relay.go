@@ -209,6 +209,7 @@ func (n *Node) relayTick() {
 	}
 	// Check the relayed standbys.
 	var failed map[uint64][]uint64
+	var unfit []uint64
 	for s := range r.avoid {
 		if _, ok := r.peers[s]; !ok {
 			delete(r.avoid, s)
@@ -233,6 +234,9 @@ func (n *Node) relayTick() {
 		case !n.relayFit(via, commit):
 			// The relay is at fault, not the standby: another relay.
 			n.orphaned(s, p, last)
+			if !slices.Contains(unfit, via) {
+				unfit = append(unfit, via)
+			}
 		case r.orphan[s] != 0 && ticks-r.orphan[s] <= fb:
 			// Given this relay after its last one failed, and silent
 			// since: it has an election timeout to answer through it.
@@ -254,8 +258,14 @@ func (n *Node) relayTick() {
 	// A relay most of whose standbys failed at once is the one at fault:
 	// not chosen for an election timeout, its standbys given other relays
 	// at once. Otherwise each failed standby is fed directly for a while.
+	for _, via := range unfit {
+		n.reclaim(via)
+	}
 	for via, ss := range failed {
-		if 2*len(ss) >= r.load[via] {
+		// Those that fell back from it a moment ago count: a dead relay's
+		// standbys seldom all go silent at the same tick.
+		k := len(ss) + n.fellBackFrom(via)
+		if 2*k >= r.load[via]+k-len(ss) {
 			n.relayDown(via, "most of its standbys fell silent")
 			continue
 		}
@@ -527,6 +537,38 @@ func (n *Node) relayDown(id uint64, why string) {
 	for s, via := range r.via {
 		if via == id {
 			n.orphaned(s, r.peers[s], last)
+		}
+	}
+	n.reclaim(id)
+}
+
+// fellBackFrom counts the standbys fed directly for having fallen silent
+// behind relay id (fallBack; not yet given another relay).
+func (n *Node) fellBackFrom(id uint64) int {
+	r := n.loop.relay
+	k := 0
+	for s, a := range r.avoid {
+		if a == id && r.direct[s] != 0 && r.via[s] == 0 {
+			k++
+		}
+	}
+	return k
+}
+
+// reclaim makes orphans of the standbys fed directly for having fallen
+// silent behind relay id, now found at fault (down, or no longer fit):
+// they were not at fault, and are given another relay with its other
+// standbys rather than fed directly for the rest of an election timeout.
+func (n *Node) reclaim(id uint64) {
+	r := n.loop.relay
+	for s, a := range r.avoid {
+		if a != id || r.direct[s] == 0 || r.via[s] != 0 {
+			continue
+		}
+		delete(r.direct, s)
+		delete(r.avoid, s)
+		if _, ok := r.orphan[s]; !ok {
+			r.orphan[s] = n.loop.ticks
 		}
 	}
 }

@@ -209,24 +209,25 @@ func measureRelayKills(t *testing.T, standbys, rate int, tick, d, every, down ti
 }
 
 // TestRelayCrashesLeaderTraffic: 3 voters and 24 relayed standbys under
-// steady writes (at most 150 a second), a relay crashed every 1.5 s and
-// restarted 0.3 s later (a kill -9 of its process, its data kept): the
-// entries the leader sends the standbys — in envelopes to standbys made
-// relays, and directly — stay a fraction of what they were, no snapshot
-// goes to a member for a gap of a fraction of a second, and every member's
-// log ends equal to the leader's. Before, a crashed relay's standbys were
-// each fed directly (every entry since their Match, one copy each) for an
-// election timeout, and the standbys made relays kept relaying after the
-// voter came back, a copy of every entry each: 3.7-4.3 entries per write
-// to the standbys under -race (1.8 without), 0.5-1.8 after. Counts, not
-// timings; the writes are fewer than the rate allows under -race.
+// steady writes (at most 150 a second, ticks of 40 ms), a relay crashed
+// every 2 s and restarted 0.6 s later (a kill -9 of its process, its data
+// kept): the entries the leader sends the standbys — in envelopes to
+// standbys made relays, and directly — stay a fraction of what they were,
+// no snapshot goes to a member for a gap of a fraction of a second, and
+// every member's log ends equal to the leader's. Before, a crashed relay's
+// standbys were each fed directly (every entry since their Match, one copy
+// each) for an election timeout, and the standbys made relays kept
+// relaying after the voter came back, a copy of every entry each: 1.57
+// entries per write to the standbys (2.9-5.1 under -race), 0.32 after
+// (0.31-0.95 under -race). Counts, not timings; the ticks are long enough
+// that a loop starved under -race seldom reads as a silent standby.
 func TestRelayCrashesLeaderTraffic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures two clusters for seconds each")
 	}
-	const standbys, rate, tick = 24, 150, 20 * time.Millisecond
-	none := measureRelayKills(t, 0, rate, tick, 6*time.Second, 0, 0)
-	fleet := measureRelayKills(t, standbys, rate, tick, 6*time.Second, 1500*time.Millisecond, 300*time.Millisecond)
+	const standbys, rate, tick = 24, 150, 40 * time.Millisecond
+	none := measureRelayKills(t, 0, rate, tick, 7*time.Second, 0, 0)
+	fleet := measureRelayKills(t, standbys, rate, tick, 7*time.Second, 2*time.Second, 600*time.Millisecond)
 	if none == nil || fleet == nil {
 		t.Skip("the leader changed during a measure: nothing to compare")
 	}
@@ -236,8 +237,8 @@ func TestRelayCrashesLeaderTraffic(t *testing.T) {
 	per := func(k *killTraffic) float64 { return float64(k.bytes) / float64(max(k.writes, 1)) }
 	toStandbys := float64(fleet.entriesRelays+fleet.entriesStandbyDirect) / float64(max(fleet.writes, 1))
 	t.Logf("24 standbys with relays crashed against none: %.2fx the bytes per write, %.2f entries per write to the standbys", per(fleet)/per(none), toStandbys)
-	if toStandbys > 2.5 {
-		t.Errorf("the leader sent the standbys %.2f entries per write with relays crashing: want at most 2.5", toStandbys)
+	if toStandbys > 1.2 {
+		t.Errorf("the leader sent the standbys %.2f entries per write with relays crashing: want at most 1.2", toStandbys)
 	}
 	if fleet.snapshots > 0 {
 		t.Errorf("the leader sent %d snapshots to standbys for gaps of a fraction of a second", fleet.snapshots)
