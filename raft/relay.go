@@ -385,17 +385,18 @@ func (n *Node) assignRelays(commit uint64) {
 	slices.Sort(pending)
 	for _, s := range pending {
 		best := n.relayWithRoom(s, relays, k)
+		if best == 0 && r.orphan[s] != 0 {
+			if best = n.borrowRelay(commit); best != 0 {
+				relays = append(relays, best)
+			} else {
+				best = n.overflowRelay(relays, k)
+			}
+		}
 		if best == 0 {
-			if r.orphan[s] != 0 {
-				best = n.borrowRelay(commit)
+			if n.relayFit(s, commit) {
+				relays = append(relays, s) // it relays for the next ones
 			}
-			if best == 0 {
-				if n.relayFit(s, commit) {
-					relays = append(relays, s) // it relays for the next ones
-				}
-				continue
-			}
-			relays = append(relays, best)
+			continue
 		}
 		r.via[s] = best
 		r.load[best]++
@@ -429,6 +430,25 @@ func (n *Node) relayWithRoom(s uint64, relays []uint64, k int) uint64 {
 	return 0
 }
 
+// overflowRelay returns the least loaded voter relay in relays that feeds
+// fewer than twice k standbys, or 0: the last resort for an orphan when no
+// relay has room and no standby can be made one (none keeps up: on a host
+// whose standbys are starved). Fed directly instead, the orphan would cost
+// the leader a full copy of every entry until a relay has room; through a
+// voter relay beyond its fanout it costs the leader nothing, and that relay
+// the copies for a moment: rebalance hands them over as soon as another
+// voter relay has room.
+func (n *Node) overflowRelay(relays []uint64, k int) uint64 {
+	r := n.loop.relay
+	best := uint64(0)
+	for _, id := range relays {
+		if !r.peers[id].learner && r.load[id] < 2*k && (best == 0 || r.load[id] < r.load[best]) {
+			best = id
+		}
+	}
+	return best
+}
+
 // rebalance hands the standbys of each standby relay in relays over to
 // the voter relays in relays when these have room for all of them (after
 // a voter relay came back: the standbys it lost went to standby relays),
@@ -445,6 +465,31 @@ func (n *Node) rebalance(relays []uint64, commit uint64) []uint64 {
 	}
 	if room == 0 {
 		return relays
+	}
+	// A voter relay beyond its fanout (overflowRelay) first.
+	for _, v := range relays {
+		for extra := r.load[v] - k; extra > 0 && room > 0 && !r.peers[v].learner; extra-- {
+			to := uint64(0)
+			for _, id := range relays {
+				if id != v && !r.peers[id].learner && r.load[id] < k && (to == 0 || r.load[id] < r.load[to]) {
+					to = id
+				}
+			}
+			s := uint64(0)
+			for sb, via := range r.via {
+				if via == v && (s == 0 || sb < s) {
+					s = sb
+				}
+			}
+			if to == 0 || s == 0 {
+				break
+			}
+			n.unrelay(s, false)
+			r.via[s] = to
+			r.load[to]++
+			r.mark[s] = relayMark{index: commit, tick: n.loop.ticks}
+			room--
+		}
 	}
 	out := relays[:0]
 	for _, sr := range relays {
