@@ -70,6 +70,9 @@ type relayState struct {
 	held []*raftpb.Message
 	// flushing: sendOut is sending held, which it must not hold again.
 	flushing bool
+	// probed is, per standby, the index of the latest append with entries
+	// the leader sent it and the tick it did (dropRepeatedProbes).
+	probed map[uint64]relayMark
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
 	// sentApp is, per relayed standby, the tick of the latest append put
@@ -130,6 +133,7 @@ func (r *relayState) reset() {
 	clear(r.orphan)
 	clear(r.held)
 	r.held = r.held[:0]
+	clear(r.probed)
 }
 
 // fallbackTicks is how long a relayed standby may go without answering
@@ -677,6 +681,11 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 			return
 		}
 	}
+	if r != nil && l.role == RoleLeader && !r.flushing {
+		if out = n.dropRepeatedProbes(out); len(out) == 0 {
+			return
+		}
+	}
 	rt, ok := n.tr.(RelayTransport)
 	if !ok || r == nil || len(r.via) == 0 || l.role != RoleLeader {
 		n.tr.Send(out)
@@ -945,4 +954,36 @@ func (b *relayBundle) add(m *raftpb.Message) bool {
 func entryAt(ents []*raftpb.Entry, index uint64) (int, bool) {
 	at := sort.Search(len(ents), func(i int) bool { return ents[i].GetIndex() >= index })
 	return at, at < len(ents) && ents[at].GetIndex() == index
+}
+
+// dropRepeatedProbes leaves out of out (in place) each append with entries
+// to a standby that repeats the previous one — the same Index: raft sends
+// it again from the same Next — within fallbackTicks of it. etcd raft
+// resends a probe (StateProbe: everything from Next, up to MaxSizePerMsg)
+// on every heartbeat answer until the standby acknowledges it; a standby
+// slow to acknowledge (a starved process syncing a large append, or one
+// whose acknowledgement went astray) was sent the same megabyte every
+// heartbeat. Raft takes a left-out resend as a lost message: it tries
+// again on a later heartbeat answer, which goes after fallbackTicks.
+// Voters are not concerned.
+func (n *Node) dropRepeatedProbes(out []*raftpb.Message) []*raftpb.Message {
+	r := n.loop.relay
+	ticks := n.loop.ticks
+	kept := out[:0]
+	for _, m := range out {
+		if m.GetType() == raftpb.MsgApp && len(m.Entries) > 0 && r.peers[m.GetTo()].learner {
+			to := m.GetTo()
+			prev, ok := r.probed[to]
+			if ok && prev.index == m.GetIndex() && ticks-prev.tick < n.fallbackTicks() {
+				continue
+			}
+			if r.probed == nil {
+				r.probed = make(map[uint64]relayMark)
+			}
+			r.probed[to] = relayMark{index: m.GetIndex(), tick: ticks}
+		}
+		kept = append(kept, m)
+	}
+	clear(out[len(kept):])
+	return kept
 }

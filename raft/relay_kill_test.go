@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,4 +244,56 @@ func TestRelayCrashesLeaderTraffic(t *testing.T) {
 	if fleet.snapshots > 0 {
 		t.Errorf("the leader sent %d snapshots to standbys for gaps of a fraction of a second", fleet.snapshots)
 	}
+}
+
+// TestStandbyProbeNotRepeated: a standby that rejected an append (it lost
+// one) and whose acknowledgements then go astray — a starved process slow
+// to sync a large append looks the same — is in raft's probe state, which
+// resends everything from its Next on every heartbeat answer: the leader
+// sends that append again at most once per election timeout, not once per
+// heartbeat. Every member's log ends equal to the leader's.
+func TestStandbyProbeNotRepeated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := relayOptions(true, 2)
+	c, lead, ids := withStandbys(ctx, t, opts, 2)
+	waitStatus(ctx, t, lead.Node, "every standby relayed", relayedAll(ids))
+	s := ids[0]
+	var gapped, acksLost atomic.Bool
+	acksLost.Store(true)
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		switch {
+		case from == lead.ID && m.GetTo() == s && m.GetType() == raftpb.MsgApp && len(m.Entries) > 0:
+			return gapped.CompareAndSwap(false, true) // one lost: the next is rejected
+		case from == s && m.GetTo() == lead.ID && m.GetType() == raftpb.MsgAppResp && !m.GetReject():
+			return acksLost.Load()
+		}
+		return false
+	})
+	c.Net.ResetTraffic()
+	const writes = 60
+	for i := range writes {
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := lead.Node.Propose(wctx, kv.Put(fmt.Sprintf("p-%d", i), strings.Repeat("v", 256)))
+		wcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // a tick: the heartbeats answer
+	}
+	apps := c.Net.Authored(lead.ID, s, raftpb.MsgApp)
+	appBytes := c.Net.AuthoredBytes(lead.ID, s, raftpb.MsgApp)
+	st := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+	t.Logf("over %d writes a tick apart, with standby %d's acknowledgements lost: %d appends to it (%d B built), state %s",
+		writes, s, apps, appBytes, st.Progress[s].State)
+	acksLost.Store(false)
+	c.Net.SetFilter(nil)
+	// The appends with entries: once per election timeout (10 ticks)
+	// while the acknowledgements are lost, a few around; not every
+	// heartbeat answer (every tick or two: 30-60 of them).
+	if apps > writes/3 {
+		t.Errorf("the leader built %d appends for standby %d over %d writes with its acknowledgements lost: want at most %d (a probe per election timeout)", apps, s, writes, writes/3)
+	}
+	writeAll(ctx, t, lead.Node, "after", 20, 4, 64, false)
+	sameLogs(ctx, t, c)
 }
