@@ -113,7 +113,10 @@ type Config struct {
 	RelayAnswers bool
 	// RelayFanout is how many standbys one relay feeds at most (Relay).
 	// Default 12: three voters' two followers feed 24 standbys, beyond
-	// that caught-up standbys relay too.
+	// that caught-up standbys relay too. One exception: the standbys of a
+	// relay that failed, when no relay has room and no standby keeps up
+	// to be made one, go to a voter relay beyond it (up to twice), not to
+	// the leader's direct sends, until another voter relay has room.
 	RelayFanout int
 	// InlineApply lets the run loop's worker apply small batches of
 	// committed entries itself, right after the Ready that committed them,

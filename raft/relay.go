@@ -58,6 +58,21 @@ type relayState struct {
 	// avoid is the relay a standby fell back from while that relay was
 	// fit (a fault between them): it is given another if one has room.
 	avoid map[uint64]uint64
+	// orphan holds a standby whose relay failed (down, unfit, or silent
+	// with most of its standbys) and the tick it did: it is given another
+	// relay at once, whatever its own state, and its silence is not held
+	// against it (nor its new relay) until fallbackTicks after that.
+	orphan map[uint64]uint64
+	// held are the appends with entries to orphans that sendOut held back
+	// until the next relayTick (flushHeld): raft resends to each orphan
+	// from its Match as its answers come, one by one, each in a Ready of
+	// its own; sent together, they share their entries in one envelope.
+	held []*raftpb.Message
+	// flushing: sendOut is sending held, which it must not hold again.
+	flushing bool
+	// probed is, per standby, the index of the latest append with entries
+	// the leader sent it and the tick it did (dropRepeatedProbes).
+	probed map[uint64]relayMark
 	// peers is this tick's view of the members (reused).
 	peers map[uint64]relayPeer
 	// sentApp is, per relayed standby, the tick of the latest append put
@@ -106,7 +121,7 @@ func (r *relayState) reset() {
 	clear(r.sentApp)
 	clear(r.sentBeat)
 	clear(r.asked)
-	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 {
+	if len(r.via) == 0 && len(r.down) == 0 && len(r.direct) == 0 && len(r.orphan) == 0 && len(r.held) == 0 {
 		return
 	}
 	clear(r.via)
@@ -115,6 +130,10 @@ func (r *relayState) reset() {
 	clear(r.down)
 	clear(r.mark)
 	clear(r.avoid)
+	clear(r.orphan)
+	clear(r.held)
+	r.held = r.held[:0]
+	clear(r.probed)
 }
 
 // fallbackTicks is how long a relayed standby may go without answering
@@ -125,10 +144,12 @@ func (r *relayState) reset() {
 func (n *Node) fallbackTicks() uint64 { return uint64(max(2, n.cfg.ElectionTicks)) }
 
 // relayTick (on the leader, each tick) checks the relayed standbys — one
-// silent for fallbackTicks, or without progress for twice as long, or
-// whose relay is no longer fit, is fed directly again — and assigns the standbys fed
-// directly that answer to relays: follower voters first, then caught-up
-// standbys, at most Config.RelayFanout each.
+// silent for fallbackTicks, or without progress for twice as long, is fed
+// directly again; those of a relay no longer fit, or most of whose
+// standbys failed at once, are given another relay (orphaned) — and
+// assigns the standbys fed directly that answer, and the orphans, to
+// relays: follower voters first, then caught-up standbys, at most
+// Config.RelayFanout each.
 func (n *Node) relayTick() {
 	l := &n.loop
 	r := l.relay
@@ -150,6 +171,7 @@ func (n *Node) relayTick() {
 		r.direct, r.down = make(map[uint64]uint64), make(map[uint64]uint64)
 		r.mark, r.peers = make(map[uint64]relayMark), make(map[uint64]relayPeer)
 		r.avoid, r.keep = make(map[uint64]uint64), make(map[uint64]relayMark)
+		r.orphan = make(map[uint64]uint64)
 	}
 	fb := n.fallbackTicks()
 	fresh := time.Duration(fb) * n.cfg.TickInterval
@@ -172,6 +194,7 @@ func (n *Node) relayTick() {
 		heard := !l.lastContact.get(id).IsZero() && newest.Sub(l.lastContact.get(id)) <= fresh
 		r.peers[id] = relayPeer{learner: pr.IsLearner, heard: heard, healthy: heard && pr.State == tracker.StateReplicate, match: pr.Match, state: pr.State}
 	})
+	n.flushHeld()
 	ticks := l.ticks
 	for id, at := range r.asked {
 		if ticks-at > fb {
@@ -189,10 +212,17 @@ func (n *Node) relayTick() {
 		}
 	}
 	// Check the relayed standbys.
-	var failed map[uint64]int
+	var failed map[uint64][]uint64
+	var unfit []uint64
 	for s := range r.avoid {
 		if _, ok := r.peers[s]; !ok {
 			delete(r.avoid, s)
+		}
+	}
+	for s := range r.orphan {
+		// An orphan is one until it answers (through its new relay).
+		if p, ok := r.peers[s]; !ok || !p.learner || p.heard {
+			delete(r.orphan, s)
 		}
 	}
 	for s := range r.keep {
@@ -206,28 +236,51 @@ func (n *Node) relayTick() {
 		case !ok || !p.learner: // removed or promoted: a voter is fed directly
 			n.unrelay(s, ok && p.state == tracker.StateReplicate && p.match < last)
 		case !n.relayFit(via, commit):
-			n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
+			// The relay is at fault, not the standby: another relay.
+			n.orphaned(s, p, last)
+			if !slices.Contains(unfit, via) {
+				unfit = append(unfit, via)
+			}
+		case r.orphan[s] != 0 && ticks-r.orphan[s] <= fb:
+			// Given this relay after its last one failed, and silent
+			// since: it has an election timeout to answer through it.
 		case !p.heard || n.relayStalled(s, p.match, commit, 2*fb):
 			// A standby probed for a moment (a lost append, rejected) is
 			// not at fault: raft resends through the relay; one that
-			// stays stuck is caught by its progress.
+			// stays stuck is caught by its progress. An orphan still
+			// silent is fed directly; its new relay is not blamed.
+			if r.orphan[s] != 0 {
+				n.fallBack(s, p, last, "silent since its relay failed")
+				continue
+			}
+			if failed == nil {
+				failed = make(map[uint64][]uint64)
+			}
+			failed[via] = append(failed[via], s)
+		}
+	}
+	// A relay most of whose standbys failed at once is the one at fault:
+	// not chosen for an election timeout, its standbys given other relays
+	// at once. Otherwise each failed standby is fed directly for a while.
+	for _, via := range unfit {
+		n.reclaim(via)
+	}
+	for via, ss := range failed {
+		// Those that fell back from it a moment ago count: a dead relay's
+		// standbys seldom all go silent at the same tick.
+		k := len(ss) + n.fellBackFrom(via)
+		if 2*k >= r.load[via]+k-len(ss) {
+			n.relayDown(via, "most of its standbys fell silent")
+			continue
+		}
+		for _, s := range ss {
+			p := r.peers[s]
 			why := "no progress"
 			if !p.heard {
 				why = "silent"
 			}
 			r.avoid[s] = via
 			n.fallBack(s, p, last, why)
-			if failed == nil {
-				failed = make(map[uint64]int)
-			}
-			failed[via]++
-		}
-	}
-	// A relay most of whose standbys failed at once is the one at fault:
-	// not chosen for an election timeout, its other standbys fed directly.
-	for via, k := range failed {
-		if k*2 >= k+r.load[via] {
-			n.relayDown(via, "most of its standbys fell silent")
 		}
 	}
 	n.assignRelays(commit)
@@ -298,9 +351,15 @@ func (n *Node) keepsUp(id, match, commit uint64) bool {
 	return ticks-mk.tick <= relayKeepUpTicks
 }
 
-// assignRelays gives each standby fed directly that may be relayed a
-// relay with room: the least loaded fit follower voter, else a standby
-// relay, else it becomes a relay itself (if caught up) or stays direct.
+// assignRelays gives each standby fed directly that may be relayed, and
+// each orphan, a relay with room: the least loaded fit follower voter,
+// else the least loaded standby relay; when none has room, the standby
+// becomes a relay itself (if caught up, and not an orphan), else a
+// caught-up standby a voter relays is made one (borrowRelay), else it
+// stays direct. Before that, a standby relay whose standbys the voter
+// relays have room for gives them up (rebalance): a voter relay costs the
+// leader no copy of the entries beyond the one it sends that voter, a
+// standby relay one more.
 func (n *Node) assignRelays(commit uint64) {
 	r := n.loop.relay
 	k := n.cfg.RelayFanout
@@ -311,12 +370,9 @@ func (n *Node) assignRelays(commit uint64) {
 			if n.relayFit(id, commit) {
 				relays = append(relays, id)
 			}
-		case r.via[id] == 0 && p.healthy && r.direct[id] == 0:
+		case r.via[id] == 0 && (r.orphan[id] != 0 || (p.healthy && r.direct[id] == 0)):
 			pending = append(pending, id)
 		}
-	}
-	if len(pending) == 0 {
-		return
 	}
 	// Voters first, then by ID: a stable choice.
 	sort.Slice(relays, func(i, j int) bool {
@@ -326,12 +382,18 @@ func (n *Node) assignRelays(commit uint64) {
 		}
 		return relays[i] < relays[j]
 	})
+	relays = n.rebalance(relays, commit)
+	if len(pending) == 0 {
+		return
+	}
 	slices.Sort(pending)
 	for _, s := range pending {
-		best := uint64(0)
-		for _, id := range relays {
-			if r.load[id] < k && (best == 0 || r.avoid[s] == best || (r.load[id] < r.load[best] && r.avoid[s] != id)) {
-				best = id
+		best := n.relayWithRoom(s, relays, k)
+		if best == 0 && r.orphan[s] != 0 {
+			if best = n.borrowRelay(commit); best != 0 {
+				relays = append(relays, best)
+			} else {
+				best = n.overflowRelay(relays, k)
 			}
 		}
 		if best == 0 {
@@ -375,10 +437,11 @@ func (n *Node) fallBack(s uint64, p relayPeer, last uint64, why string) {
 	n.log.Debug("standby fed directly again", slog.Uint64("standby", s), slog.Uint64("relay", r.via[s]), slog.String("why", why))
 	n.unrelay(s, p.state == tracker.StateReplicate && p.match < last)
 	r.direct[s] = n.loop.ticks + uint64(n.cfg.ElectionTicks)
+	delete(r.orphan, s)
 }
 
 // relayDown stops using relay id for an election timeout: its standbys
-// are fed directly.
+// are given other relays (orphaned).
 func (n *Node) relayDown(id uint64, why string) {
 	r := n.loop.relay
 	if r == nil || r.via == nil {
@@ -392,17 +455,20 @@ func (n *Node) relayDown(id uint64, why string) {
 	last := n.loop.ms.lastIndex
 	for s, via := range r.via {
 		if via == id {
-			p := r.peers[s]
-			n.unrelay(s, p.state != tracker.StateSnapshot && p.match < last)
+			n.orphaned(s, r.peers[s], last)
 		}
 	}
+	n.reclaim(id)
 }
 
 // relayUnreachable is the transport's report that a message to id could
-// not be sent (on the loop): a relay it concerns is not used for a while.
+// not be sent (on the loop): a relay it concerns is not used for a while,
+// and its standbys are given other relays before raft's resends to them
+// leave.
 func (n *Node) relayUnreachable(id uint64) {
 	if r := n.loop.relay; r != nil && r.load[id] > 0 {
 		n.relayDown(id, "unreachable")
+		n.assignRelays(n.loop.rn.BasicStatus().GetCommit())
 	}
 }
 
@@ -422,7 +488,7 @@ func (l *loopState) relayVia(id uint64) uint64 {
 // down, no progress tracked. A quiesced node lets such a state go.
 func (r *relayState) idle() bool {
 	return len(r.via) == 0 && len(r.load) == 0 && len(r.direct) == 0 && len(r.down) == 0 &&
-		len(r.mark) == 0 && len(r.keep) == 0 && len(r.avoid) == 0
+		len(r.mark) == 0 && len(r.keep) == 0 && len(r.avoid) == 0 && len(r.orphan) == 0
 }
 
 // sendOut sends a Ready's network messages: directly, except the appends
@@ -434,6 +500,11 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	r := l.relay
 	if l.role == RoleLearner && n.answers.route.Load() != nil {
 		if out = n.answersThroughRelay(out); len(out) == 0 {
+			return
+		}
+	}
+	if r != nil && l.role == RoleLeader && !r.flushing {
+		if out = n.dropRepeatedProbes(out); len(out) == 0 {
 			return
 		}
 	}
@@ -460,6 +531,10 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 			to := m.GetTo()
 			via := r.via[to]
 			if via != 0 && (n.redundantHeartbeat(m) || n.commitOnlyAppend(m)) {
+				continue
+			}
+			if via != 0 && !r.flushing && len(m.Entries) > 0 && r.orphan[to] != 0 {
+				r.held = append(r.held, m) // flushHeld, next tick
 				continue
 			}
 			if via == 0 {

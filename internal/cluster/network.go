@@ -45,6 +45,7 @@ type Network struct {
 	authoredBytes map[authored]uint64
 	noAnswers     atomic.Bool       // SetRelayedAnswers(false)
 	direct        map[link]uint64   // messages sent directly (not in an envelope), by link
+	linkSent      map[link]*Traffic // what was sent, by link (LinkTraffic)
 	snapsTo       map[uint64]uint64 // snapshot sends attempted, by receiver
 	paused        map[uint64]bool   // members whose messages are held (Pause)
 	held          []heldMsg         // messages to or from a paused member, in order
@@ -95,6 +96,7 @@ func NewNetwork(seed int64) *Network {
 		authored:      make(map[authored]uint64),
 		authoredBytes: make(map[authored]uint64),
 		direct:        make(map[link]uint64),
+		linkSent:      make(map[link]*Traffic),
 	}
 }
 
@@ -386,6 +388,7 @@ func (nw *Network) send(from uint64, m *raftpb.Message) {
 	nw.stats.Sent++
 	size := proto.Size(m)
 	nw.countLocked(from, len(m.Entries), size, 1)
+	nw.countLinkLocked(from, to, len(m.Entries), size, 1, false)
 	nw.authored[authored{from, to, m.GetType()}]++
 	nw.authoredBytes[authored{from, to, m.GetType()}] += uint64(size)
 	nw.direct[link{from, to}]++

@@ -107,8 +107,20 @@ func (nw *Network) SentBy(id uint64) Traffic {
 	return Traffic{}
 }
 
-// ResetTraffic sets every member's Traffic, and the Authored and Direct
-// counts, to zero.
+// LinkTraffic returns what member from sent member to (messages and
+// envelopes, as SentBy counts them) since the network started or since
+// ResetTraffic: a test can break a member's traffic down by recipient.
+func (nw *Network) LinkTraffic(from, to uint64) Traffic {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if t := nw.linkSent[link{from, to}]; t != nil {
+		return *t
+	}
+	return Traffic{}
+}
+
+// ResetTraffic sets every member's Traffic, and the Authored, Direct and
+// LinkTraffic counts, to zero.
 func (nw *Network) ResetTraffic() {
 	nw.mu.Lock()
 	clear(nw.sentBy)
@@ -116,6 +128,7 @@ func (nw *Network) ResetTraffic() {
 	clear(nw.authored)
 	clear(nw.authoredBytes)
 	clear(nw.direct)
+	clear(nw.linkSent)
 	nw.mu.Unlock()
 }
 
@@ -129,6 +142,22 @@ func (nw *Network) countLocked(from uint64, entries, bytes, carried int) {
 	t.Bytes += uint64(bytes)
 	t.Entries += uint64(entries)
 	t.Carried += uint64(carried)
+}
+
+// countLinkLocked counts a message (or an envelope) from from to to.
+func (nw *Network) countLinkLocked(from, to uint64, entries, bytes, carried int, envelope bool) {
+	t := nw.linkSent[link{from, to}]
+	if t == nil {
+		t = new(Traffic)
+		nw.linkSent[link{from, to}] = t
+	}
+	t.Messages++
+	t.Bytes += uint64(bytes)
+	t.Entries += uint64(entries)
+	t.Carried += uint64(carried)
+	if envelope {
+		t.Envelopes++
+	}
 }
 
 // countReceivedLocked counts copies of a message (or an envelope) to to.
@@ -213,6 +242,7 @@ func (nw *Network) sendRelay(from, to uint64, env *raftio.RelayEnvelope) {
 	nw.stats.Envelopes++
 	size := envelopeSize(env)
 	nw.countLocked(from, len(env.Entries), size, len(env.Msgs))
+	nw.countLinkLocked(from, to, len(env.Entries), size, len(env.Msgs), true)
 	nw.sentBy[from].Envelopes++
 	for _, h := range env.Msgs {
 		if h.GetFrom() == from {
