@@ -48,3 +48,34 @@ func TestHostEngineByShape(t *testing.T) {
 	require.Equal(t, storage.BackendBolt, h.Engine().Backend(), "a data dir keeps its backend")
 	require.NoError(t, h.Close(ctx))
 }
+
+// Start's Storage.NewBackend chooses the engine of a new data dir only:
+// Pebble for a new one, and a data dir of bbolt stays bbolt when started
+// again with the same options (kvserver's --storage-engine).
+func TestStartNewBackendForNewDataDirOnly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := func(dir string, so storage.Options) *understudy.Group {
+		ln := listen(t)
+		g, err := understudy.Start(ctx, understudy.Config{ID: 1, DataDir: dir, Listener: ln,
+			InitialMembers: []raft.Member{{ID: 1, PeerAddr: ln.Addr().String()}}, Storage: so}, kv.New())
+		require.NoError(t, err)
+		return g
+	}
+	pebble := storage.Options{NoSync: true, NewBackend: storage.BackendPebble}
+
+	newDir := filepath.Join(t.TempDir(), "new")
+	g := start(newDir, pebble)
+	require.Equal(t, storage.BackendPebble, g.Host().Engine().Backend(), "a new data dir with NewBackend pebble")
+	require.NoError(t, g.Close(ctx))
+
+	boltDir := filepath.Join(t.TempDir(), "bolt")
+	g = start(boltDir, storage.Options{NoSync: true})
+	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend())
+	require.NoError(t, g.Close(ctx))
+	g = start(boltDir, pebble)
+	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend(), "a data dir keeps its backend whatever NewBackend says")
+	require.NoError(t, g.Close(ctx))
+
+	require.Error(t, storage.Options{NewBackend: "rocks"}.Validate())
+}

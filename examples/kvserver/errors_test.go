@@ -230,6 +230,7 @@ func TestStartRefusals(t *testing.T) {
 		{"unknown flag", []string{"--nope"}, "flag provided but not defined"},
 		{"bad id", []string{"--id", "0"}, "--id"},
 		{"even target", []string{"--target-voters", "4"}, "--target-voters"},
+		{"unknown engine", []string{"--storage-engine", "rocksdb"}, "--storage-engine"},
 		{"dead removal before failover", []string{"--remove-dead-after", "10s", "--failover-after", "30s"}, "--remove-dead-after"},
 		{"bad duration", []string{"--failover-after", "soon"}, "failover-after"},
 		{"bad address", []string{"--listen-client", "nowhere"}, "--listen-client"},

@@ -18,6 +18,7 @@ import (
 	"github.com/understudy-raft/understudy"
 	"github.com/understudy-raft/understudy/confchange"
 	"github.com/understudy-raft/understudy/raft"
+	"github.com/understudy-raft/understudy/storage"
 	"github.com/understudy-raft/understudy/transport"
 )
 
@@ -51,6 +52,7 @@ type options struct {
 	quiesce        bool
 	relay          bool
 	noFsync        bool
+	storageEngine  storage.Backend
 	logger         *slog.Logger
 	logLevel       slog.Level
 
@@ -96,6 +98,7 @@ func parseFlags(args []string) (*options, error) {
 		snapshotRate   = fs.Int64("snapshot-bytes-per-sec", 0, "bound on the rate of the snapshots this member streams to others (0: none)")
 		quiesce        = fs.Bool("quiesce", true, "let the group stop ticking and sending while idle (raft.Config.Quiesce; host liveness then vouches for quiet members); --quiesce=false keeps it ticking")
 		relay          = fs.Bool("relay", true, "as the leader, feed standbys through relays: each entry leaves the leader once per relay, not once per standby (the library's default for a host's groups; --relay=false sets Config.DisableRelay); a member hands on what a leader sends it either way")
+		storageEngine  = fs.String("storage-engine", string(storage.BackendPebble), "the key-value store of a NEW data dir: pebble (one fsync a commit) or bbolt; a data dir that holds one keeps it, whatever this says")
 		noFsync        = fs.Bool("unsafe-no-fsync", false, "UNSAFE, tests and demos only: skip every fsync (a crash can lose what this member acknowledged; never on a member that may vote)")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
@@ -118,7 +121,7 @@ func parseFlags(args []string) (*options, error) {
 		targetVoters: *targetVoters, autoPromote: *autoPromote, maxLearners: *maxLearners,
 		removeDead: *removeDead, requestTimeout: *requestTimeout, failoverAfter: *failoverAfter,
 		stabilization: *stabilization, snapshotCount: *snapshotCount, forceNew: *forceNew,
-		maxBody: *maxBody, snapshotRate: *snapshotRate, quiesce: *quiesce, relay: *relay, noFsync: *noFsync, tick: *tick, cpuProfile: *cpuProfile,
+		maxBody: *maxBody, snapshotRate: *snapshotRate, quiesce: *quiesce, relay: *relay, noFsync: *noFsync, storageEngine: storage.Backend(*storageEngine), tick: *tick, cpuProfile: *cpuProfile,
 		joinTimeout: *joinTimeout,
 	}
 	if o.id == 0 {
@@ -227,6 +230,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("--join-timeout %s: must not be negative (0s: wait for ever)", o.joinTimeout)
 	case o.tick < 0:
 		return nil, fmt.Errorf("--tick %s: must not be negative", o.tick)
+	case o.storageEngine != storage.BackendPebble && o.storageEngine != storage.BackendBolt:
+		return nil, fmt.Errorf("--storage-engine %q: must be %s or %s", o.storageEngine, storage.BackendPebble, storage.BackendBolt)
 	}
 	var err error
 	if o.peerTLS, err = peerTLS(*peerCert, *peerKey, *peerCA); err != nil {

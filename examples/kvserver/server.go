@@ -72,7 +72,7 @@ func run(ctx context.Context, o *options) error {
 		ClusterToken:    o.clusterToken,
 		ForceNewCluster: o.forceNew,
 		TLS:             o.peerTLS,
-		Storage:         storage.Options{NoSync: o.noFsync},
+		Storage:         storage.Options{NoSync: o.noFsync, NewBackend: o.storageEngine},
 		Logger:          log,
 		Raft: raft.Config{
 			SnapshotCount:    o.snapshotCount,
