@@ -39,6 +39,10 @@ type liveness struct {
 	transitions  uint64
 	timer        *time.Timer // fires when the last pong may be too late
 	closed       bool
+	// hostID is the peer host's ID as last learned from the flows riding
+	// the link (hostLiveness): kept when they leave it, as after the host
+	// stopped, so that its row still names it.
+	hostID uint64
 }
 
 // HostLiveness is a peer host's liveness as this host sees it on its host
@@ -82,6 +86,7 @@ func (l *link) setLive(now time.Time) {
 	lv.live.Store(true)
 	lv.known = true
 	lv.transitions++
+	l.learnHostIDLocked()
 	lv.notLiveSince = time.Time{}
 	timeout := l.m.ls.livenessTimeout
 	if lv.timer == nil {
@@ -138,6 +143,7 @@ func (l *link) setNotLiveLocked(now time.Time, why string, args ...any) {
 	lv := &l.lv
 	lv.live.Store(false)
 	lv.transitions++
+	l.learnHostIDLocked()
 	lv.notLiveSince = now
 	lv.timer.Stop()
 	l.m.linkLog(l.addr, "not_live", "peer host not live: "+why, append([]any{"addr", l.addr}, args...)...)
@@ -203,19 +209,28 @@ func (l *link) hostLiveness() HostLiveness {
 	h := HostLiveness{Addr: l.addr}
 	l.lv.mu.Lock()
 	h.Live, h.NotLiveSince, h.Transitions = l.lv.live.Load(), l.lv.notLiveSince, l.lv.transitions
+	l.learnHostIDLocked()
+	h.HostID = l.lv.hostID
 	l.lv.mu.Unlock()
 	if ns := l.lv.lastPong.Load(); ns != 0 {
 		h.LastPong = time.Unix(0, ns)
 	}
+	return h
+}
+
+// learnHostIDLocked records the peer host's ID from the flows riding the
+// link, if one knows it (their peers' owner). lv.mu is held (the order
+// lv.mu, then a peer's mu, is reportLiveness's too).
+func (l *link) learnHostIDLocked() {
 	for _, f := range l.flowList() {
 		f.p.mu.Lock()
-		h.HostID = f.p.owner
+		owner := f.p.owner
 		f.p.mu.Unlock()
-		if h.HostID != 0 {
-			break
+		if owner != 0 {
+			l.lv.hostID = owner
+			return
 		}
 	}
-	return h
 }
 
 // reportLiveness calls the group's LivenessHandler, if it is one, for the
