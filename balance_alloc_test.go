@@ -46,7 +46,17 @@ func TestLeaderViewAllocationsDoNotGrowWithGroups(t *testing.T) {
 	for g := range groups {
 		leaderOf(ctx, t, hc.start(ctx, uint64(g+1), func() raft.StateMachine { return kv.New() }))
 	}
+	// AllocsPerRun counts the whole process's allocations: the groups just
+	// started may still be settling (a tick, a quiescing round) in a
+	// window, which only adds. The least of a few windows is the view's.
 	n := understudy.LeaderViewAllocs(hc.hosts[0])
+	for range 5 {
+		if n < groups/3 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		n = min(n, understudy.LeaderViewAllocs(hc.hosts[0]))
+	}
 	t.Logf("%.1f allocations per view of %d groups", n, groups)
 	if n >= groups/3 {
 		t.Fatalf("%.1f allocations per leader balancing view of %d groups, want fewer than %d: the view allocates per group", n, groups, groups/3)
