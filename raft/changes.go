@@ -407,9 +407,18 @@ func (n *Node) membershipAtRest() bool {
 // leaves a joint configuration whose entering change is applied, and asks
 // the policy for a change (on the leader; see maybeMembershipTick).
 func (n *Node) membershipTick() {
+	n.membershipDecide()
+}
+
+// membershipDecide is membershipTick: it reports whether the policy was
+// asked and wanted no change (at rest), so that a leader quiesces only
+// then: a group that quiesced with a decision left for later (a change
+// pending when it looked, a promotion due) would never make it, since a
+// quiesced leader runs no bookkeeping.
+func (n *Node) membershipDecide() (atRest bool) {
 	l := &n.loop
 	if l.role != RoleLeader {
-		return
+		return false
 	}
 	v := n.buildView(!n.ownPolicy)
 	b := l.ms.book // made by buildView
@@ -422,24 +431,24 @@ func (n *Node) membershipTick() {
 	n.creditReadiness(v.Now)
 	v.ReadySince = b.readySince
 	if v.PendingChange {
-		return // so the applied member table is current
+		return false // so the applied member table is current
 	}
 	if v.Config.Joint() {
 		if v.Config.CanLead(n.cfg.ID) != nil {
 			n.handOffBeforeLeave()
-			return
+			return false
 		}
 		n.leaveJoint(n.members.Load().jointChangeID)
-		return
+		return false
 	}
 	if n.settings.Load() == nil {
 		// The policy acts on replicated settings only: the same on every
 		// member, whoever leads next.
 		n.seedSettingsOnce(len(v.Config.Voters))
-		return
+		return false
 	}
 	if !n.autoPromote() {
-		return
+		return true
 	}
 	if !n.ownPolicy {
 		if w := (confchange.DefaultPolicy{Settings: settings}).Waiting(v); w != b.waiting {
@@ -449,7 +458,7 @@ func (n *Node) membershipTick() {
 	}
 	req, ok := n.askPolicy(v)
 	if !ok {
-		return
+		return true
 	}
 	ms := &l.ms
 	ms.nextChangeID++
@@ -457,12 +466,13 @@ func (n *Node) membershipTick() {
 	plan, err := confchange.PlanChange(v, settings, req)
 	if err != nil {
 		n.log.Warn("membership policy asked for a change the rules refuse", slog.String("request", req.String()), slog.Any("err", err))
-		return
+		return true // it would ask again, and be refused again
 	}
 	n.log.Info("membership policy: proposing a change", slog.String("plan", plan.Description))
 	if err := n.proposeChange(plan.Change, req.ChangeID, nil); err != nil {
 		n.log.Warn("membership policy: change not proposed", slog.String("plan", plan.Description), slog.Any("err", err))
 	}
+	return false
 }
 
 // askPolicy asks the host's policy for a change. A policy that panics is

@@ -165,9 +165,9 @@ func (n *Node) maybeQuiesce() {
 	if !ok || n.settings.Load() == nil {
 		return
 	}
-	// The policy is asked now: a group it would change does not quiesce.
-	n.membershipTick()
-	if !n.nothingPending(true) {
+	// The policy is asked now: a group it would change, or that it could
+	// not ask (a change pending, a joint configuration), does not quiesce.
+	if !n.membershipDecide() || !n.nothingPending(true) {
 		return
 	}
 	st := l.rn.Status()
