@@ -52,16 +52,8 @@ func measureRelayKills(t *testing.T, standbys, rate int, tick, d, every, down ti
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	opts := relayOptions(true, standbys)
-	opts.TickInterval = tick
-	c, lead, ids := withStandbys(ctx, t, opts, standbys)
+	c, lead, ids, start := relayedFleetWarm(ctx, t, standbys, tick, 50, 8)
 	defer c.Close()
-	if standbys > 0 {
-		waitStatus(ctx, t, lead.Node, "every standby relayed", relayedAll(ids))
-	}
-	writeAll(ctx, t, lead.Node, "warm", 50, 8, 512, false)
-	start := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
-	c.Net.ResetTraffic()
 	out := &killTraffic{}
 	val := strings.Repeat("v", 512)
 	var wg sync.WaitGroup

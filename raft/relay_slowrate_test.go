@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 )
@@ -34,16 +35,8 @@ func measureSlowRate(t *testing.T, standbys int, rate int, tick, d, idle time.Du
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	opts := relayOptions(true, standbys)
-	opts.TickInterval = tick
-	c, lead, ids := withStandbys(ctx, t, opts, standbys)
+	c, lead, ids, start := relayedFleetWarm(ctx, t, standbys, tick, 20, 1)
 	defer c.Close()
-	if standbys > 0 {
-		waitStatus(ctx, t, lead.Node, "every standby relayed", relayedAll(ids))
-	}
-	writeAll(ctx, t, lead.Node, "warm", 20, 1, 512, false)
-	start := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
-	c.Net.ResetTraffic()
 	val := strings.Repeat("v", 512)
 	tk := time.NewTicker(time.Second / time.Duration(rate))
 	defer tk.Stop()
@@ -67,7 +60,7 @@ func measureSlowRate(t *testing.T, standbys int, rate int, tick, d, idle time.Du
 	// Idle but awake (no quiescence here): what every tick costs.
 	c.Net.ResetTraffic()
 	time.Sleep(idle)
-	out.idleTicks = int(idle / opts.TickInterval)
+	out.idleTicks = int(idle / tick)
 	out.idleBytes = c.Net.SentBy(lead.ID).Bytes
 	for _, id := range ids {
 		out.idleBeatsStandby += c.Net.Authored(lead.ID, id, raftpb.MsgHeartbeat)
@@ -167,4 +160,22 @@ func TestRelayAskerSentCommitUpdates(t *testing.T) {
 		t.Errorf("the leader built %.2f appends per write for a standby that follows: want about 1", toFollower)
 	}
 	sameLogs(ctx, t, c)
+}
+
+// relayedFleetWarm starts 3 voters and standbys relayed (the tick given),
+// waits until every standby is relayed, writes warm 512-byte puts from
+// workers writers, and resets the traffic counters: the setup of the
+// relay traffic measures. It returns the leader's status at the start.
+func relayedFleetWarm(ctx context.Context, t *testing.T, standbys int, tick time.Duration, warm, workers int) (*cluster.Cluster, *cluster.Member, []uint64, raft.Status) {
+	t.Helper()
+	opts := relayOptions(true, standbys)
+	opts.TickInterval = tick
+	c, lead, ids := withStandbys(ctx, t, opts, standbys)
+	if standbys > 0 {
+		waitStatus(ctx, t, lead.Node, "every standby relayed", relayedAll(ids))
+	}
+	writeAll(ctx, t, lead.Node, "warm", warm, workers, 512, false)
+	start := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+	c.Net.ResetTraffic()
+	return c, lead, ids, start
 }
