@@ -414,13 +414,19 @@ func (n *Node) membershipTick() {
 // asked and wanted no change (at rest), so that a leader quiesces only
 // then: a group that quiesced with a decision left for later (a change
 // pending when it looked, a promotion due) would never make it, since a
-// quiesced leader runs no bookkeeping.
-func (n *Node) membershipDecide() (atRest bool) {
+// quiesced leader runs no bookkeeping. at is the instant the policy judged
+// (its view's Now): whoever goes on to judge readiness for the same
+// decision must use it, not a later clock, or a learner whose
+// stabilization ends in between reads as not yet stable to the policy and
+// stable to the caller (maybeQuiesce then quiesced a group with a
+// promotion due, for good).
+func (n *Node) membershipDecide() (atRest bool, at time.Time) {
 	l := &n.loop
 	if l.role != RoleLeader {
-		return false
+		return false, time.Time{}
 	}
 	v := n.buildView(!n.ownPolicy)
+	at = v.Now
 	b := l.ms.book // made by buildView
 	for id, p := range v.Progress {
 		tr := n.trackCatchUp(id, p.Match, v.Now)
@@ -431,24 +437,24 @@ func (n *Node) membershipDecide() (atRest bool) {
 	n.creditReadiness(v.Now)
 	v.ReadySince = b.readySince
 	if v.PendingChange {
-		return false // so the applied member table is current
+		return false, at // so the applied member table is current
 	}
 	if v.Config.Joint() {
 		if v.Config.CanLead(n.cfg.ID) != nil {
 			n.handOffBeforeLeave()
-			return false
+			return false, at
 		}
 		n.leaveJoint(n.members.Load().jointChangeID)
-		return false
+		return false, at
 	}
 	if n.settings.Load() == nil {
 		// The policy acts on replicated settings only: the same on every
 		// member, whoever leads next.
 		n.seedSettingsOnce(len(v.Config.Voters))
-		return false
+		return false, at
 	}
 	if !n.autoPromote() {
-		return true
+		return true, at
 	}
 	if !n.ownPolicy {
 		if w := (confchange.DefaultPolicy{Settings: settings}).Waiting(v); w != b.waiting {
@@ -458,7 +464,7 @@ func (n *Node) membershipDecide() (atRest bool) {
 	}
 	req, ok := n.askPolicy(v)
 	if !ok {
-		return true
+		return true, at
 	}
 	ms := &l.ms
 	ms.nextChangeID++
@@ -466,13 +472,13 @@ func (n *Node) membershipDecide() (atRest bool) {
 	plan, err := confchange.PlanChange(v, settings, req)
 	if err != nil {
 		n.log.Warn("membership policy asked for a change the rules refuse", slog.String("request", req.String()), slog.Any("err", err))
-		return true // it would ask again, and be refused again
+		return true, at // it would ask again, and be refused again
 	}
 	n.log.Info("membership policy: proposing a change", slog.String("plan", plan.Description))
 	if err := n.proposeChange(plan.Change, req.ChangeID, nil); err != nil {
 		n.log.Warn("membership policy: change not proposed", slog.String("plan", plan.Description), slog.Any("err", err))
 	}
-	return false
+	return false, at
 }
 
 // askPolicy asks the host's policy for a change. A policy that panics is

@@ -165,9 +165,17 @@ func (n *Node) maybeQuiesce() {
 	if !ok || n.settings.Load() == nil {
 		return
 	}
+	if !n.nothingPending(true) {
+		return
+	}
 	// The policy is asked now: a group it would change, or that it could
 	// not ask (a change pending, a joint configuration), does not quiesce.
-	if !n.membershipDecide() || !n.nothingPending(true) {
+	// What follows judges the members at the instant the policy did: a
+	// learner whose stabilization ended since would read as stable here
+	// and as stabilizing to the policy, and the promotion due would never
+	// be made.
+	atRest, now := n.membershipDecide()
+	if !atRest {
 		return
 	}
 	st := l.rn.Status()
@@ -179,7 +187,6 @@ func (n *Node) maybeQuiesce() {
 		return
 	}
 	settings := n.membershipSettings()
-	now := time.Now()
 	set := make([]uint64, 0, len(st.Progress))
 	var lagging []uint64
 	votes := map[uint64]bool{n.cfg.ID: true}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,7 +142,7 @@ func newProc(t *testing.T, root string, id uint64) *proc {
 func (p *proc) start(args ...string) {
 	p.t.Helper()
 	full := append([]string{"--id", fmt.Sprint(p.id), "--data-dir", p.dir, "--listen-client", p.client, "--listen-peer", p.peer,
-		"--log-level", "warn"}, fastFlags...)
+		"--log-level", cmp.Or(os.Getenv("KVSERVER_TEST_LOG_LEVEL"), "warn")}, fastFlags...)
 	full = append(full, args...)
 	p.args = args
 	p.out = &syncBuffer{}
@@ -235,6 +236,13 @@ func dumpMembers(ps []*proc) string {
 		_, mj := p.req("GET", "/members", "")
 		_, sj := p.req("GET", "/status", "")
 		fmt.Fprintf(&b, "member %d GET /members: %s\nmember %d GET /status: %s\n", p.id, mj, p.id, sj)
+	}
+	for _, p := range ps {
+		out := p.out.String()
+		if len(out) > 6000 {
+			out = "…" + out[len(out)-6000:]
+		}
+		fmt.Fprintf(&b, "member %d log (tail):\n%s\n", p.id, out)
 	}
 	return b.String()
 }
