@@ -175,14 +175,19 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 
 // memberJSON is one member in GET /members.
 type memberJSON struct {
-	ID         uint64        `json:"id"`
-	PeerAddr   string        `json:"peer_addr"`
-	ClientAddr string        `json:"client_addr"`
-	Role       string        `json:"role"`
-	ReadOnly   bool          `json:"read_only"`
-	Outgoing   bool          `json:"outgoing,omitempty"`
-	Refused    string        `json:"refused,omitempty"`
-	Progress   *progressJSON `json:"progress,omitempty"`
+	ID         uint64 `json:"id"`
+	PeerAddr   string `json:"peer_addr"`
+	ClientAddr string `json:"client_addr"`
+	Role       string `json:"role"`
+	ReadOnly   bool   `json:"read_only"`
+	Outgoing   bool   `json:"outgoing,omitempty"`
+	Refused    string `json:"refused,omitempty"`
+	// Incarnation is the incarnation the member's data published when
+	// it first ran (hex); absent for a member that never started. A wiped
+	// member is refused from then on (docs/operations.md, "Replacing a
+	// disk").
+	Incarnation string        `json:"incarnation,omitempty"`
+	Progress    *progressJSON `json:"progress,omitempty"`
 	// RelayedBy is the member that hands the leader's appends and
 	// heartbeats on to this standby (--relay on the leader); absent when
 	// the leader feeds it directly.
@@ -235,6 +240,9 @@ func toMembersJSON(m raft.Membership) membersJSON {
 		mj := memberJSON{
 			ID: ms.ID, PeerAddr: ms.PeerAddr, ClientAddr: ms.Metadata["client_addr"],
 			Role: "learner", ReadOnly: ms.ReadOnly, Outgoing: ms.Outgoing, Refused: ms.Refused,
+		}
+		if ms.Incarnation != 0 {
+			mj.Incarnation = fmt.Sprintf("%016x", ms.Incarnation)
 		}
 		if ms.Role == confchange.RoleVoter {
 			mj.Role = "voter"

@@ -280,11 +280,12 @@ type membersResp struct {
 	Leader  uint64 `json:"leader"`
 	Joint   bool   `json:"joint"`
 	Members []struct {
-		ID         uint64 `json:"id"`
-		PeerAddr   string `json:"peer_addr"`
-		ClientAddr string `json:"client_addr"`
-		Role       string `json:"role"`
-		Progress   *struct {
+		ID          uint64 `json:"id"`
+		PeerAddr    string `json:"peer_addr"`
+		ClientAddr  string `json:"client_addr"`
+		Role        string `json:"role"`
+		Incarnation string `json:"incarnation"`
+		Progress    *struct {
 			Ready          bool   `json:"ready"`
 			NotReadyReason string `json:"not_ready_reason"`
 		} `json:"progress"`

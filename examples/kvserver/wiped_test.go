@@ -28,7 +28,7 @@ func TestWipedDataDirRefused(t *testing.T) {
 			return "no membership"
 		}
 		for _, mm := range m.Members {
-			if mm.ClientAddr == "" {
+			if mm.ClientAddr == "" || mm.Incarnation == "" {
 				return fmt.Sprintf("member %d not published yet", mm.ID)
 			}
 		}
@@ -77,7 +77,11 @@ func TestWipedJoinedDataDirRefused(t *testing.T) {
 				return "no membership"
 			}
 			for _, mm := range m.Members {
-				if mm.ID == 4 && mm.ClientAddr != p4.client {
+				// The add carried the client address; the incarnation is
+				// what member 4 publishes when it runs, and what proves a
+				// later empty data dir wiped (killed before it published,
+				// it would be a first join).
+				if mm.ID == 4 && (mm.ClientAddr != p4.client || mm.Incarnation == "") {
 					return fmt.Sprintf("member 4 not published on %d yet", p.id)
 				}
 			}
