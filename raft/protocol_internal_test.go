@@ -25,6 +25,8 @@ var protocolContents = map[uint16]struct {
 	// 5: relayed standbys' answers in TypeRelay frames, and the relay's
 	// TakesAnswers flag.
 	5: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
+	// 6: delta-coded headers in TypeRelay frames.
+	6: {maxEntryKind: entryRegisterClient, snapMagic: "USN5", rpcVersion: 1},
 }
 
 // TestProtocolVersionCoversWhatMembersExchange is a tripwire: a new entry

@@ -243,7 +243,7 @@ func (w *linkWriter) encode(f *flow, batch []*raftpb.Message) int {
 				p.t.markUnreachable(p.id)
 				continue
 			}
-			w.buf, err = wire.AppendRelayFrame(w.buf, f.key.group, m)
+			w.buf, err = wire.AppendRelayFrame(w.buf, f.key.group, m, w.c.reply.Version >= wire.DeltaVersion)
 		} else {
 			w.buf, err = wire.AppendMessageFrame(w.buf, f.key.group, m)
 		}

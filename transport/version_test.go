@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/understudy-raft/understudy/internal/wire"
 	"github.com/understudy-raft/understudy/raft/raftio"
@@ -77,9 +78,13 @@ func appMsgs(from, to uint64) []*raftpb.Message {
 type relayHandler struct {
 	fakeHandler
 	relays atomic.Int64
+	last   atomic.Pointer[raftio.RelayEnvelope]
 }
 
-func (h *relayHandler) ProcessRelay(from uint64, env *raftio.RelayEnvelope) { h.relays.Add(1) }
+func (h *relayHandler) ProcessRelay(from uint64, env *raftio.RelayEnvelope) {
+	h.last.Store(env)
+	h.relays.Add(1)
+}
 
 // TestPreviousVersionConnectsWithoutRelays: a member of a release before
 // relays (protocol version 3, no relay frames) and one of this release
@@ -198,4 +203,43 @@ func connectedPair(t *testing.T, older bool, versions [2]uint16) (a *Transport, 
 	addPeers(a, newTestTransport(t, 2, hb, opts...))
 	sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
 	return a, ha, hb
+}
+
+// TestPreviousReleaseGetsRelayHeadersInFull: a leader's envelope of 12
+// heartbeats that differ only in To reaches a member of the previous
+// release (3..5) with its headers written in full, and one of this
+// release delta-coded (wire.DeltaVersion) in fewer bytes; both get the
+// messages that were sent.
+func TestPreviousReleaseGetsRelayHeadersInFull(t *testing.T) {
+	env := &raftio.RelayEnvelope{}
+	for to := uint64(3); to < 15; to++ {
+		env.Msgs = append(env.Msgs, heartbeat(1, to))
+		env.Counts = append(env.Counts, 0)
+	}
+	sent := map[bool]uint64{}
+	for _, older := range []bool{true, false} {
+		a, _, hb := connectedPair(t, older, [2]uint16{3, wire.DeltaVersion - 1})
+		before := a.Stats().Peers[0].BytesSent
+		a.SendRelay(2, env)
+		waitFor(t, "the envelope arrives", func() bool { return hb.relays.Load() > 0 })
+		waitFor(t, "its bytes are counted", func() bool { return a.Stats().Peers[0].BytesSent > before })
+		sent[older] = a.Stats().Peers[0].BytesSent - before
+		got := hb.last.Load()
+		if len(got.Msgs) != len(env.Msgs) {
+			t.Fatalf("older %v: %d messages, sent %d", older, len(got.Msgs), len(env.Msgs))
+		}
+		for i := range env.Msgs {
+			m, err := got.Message(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, _ := env.Message(i); !proto.Equal(m, want) {
+				t.Fatalf("older %v: message %d is %v, sent %v", older, i, m, want)
+			}
+		}
+	}
+	t.Logf("envelope bytes: %d in full, %d delta-coded", sent[true], sent[false])
+	if sent[false] >= sent[true] {
+		t.Fatalf("delta-coded envelope took %d bytes, in full %d", sent[false], sent[true])
+	}
 }

@@ -378,7 +378,15 @@ func TestProcessFaults(t *testing.T) {
 				out.Unknown = true
 				h.Op(1000, in, out, call, time.Now())
 			}
-			return fmt.Sprintf("a write through member %d after the faults failed", e.p.id)
+			// What the member says of itself, for the failure's message.
+			_, st := e.p.req("GET", "/status", "")
+			_, ms := e.p.req("GET", "/members", "")
+			log := e.p.out.String()
+			if len(log) > 4000 {
+				log = "…" + log[len(log)-4000:]
+			}
+			return fmt.Sprintf("a write through member %d after the faults failed (%v)\nstatus: %s\nmembers: %s\nlog tail:\n%s\nfault timeline:\n%s",
+				e.p.id, res, st, ms, log, robustness.FormatTimeline(h.Timeline()))
 		})
 	}
 	stop()

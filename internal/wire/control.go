@@ -21,13 +21,15 @@ import (
 // header versions and request ops that came after it; 3 adds the
 // incarnation to the member records (confchange.Context) and the refusal
 // CodeWiped; 4 adds the TypeRelay frame on host links (relayed standbys);
-// 5 adds relayed standbys' answers in TypeRelay frames (AnswersVersion).
-const Version uint16 = 5
+// 5 adds relayed standbys' answers in TypeRelay frames (AnswersVersion);
+// 6 adds delta-coded headers in TypeRelay frames (DeltaVersion).
+const Version uint16 = 6
 
-// The range of versions this build speaks: 3 to 5. Version 4 differs
-// from 3 only by the TypeRelay frame, and 5 from 4 only by the answers a
-// TypeRelay frame may carry, so a member of this build talks to one of
-// the previous releases at version 4 or 3 (the listener picks the highest
+// The range of versions this build speaks: 3 to 6. Version 4 differs
+// from 3 only by the TypeRelay frame, 5 from 4 only by the answers a
+// TypeRelay frame may carry, and 6 from 5 only by how a TypeRelay frame
+// may code its headers, so a member of this build talks to one of
+// the previous releases at version 5, 4 or 3 (the listener picks the highest
 // version both speak) and sends on such a connection nothing that version
 // lacks: a rolling upgrade keeps every member connected. Members whose
 // ranges do not meet refuse each other at the hello (CodeVersion, with a
@@ -46,6 +48,12 @@ const RelayVersion uint16 = 4
 // TakesAnswers flag a relay sets only when its link to the leader's host
 // speaks it).
 const AnswersVersion uint16 = 5
+
+// DeltaVersion is the first version whose connections carry TypeRelay
+// frames with delta-coded headers (each written as the fields in which it
+// differs from the one before: a leader's appends to a relay's standbys
+// differ only in To).
+const DeltaVersion uint16 = 6
 
 // Magic opens every Hello payload, so that a stray client (an HTTP request,
 // a port scanner) is told apart from a peer speaking another version.

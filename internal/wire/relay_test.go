@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -28,8 +29,14 @@ func relayTestEnvelope() *raftio.RelayEnvelope {
 // A relay frame decodes to the container it encoded, and each message of
 // its envelope to the leader's message: header and entries.
 func TestRelayFrameRoundTrip(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		testRelayFrameRoundTrip(t, delta)
+	}
+}
+
+func testRelayFrameRoundTrip(t *testing.T, delta bool) {
 	env := relayTestEnvelope()
-	b, err := AppendRelayFrame(nil, 9, RelayCarrier(1, 2, env))
+	b, err := AppendRelayFrame(nil, 9, RelayCarrier(1, 2, env), delta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,38 +116,40 @@ func TestRelayAnswersRoundTrip(t *testing.T) {
 		}, Counts: []uint32{0, 0}}, true},
 		{"leader's", relayTestEnvelope(), false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b, err := AppendRelayFrame(nil, 9, RelayCarrier(1, 2, tc.env))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := NewReader(bytes.NewReader(b), 1<<20).Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := ParseRelay(f.Payload)
-			if err != nil {
-				t.Fatal(err)
-			}
-			env, err := RelayEnvelopeOf(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if env.TakesAnswers != tc.env.TakesAnswers {
-				t.Fatalf("TakesAnswers %v, sent %v", env.TakesAnswers, tc.env.TakesAnswers)
-			}
-			if got := RelayAnswers(m); got != tc.answers {
-				t.Fatalf("RelayAnswers = %v, want %v", got, tc.answers)
-			}
-			for i := range tc.env.Msgs {
-				got, err := env.Message(i)
+		for _, delta := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/delta=%v", tc.name, delta), func(t *testing.T) {
+				b, err := AppendRelayFrame(nil, 9, RelayCarrier(1, 2, tc.env), delta)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want, _ := tc.env.Message(i); !proto.Equal(got, want) {
-					t.Fatalf("message %d: %v, want %v", i, got, want)
+				f, err := NewReader(bytes.NewReader(b), 1<<20).Next()
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				m, err := ParseRelay(f.Payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				env, err := RelayEnvelopeOf(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if env.TakesAnswers != tc.env.TakesAnswers {
+					t.Fatalf("TakesAnswers %v, sent %v", env.TakesAnswers, tc.env.TakesAnswers)
+				}
+				if got := RelayAnswers(m); got != tc.answers {
+					t.Fatalf("RelayAnswers = %v, want %v", got, tc.answers)
+				}
+				for i := range tc.env.Msgs {
+					got, err := env.Message(i)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want, _ := tc.env.Message(i); !proto.Equal(got, want) {
+						t.Fatalf("message %d: %v, want %v", i, got, want)
+					}
+				}
+			})
+		}
 	}
 }
