@@ -36,8 +36,8 @@ import (
 // finds an append that was lost when no other comes: it goes. And a
 // follower whose answers stop gets heartbeats again (below), so that path
 // is never closed for long. Probes (tracker.StateProbe) go. Nothing is
-// held back to a relayed standby, nor to any member while the leader
-// relays (relay.go), nor in a Ready that commits a conf change (a member
+// held back here to a relayed standby (relay_send.go decides for those,
+// commitOnlyAppend), nor in a Ready that commits a conf change (a member
 // that forwarded the change waits to apply it; changes are rare), nor to
 // a member that forwarded a proposal the new commit index covers: a member answers its proposer once it applied the
 // entry, so it must hear of the commit at once (the leader notes the
@@ -62,7 +62,7 @@ type commitBump struct {
 func (n *Node) isCommitBump(m *raftpb.Message) bool {
 	l := &n.loop
 	if m.GetType() != raftpb.MsgApp || len(m.Entries) > 0 || m.Snapshot != nil || l.role != RoleLeader ||
-		(l.relay != nil && len(l.relay.via) > 0) {
+		l.relayVia(m.GetTo()) != 0 {
 		return false
 	}
 	b := l.buffers()
@@ -108,7 +108,11 @@ func (n *Node) isCommitBump(m *raftpb.Message) bool {
 // every follower once the appends stop, which then learns the last commit
 // index (a heartbeat carries it) within two heartbeat intervals.
 // Heartbeats with a context (a read's round, a quiescence marker) always
-// go, and none is held back while the leader relays (relay.go).
+// go, and none to a relayed standby is held back here (relay_send.go's
+// redundantHeartbeat decides for those). A follower that relays is a
+// follower like any other: its own commit bumps and heartbeats are held
+// back as without standbys (before, a relaying leader sent them all, 2.1
+// appends a write to each relay instead of 1).
 
 // appContact is when the leader last sent a follower a MsgApp, last
 // stepped its acknowledgement of one, and last stepped its answer to a
@@ -191,7 +195,7 @@ func (n *Node) noteAppAcked(m *raftpb.Message) {
 func (n *Node) isBusyHeartbeat(m *raftpb.Message) bool {
 	l := &n.loop
 	if m.GetType() != raftpb.MsgHeartbeat || len(m.Context) > 0 || l.role != RoleLeader ||
-		(l.relay != nil && len(l.relay.via) > 0) || l.bufs == nil {
+		l.relayVia(m.GetTo()) != 0 || l.bufs == nil {
 		return false
 	}
 	within := uint64(max(n.cfg.HeartbeatTicks, 1))

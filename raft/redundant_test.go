@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -152,4 +153,38 @@ func TestLostAppendsFoundWhenWritesStop(t *testing.T) {
 	if err := c.Converge(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRelayingLeaderHoldsBackFollowersCommitBumps: a leader that feeds 24
+// standbys through its two followers holds back its commit bumps to those
+// followers as one without standbys does (the followers relay, but are
+// followers like any other): about one MsgApp a write to each, where it
+// sent two (the entries, then the commit index), and the standbys still
+// get exactly one append a write each. The logs converge.
+func TestRelayingLeaderHoldsBackFollowersCommitBumps(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	c, lead, ids, _ := relayedFleetWarm(ctx, t, 24, 50*time.Millisecond, 20, 1)
+	defer c.Close()
+	const writes = 100
+	for i := range writes {
+		propose(ctx, t, lead.Node, kv.Put(fmt.Sprint("k", i), "v"))
+	}
+	var apps, standbyApps uint64
+	followers := 0
+	for _, id := range c.Members() {
+		switch {
+		case id == lead.ID:
+		case slices.Contains(ids, id):
+			standbyApps += c.Net.Authored(lead.ID, id, raftpb.MsgApp)
+		default:
+			apps += c.Net.Authored(lead.ID, id, raftpb.MsgApp)
+			followers++
+		}
+	}
+	perFollower := float64(apps) / float64(followers) / writes
+	t.Logf("per write: %.2f MsgApps to each follower, %.2f to each standby", perFollower, float64(standbyApps)/float64(len(ids))/writes)
+	if perFollower >= 1.5 {
+		t.Fatalf("%.2f MsgApps a write to each relaying follower, want < 1.5 (entries and commit bump: 2)", perFollower)
+	}
+	sameLogs(ctx, t, c)
 }

@@ -49,6 +49,10 @@ type memberStatus struct {
 	// Relayed maps each relayed standby to its relay (understudy's leader,
 	// raft.PeerProgress.RelayedBy).
 	Relayed map[uint64]uint64 `json:"relayed,omitempty"`
+	// StoreCommits and StoreSaves are the member's storage commits and
+	// saves so far (understudy: storage.Metrics).
+	StoreCommits uint64 `json:"store_commits,omitempty"`
+	StoreSaves   uint64 `json:"store_saves,omitempty"`
 	// CPUs the process runs on when pinned (-cpus), and its GOMAXPROCS.
 	CPUs       []int `json:"cpus,omitempty"`
 	GOMAXPROCS int   `json:"gomaxprocs"`
@@ -261,6 +265,10 @@ type loadResult struct {
 	P99        time.Duration `json:"p99"`
 	FirstIndex uint64        `json:"first_index"`
 	LastIndex  uint64        `json:"last_index"`
+	// StoreCommits and StoreSaves: the leader's storage commits and saves
+	// over the window.
+	StoreCommits uint64 `json:"store_commits,omitempty"`
+	StoreSaves   uint64 `json:"store_saves,omitempty"`
 }
 
 // command is a kv put of exactly size bytes (kv's encoding, which both
@@ -345,7 +353,8 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 		return loadResult{}, err
 	}
 	res := loadResult{Writes: writes.Load(), Errors: errs.Load(), Elapsed: t1.Sub(t0), CPU: cpu1 - cpu0,
-		Msgs: msgs1 - msgs0, Bytes: bytes1 - bytes0, FirstIndex: st0.Applied, LastIndex: st1.Applied}
+		Msgs: msgs1 - msgs0, Bytes: bytes1 - bytes0, FirstIndex: st0.Applied, LastIndex: st1.Applied,
+		StoreCommits: st1.StoreCommits - st0.StoreCommits, StoreSaves: st1.StoreSaves - st0.StoreSaves}
 	if s, ok := firstErr.Load().(string); ok {
 		res.FirstErr = s
 	}

@@ -79,6 +79,10 @@ func (m *usMember) status(ctx context.Context) (memberStatus, error) {
 		return memberStatus{}, err
 	}
 	out := memberStatus{ID: st.ID, Leader: st.Leader == st.ID, Applied: st.Applied, Commit: st.Commit}
+	if s := m.group.Storage(); s != nil {
+		sm := s.Metrics()
+		out.StoreCommits, out.StoreSaves = sm.Commits, sm.Saves
+	}
 	for id, p := range st.Progress {
 		if p.RelayedBy != 0 {
 			if out.Relayed == nil {
