@@ -51,7 +51,7 @@ func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples)
 	gc := understudy.GroupConfig{
 		GroupID: 1, ID: f.id,
 		Raft: raft.Config{
-			TickInterval: f.tick, ElectionTicks: f.electionTicks, Relay: f.relay,
+			TickInterval: f.tick, ElectionTicks: f.electionTicks, Relay: f.relay, RelayAnswers: f.relayAnswers,
 			// Three voters; every standby stays a learner (the default
 			// policy only promotes up to TargetVoters).
 			Membership: confchange.Settings{TargetVoters: 3, MaxLearners: f.maxLearners},
