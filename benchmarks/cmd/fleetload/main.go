@@ -89,6 +89,7 @@ type config struct {
 	rounds        int
 	relay         bool
 	relayAnswers  bool
+	engine        string
 	killEvery     time.Duration
 	killDown      time.Duration
 	tick          time.Duration
@@ -120,6 +121,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every standby count for every system in turn (A B A B)")
 	fs.BoolVar(&c.relay, "relay", true, "understudy: raft.Config.Relay (standbys fed through relays)")
+	fs.StringVar(&c.engine, "engine", "bolt", "understudy: the storage engine of every member, bolt (Start's default for one group) or pebble")
 	fs.BoolVar(&c.relayAnswers, "relay-answers", false, "understudy: raft.Config.RelayAnswers (standbys answer through their relay, gathered)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
@@ -149,6 +151,9 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("-standbys: bad count %q", s)
 		}
 		c.standbys = append(c.standbys, n)
+	}
+	if c.engine != "bolt" && c.engine != "pebble" {
+		return nil, fmt.Errorf("-engine: %q is neither bolt nor pebble", c.engine)
 	}
 	if c.pin, err = parsePin(pin); err != nil {
 		return nil, fmt.Errorf("-pin: %w", err)
@@ -303,7 +308,7 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	for i := range 3 + n {
 		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
 			listen: addrs[2*i], ctl: addrs[2*i+1], voters: voters, standby: i >= 3, fsync: i < 3 || cfg.standbyFsync,
-			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, relayAnswers: cfg.relayAnswers, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
+			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, relayAnswers: cfg.relayAnswers, engine: cfg.engine, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
 		if cfg.pin != nil {
 			p.flags.cpus = cfg.pin.voters
 			if i >= 3 {

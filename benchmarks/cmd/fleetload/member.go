@@ -72,6 +72,7 @@ type memberFlags struct {
 	electionTicks int
 	relay         bool
 	relayAnswers  bool
+	engine        string
 	maxLearners   int
 	sampleEvery   uint64
 	cpus          []int // pin the process to these CPUs (none: not pinned)
@@ -81,7 +82,7 @@ func (f *memberFlags) args() []string {
 	return []string{"-role", "member", "-system", f.system, "-id", fmt.Sprint(f.id), "-dir", f.dir,
 		"-listen", f.listen, "-ctl", f.ctl, "-voters", strings.Join(f.voters, ","),
 		fmt.Sprintf("-standby=%t", f.standby), fmt.Sprintf("-fsync=%t", f.fsync), "-tick", f.tick.String(),
-		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers),
+		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine,
 		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus)}
 }
 
@@ -102,6 +103,7 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.IntVar(&f.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
 	fs.BoolVar(&f.relay, "relay", true, "understudy: raft.Config.Relay")
 	fs.BoolVar(&f.relayAnswers, "relay-answers", false, "understudy: raft.Config.RelayAnswers")
+	fs.StringVar(&f.engine, "engine", "bolt", "understudy: the storage engine, bolt or pebble")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")
 	fs.Uint64Var(&f.sampleEvery, "sample-every", 8, "record the apply time of every index divisible by this")
 	fs.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (a list: 0, 0,2, 0-3); empty: not pinned")

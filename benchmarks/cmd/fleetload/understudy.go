@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/understudy-raft/understudy"
@@ -41,17 +42,21 @@ func (s *sampledKV) Apply(cmds []raft.Command, results []raft.Result) {
 
 func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples) (*usMember, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// bbolt by default, as Start picks for a host of one group (NewHost's
+	// default for a new data dir is Pebble, for many groups).
+	backend := storage.BackendBolt
+	if f.engine == "pebble" {
+		backend = storage.BackendPebble
+	}
 	h, err := understudy.NewHost(understudy.HostConfig{DataDir: f.dir, ListenPeer: f.listen, AdvertisePeer: f.listen,
-		// bbolt, as Start picks for a host of one group (NewHost's default
-		// for a new data dir is Pebble, for many groups).
-		Logger: log, Storage: storage.EngineOptions{NoSync: !f.fsync, Backend: storage.BackendBolt}})
+		Logger: log, Storage: storage.EngineOptions{NoSync: !f.fsync, Backend: backend}})
 	if err != nil {
 		return nil, err
 	}
 	gc := understudy.GroupConfig{
 		GroupID: 1, ID: f.id,
 		Raft: raft.Config{
-			TickInterval: f.tick, ElectionTicks: f.electionTicks, Relay: f.relay, RelayAnswers: f.relayAnswers,
+			TickInterval: f.tick, ElectionTicks: f.electionTicks, Relay: f.relay, RelayAnswers: f.relayAnswers, SnapshotCount: snapCountForTest(),
 			// Three voters; every standby stays a learner (the default
 			// policy only promotes up to TargetVoters).
 			Membership: confchange.Settings{TargetVoters: 3, MaxLearners: f.maxLearners},
@@ -129,4 +134,12 @@ func (m *usMember) sent() (msgs, bytes uint64) {
 
 func (m *usMember) close(ctx context.Context) error {
 	return m.host.Close(ctx)
+}
+
+func snapCountForTest() uint64 {
+	if v := os.Getenv("FL_SNAPCOUNT"); v != "" {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		return n
+	}
+	return 0
 }
