@@ -90,6 +90,7 @@ type config struct {
 	relay         bool
 	relayAnswers  bool
 	engine        string
+	snapshotCount uint64
 	killEvery     time.Duration
 	killDown      time.Duration
 	tick          time.Duration
@@ -122,6 +123,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every standby count for every system in turn (A B A B)")
 	fs.BoolVar(&c.relay, "relay", true, "understudy: raft.Config.Relay (standbys fed through relays)")
 	fs.StringVar(&c.engine, "engine", "bolt", "understudy: the storage engine of every member, bolt (Start's default for one group) or pebble")
+	fs.Uint64Var(&c.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount of every member (0: the default)")
 	fs.BoolVar(&c.relayAnswers, "relay-answers", false, "understudy: raft.Config.RelayAnswers (standbys answer through their relay, gathered)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
@@ -308,7 +310,7 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	for i := range 3 + n {
 		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
 			listen: addrs[2*i], ctl: addrs[2*i+1], voters: voters, standby: i >= 3, fsync: i < 3 || cfg.standbyFsync,
-			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, relayAnswers: cfg.relayAnswers, engine: cfg.engine, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
+			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, relayAnswers: cfg.relayAnswers, engine: cfg.engine, snapshotCount: cfg.snapshotCount, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
 		if cfg.pin != nil {
 			p.flags.cpus = cfg.pin.voters
 			if i >= 3 {

@@ -73,6 +73,7 @@ type memberFlags struct {
 	relay         bool
 	relayAnswers  bool
 	engine        string
+	snapshotCount uint64
 	maxLearners   int
 	sampleEvery   uint64
 	cpus          []int // pin the process to these CPUs (none: not pinned)
@@ -82,7 +83,7 @@ func (f *memberFlags) args() []string {
 	return []string{"-role", "member", "-system", f.system, "-id", fmt.Sprint(f.id), "-dir", f.dir,
 		"-listen", f.listen, "-ctl", f.ctl, "-voters", strings.Join(f.voters, ","),
 		fmt.Sprintf("-standby=%t", f.standby), fmt.Sprintf("-fsync=%t", f.fsync), "-tick", f.tick.String(),
-		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine,
+		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine, "-snapshot-count", fmt.Sprint(f.snapshotCount),
 		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus)}
 }
 
@@ -104,6 +105,7 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.BoolVar(&f.relay, "relay", true, "understudy: raft.Config.Relay")
 	fs.BoolVar(&f.relayAnswers, "relay-answers", false, "understudy: raft.Config.RelayAnswers")
 	fs.StringVar(&f.engine, "engine", "bolt", "understudy: the storage engine, bolt or pebble")
+	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount (0: the default)")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")
 	fs.Uint64Var(&f.sampleEvery, "sample-every", 8, "record the apply time of every index divisible by this")
 	fs.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (a list: 0, 0,2, 0-3); empty: not pinned")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/understudy-raft/understudy"
@@ -56,7 +55,7 @@ func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples)
 	gc := understudy.GroupConfig{
 		GroupID: 1, ID: f.id,
 		Raft: raft.Config{
-			TickInterval: f.tick, ElectionTicks: f.electionTicks, Relay: f.relay, RelayAnswers: f.relayAnswers, SnapshotCount: snapCountForTest(),
+			TickInterval: f.tick, ElectionTicks: f.electionTicks, Relay: f.relay, RelayAnswers: f.relayAnswers, SnapshotCount: f.snapshotCount,
 			// Three voters; every standby stays a learner (the default
 			// policy only promotes up to TargetVoters).
 			Membership: confchange.Settings{TargetVoters: 3, MaxLearners: f.maxLearners},
@@ -134,12 +133,4 @@ func (m *usMember) sent() (msgs, bytes uint64) {
 
 func (m *usMember) close(ctx context.Context) error {
 	return m.host.Close(ctx)
-}
-
-func snapCountForTest() uint64 {
-	if v := os.Getenv("FL_SNAPCOUNT"); v != "" {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		return n
-	}
-	return 0
 }
