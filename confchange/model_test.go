@@ -158,6 +158,7 @@ func TestReasonStrings(t *testing.T) {
 		"stable for 3s of 10s":                       {Code: ReasonStabilizing, For: 3 * time.Second, Need: 10 * time.Second},
 		"stable for 2.5s of 1m0s":                    {Code: ReasonStabilizing, For: 2500 * time.Millisecond, Need: time.Minute},
 		"stable for 0s of 999ms":                     {Code: ReasonStabilizing, For: -time.Second, Need: 999 * time.Millisecond},
+		"incarnation not published yet":              {Code: ReasonUnpublished},
 		"ReasonCode(99)":                             {Code: 99},
 	} {
 		assert.Equal(t, want, r.String())
@@ -246,4 +247,36 @@ removed=(7)`
 	c, _ := parseConfig("voters=(1 2 4)&&(1 2 3)")
 	v.Config = c
 	assert.Equal(t, "voter(outgoing)", v.roleString(3))
+}
+
+// TestReadinessWaitsForAPublishedIncarnation: in a cluster whose members
+// publish their incarnation (the leader's is recorded), a caught-up,
+// stable learner whose own is not recorded yet is not ready — promoted
+// so, it could lose its data and come back empty under its ID with no one
+// the wiser — its stabilization clock does not run, and a promotion is
+// refused with the reason; once recorded it is ready. In a cluster where
+// no one publishes (a raw raft.Node's), nothing changes.
+func TestReadinessWaitsForAPublishedIncarnation(t *testing.T) {
+	s := Settings{Stabilization: 10 * time.Second, MaxLag: 100}
+	v := mustView(t, "voters=(1 2 3) learners=(4)\n4 lag=50")
+	v.ReadySince = map[uint64]time.Time{4: t0.Add(-time.Minute)}
+	assert.True(t, Readiness(v, s, 4).Ready(), "no incarnations at all")
+	set := func(id, inc uint64) {
+		m := v.Members[id]
+		m.Incarnation = inc
+		v.Members[id] = m
+	}
+	set(1, 0xa)
+	r := Readiness(v, s, 4)
+	assert.Equal(t, ReasonUnpublished, r.Code)
+	assert.Equal(t, "incarnation not published yet", r.String())
+	_, ok := UpdateReadySince(v, s)[4]
+	assert.False(t, ok, "the stabilization clock runs for an unpublished learner")
+	_, err := PlanChange(v, s, Promote(4))
+	assert.ErrorIs(t, err, ErrLearnerNotReady)
+	assert.Contains(t, err.Error(), "incarnation not published yet")
+	set(4, 0xb)
+	assert.True(t, Readiness(v, s, 4).Ready())
+	_, err = PlanChange(v, s, Promote(4))
+	assert.NoError(t, err)
 }

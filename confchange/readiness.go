@@ -29,6 +29,13 @@ const (
 	ReasonLagging
 	// ReasonStabilizing: ready, but not yet for the whole stabilization period.
 	ReasonStabilizing
+	// ReasonUnpublished: caught up, but its data's incarnation is not in
+	// the member table yet while the leader's is (a cluster whose members
+	// publish theirs: understudy's hosts do when a member first runs).
+	// Promoted so, the member could lose its data and start again empty
+	// under its ID without anyone knowing it ran: a voter that forgot what
+	// it acknowledged. It is ready once its incarnation is recorded.
+	ReasonUnpublished
 )
 
 // Reason is a member's readiness with the numbers behind it. Its String is a
@@ -61,7 +68,8 @@ func (r Reason) Ready() bool { return r.Code == ReasonReady || r.Code == ReasonL
 // "no progress known", "no contact for 12s", "never contacted",
 // "refused: cluster mismatch", "not recently active",
 // "snapshot in flight", "probing, not replicating",
-// "lag 4,210 entries > 1,000", "stable for 3s of 10s".
+// "lag 4,210 entries > 1,000", "stable for 3s of 10s",
+// "incarnation not published yet".
 func (r Reason) String() string {
 	switch r.Code {
 	case ReasonReady:
@@ -93,6 +101,8 @@ func (r Reason) String() string {
 		return "lag " + commas(r.Lag) + " entries > " + commas(r.MaxLag)
 	case ReasonStabilizing:
 		return "stable for " + formatDuration(r.For) + " of " + formatDuration(r.Need)
+	case ReasonUnpublished:
+		return "incarnation not published yet"
 	}
 	return "ReasonCode(" + strconv.Itoa(int(r.Code)) + ")"
 }
@@ -100,8 +110,9 @@ func (r Reason) String() string {
 // Readiness returns whether member id could be promoted now and, if not, why.
 // A member is ready when the leader heard from it within the last election
 // timeout, replicates to it with no snapshot in flight, it is at most
-// Settings.MaxLag entries behind the leader's last index, and all of that has
-// held for Settings.Stabilization (v.ReadySince records since when). The
+// Settings.MaxLag entries behind the leader's last index, its incarnation is
+// recorded if the leader's is (ReasonUnpublished), and all of that has held
+// for Settings.Stabilization (v.ReadySince records since when). The
 // first condition that fails is the reason. It is defined for voters too (the
 // same numbers), and the leader is always ReasonLeader.
 func Readiness(v View, s Settings, id uint64) Reason {
@@ -151,6 +162,8 @@ func instantReadiness(v View, s Settings, id uint64) Reason {
 		r.Code = ReasonProbing
 	case r.Lag > s.MaxLag:
 		r.Code = ReasonLagging
+	case v.Members[id].Incarnation == 0 && v.Members[v.Leader].Incarnation != 0:
+		r.Code = ReasonUnpublished
 	}
 	return r
 }
