@@ -13,7 +13,9 @@ import (
 //
 //   - an attachment whose host ID is not its link's is refused;
 //   - each member of each group is owned by the host ID that first spoke
-//     for it on this host's links (peer.owner, for the peer's lifetime):
+//     for it on this host's links (peer.owner, for the peer's lifetime, or
+//     until another host speaks for it while the owner has no link here
+//     and no incarnation is recorded for the member: claim):
 //     an attachment of the member from a link of another host ID is
 //     refused, and only the owner's attachments teach the address book
 //     where the member's host is (addresses.go);
@@ -73,12 +75,17 @@ func (m *Mux) bindCert(host uint64, cert string) bool {
 }
 
 // claim records that host speaks for the peer, if no host did before (a
-// host ID of 0, unknown, claims nothing). It returns the peer's owner and
-// whether this claim made it so.
+// host ID of 0, unknown, claims nothing), or if the host that did is gone
+// and the member never ran as far as this host knows: no link of the owner
+// is admitted for it now and no incarnation is recorded for it (a member
+// killed after it joined but before it published its incarnation, started
+// again with an empty data dir: a new host ID, and a first join by the
+// join's rules; without this its peers refused it until they restarted).
+// It returns the peer's owner and whether this claim made it so.
 func (p *peer) claim(host uint64) (owner uint64, first bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.owner == 0 && host != 0 {
+	if host != 0 && (p.owner == 0 || (p.owner != host && len(p.inLinks) == 0 && p.inc.Load() == 0)) {
 		p.owner = host
 		return host, true
 	}

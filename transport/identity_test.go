@@ -62,6 +62,59 @@ func TestOnlyTheOwnerSpeaksForAMember(t *testing.T) {
 	}
 }
 
+// TestGoneOwnerOfAnUnstartedMemberIsReplaced: host b speaks for member 2
+// on host a, then b stops (its link closes). Member 2 never published an
+// incarnation (none is recorded on a): it was killed after it joined, and
+// comes back with an empty data dir — a new host ID, c. c may speak for
+// it: a delivers its messages. With an incarnation recorded, a gone owner
+// is not replaced: the incarnation check is then what admits or refuses
+// the member, and the binding stays (d is refused).
+func TestGoneOwnerOfAnUnstartedMemberIsReplaced(t *testing.T) {
+	a := newHostMux(t, 0xa)
+	ha := &fakeHandler{}
+	ta := groupOn(t, a, 1, 1, ha)
+	b := newHostMux(t, 0xb)
+	tb := groupOn(t, b, 1, 2, &fakeHandler{})
+	tb.AddPeer(1, a.Addr().String())
+	ta.AddPeer(2, b.Addr().String())
+	sendUntil(t, tb, appMsgs(2, 1), "a hears b", func() bool { return ha.count() > 0 })
+	_ = tb.Close()
+	_ = b.Close()
+	waitFor(t, "b's link gone from a", func() bool {
+		p := ta.peer(2)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.inLinks) == 0
+	})
+
+	c := newHostMux(t, 0xc)
+	hc := &fakeHandler{}
+	tc := groupOn(t, c, 1, 2, hc)
+	tc.AddPeer(1, a.Addr().String())
+	n := ha.count()
+	sendUntil(t, tc, appMsgs(2, 1), "a hears c as member 2", func() bool { return ha.count() > n })
+	if hc.refusedWith(ErrUnknownSender) {
+		t.Fatal("c was refused as member 2")
+	}
+
+	// The member published an incarnation since: a new owner is not taken
+	// while c is gone.
+	ta.SetPeerIncarnation(2, 0x77)
+	_ = tc.Close()
+	_ = c.Close()
+	waitFor(t, "c's link gone from a", func() bool {
+		p := ta.peer(2)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.inLinks) == 0
+	})
+	d := newHostMux(t, 0xd)
+	hd := &fakeHandler{}
+	td := groupOn(t, d, 1, 2, hd, func(c *Config) { c.Incarnation = 0x77 })
+	td.AddPeer(1, a.Addr().String())
+	sendUntil(t, td, appMsgs(2, 1), "d's claim refused", func() bool { return hd.refusedWith(ErrUnknownSender) })
+}
+
 // TestHostIDBoundToCertificate: with mutual TLS, the host ID that owns a
 // member is bound to the certificate it was first seen with. A host with
 // another certificate presenting that host ID is refused at its link's

@@ -12,9 +12,9 @@ import (
 )
 
 // groupOn starts group g's transport for member id on mux m.
-func groupOn(t *testing.T, m *Mux, g, id uint64, h Handler) *Transport {
+func groupOn(t *testing.T, m *Mux, g, id uint64, h Handler, opts ...func(*Config)) *Transport {
 	t.Helper()
-	return newTestTransport(t, id, h, func(c *Config) { c.ListenAddr, c.Mux, c.GroupID = "", m, g })
+	return newTestTransport(t, id, h, append([]func(*Config){func(c *Config) { c.ListenAddr, c.Mux, c.GroupID = "", m, g }}, opts...)...)
 }
 
 func newTestMux(t *testing.T) *Mux {
