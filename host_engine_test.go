@@ -14,10 +14,10 @@ import (
 	"github.com/understudy-raft/understudy/storage"
 )
 
-// The engine by host shape: a new data dir opened by NewHost (a host of
-// many groups) gets Pebble, one opened by Start (one group) bbolt, and a
-// data dir keeps the backend it was created with whichever opens it.
-func TestHostEngineByShape(t *testing.T) {
+// The engine of a new data dir: Pebble whether NewHost (a host of many
+// groups) or Start (one group) opens it, and a data dir keeps the backend
+// it was created with whichever opens it.
+func TestNewDataDirsGetPebble(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	newHost := func(dir string) *understudy.Host {
@@ -42,16 +42,17 @@ func TestHostEngineByShape(t *testing.T) {
 		InitialMembers: []raft.Member{{ID: 1, PeerAddr: ln.Addr().String()}},
 		Storage:        storage.Options{NoSync: true}}, kv.New())
 	require.NoError(t, err)
-	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend(), "a new data dir of one group")
+	require.Equal(t, storage.BackendPebble, g.Host().Engine().Backend(), "a new data dir of one group")
 	require.NoError(t, g.Close(ctx))
 	h = newHost(oneDir)
-	require.Equal(t, storage.BackendBolt, h.Engine().Backend(), "a data dir keeps its backend")
+	require.Equal(t, storage.BackendPebble, h.Engine().Backend(), "a data dir keeps its backend")
 	require.NoError(t, h.Close(ctx))
 }
 
 // Start's Storage.NewBackend chooses the engine of a new data dir only:
-// Pebble for a new one, and a data dir of bbolt stays bbolt when started
-// again with the same options (kvserver's --storage-engine).
+// bbolt for a new one when asked, and a data dir of bbolt stays bbolt when
+// started again with the default, or asking for Pebble (kvserver's
+// --storage-engine).
 func TestStartNewBackendForNewDataDirOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -63,6 +64,7 @@ func TestStartNewBackendForNewDataDirOnly(t *testing.T) {
 		return g
 	}
 	pebble := storage.Options{NoSync: true, NewBackend: storage.BackendPebble}
+	bolt := storage.Options{NoSync: true, NewBackend: storage.BackendBolt}
 
 	newDir := filepath.Join(t.TempDir(), "new")
 	g := start(newDir, pebble)
@@ -70,8 +72,11 @@ func TestStartNewBackendForNewDataDirOnly(t *testing.T) {
 	require.NoError(t, g.Close(ctx))
 
 	boltDir := filepath.Join(t.TempDir(), "bolt")
+	g = start(boltDir, bolt)
+	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend(), "a new data dir with NewBackend bbolt")
+	require.NoError(t, g.Close(ctx))
 	g = start(boltDir, storage.Options{NoSync: true})
-	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend())
+	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend(), "a data dir keeps its backend with the default")
 	require.NoError(t, g.Close(ctx))
 	g = start(boltDir, pebble)
 	require.Equal(t, storage.BackendBolt, g.Host().Engine().Backend(), "a data dir keeps its backend whatever NewBackend says")

@@ -1,7 +1,6 @@
 package understudy
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -151,7 +150,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 		DataDir: cfg.DataDir, ListenPeer: cfg.ListenPeer, Listener: cfg.Listener,
 		TLS: cfg.TLS, Logger: cfg.Logger, LeaderBalance: LeaderBalance{Disabled: true}, // one group: nothing to spread
 		MaxConcurrentSnapshots: cfg.Transport.MaxConcurrentSnapshots, SnapshotBytesPerSec: cfg.Transport.SnapshotBytesPerSec,
-		Storage: storage.EngineOptions{NoSync: so.NoSync, Logger: so.Logger, LockTimeout: so.LockTimeout, NoOpenCheck: so.NoOpenCheck, Backend: so.Backend, NewBackend: cmp.Or(so.NewBackend, storage.BackendBolt)},
+		Storage: storage.EngineOptions{NoSync: so.NoSync, Logger: so.Logger, LockTimeout: so.LockTimeout, NoOpenCheck: so.NoOpenCheck, Backend: so.Backend, NewBackend: so.NewBackend},
 	})
 	if err != nil {
 		return nil, err

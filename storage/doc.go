@@ -39,7 +39,7 @@
 // group, where its commit is as fast and the data dir is one file. A data
 // dir keeps the backend it was created with: the zero Backend opens the one
 // it holds (for a new dir, EngineOptions.NewBackend, bbolt if that is zero
-// too; understudy.NewHost sets it to Pebble), and asking for the other returns
+// too; understudy.NewHost and understudy.Start set it to Pebble), and asking for the other returns
 // ErrBackend; there is no conversion between them. A Pebble data dir's
 // bbolt file holds format version 100, which releases that know only bbolt
 // refuse (ErrVersion) rather than start afresh beside the records. The package's tests run

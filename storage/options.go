@@ -67,10 +67,11 @@ type Options struct {
 	Backend Backend
 
 	// NewBackend is the key-value store of a new data dir when Backend is
-	// zero; a data dir that holds one keeps it. Zero means BackendBolt
-	// (understudy.Start: one group, where bbolt's p99 was the lower in the
-	// library's benchmarks; kvserver chooses Pebble, measured better
-	// behind its HTTP API: docs/kvserver.md).
+	// zero; a data dir that holds one keeps it. Zero means BackendPebble
+	// for understudy.Start, as for a Host: one group measured 1.6-1.8x
+	// bbolt's writes/s with about half its p99 up to 16 writers, and about
+	// the same writes/s with a 1.1-1.4x p99 at 256 (benchmarks/README.md,
+	// "Session 17 figures"). A data dir made with bbolt stays bbolt.
 	NewBackend Backend
 }
 
@@ -154,8 +155,8 @@ type EngineOptions struct {
 	// NewBackend is the backend of a new data dir when Backend is zero:
 	// the default for what the engine will hold, which an existing data
 	// dir never changes (it keeps the one it was created with). Zero
-	// means BackendBolt. understudy.NewHost sets BackendPebble (a host of
-	// many groups), understudy.Start BackendBolt (one group).
+	// means BackendBolt here; understudy.NewHost and understudy.Start set
+	// BackendPebble.
 	NewBackend Backend
 
 	// pebbleFS, for tests, is the file system the Pebble backend runs on
