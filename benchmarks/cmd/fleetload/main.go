@@ -122,7 +122,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "unmeasured load before the measured window")
 	fs.IntVar(&c.rounds, "rounds", 1, "rounds; each runs every standby count for every system in turn (A B A B)")
 	fs.BoolVar(&c.relay, "relay", true, "understudy: raft.Config.Relay (standbys fed through relays)")
-	fs.StringVar(&c.engine, "engine", "bolt", "understudy: the storage engine of every member, bolt (Start's default for one group) or pebble")
+	fs.StringVar(&c.engine, "engine", "pebble", "understudy: the storage engine of every member, pebble (the library's default for a new data dir) or bolt")
 	fs.Uint64Var(&c.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount of every member (0: the default)")
 	fs.BoolVar(&c.relayAnswers, "relay-answers", false, "understudy: raft.Config.RelayAnswers (standbys answer through their relay, gathered)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")

@@ -41,11 +41,10 @@ func (s *sampledKV) Apply(cmds []raft.Command, results []raft.Result) {
 
 func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples) (*usMember, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// bbolt by default, as Start picks for a host of one group (NewHost's
-	// default for a new data dir is Pebble, for many groups).
-	backend := storage.BackendBolt
-	if f.engine == "pebble" {
-		backend = storage.BackendPebble
+	// Pebble by default, as Start and NewHost pick for a new data dir.
+	backend := storage.BackendPebble
+	if f.engine == "bolt" {
+		backend = storage.BackendBolt
 	}
 	h, err := understudy.NewHost(understudy.HostConfig{DataDir: f.dir, ListenPeer: f.listen, AdvertisePeer: f.listen,
 		Logger: log, Storage: storage.EngineOptions{NoSync: !f.fsync, Backend: backend}})
