@@ -31,7 +31,9 @@ func TestRelayBundleEntriesOnce(t *testing.T) {
 		relayTestApp(8, 6, 3, 7),
 		{Type: raftpb.MsgHeartbeat.Enum(), From: ptr(uint64(1)), To: ptr(uint64(9)), Term: ptr(uint64(3)), Commit: ptr(uint64(2))},
 	}
-	for _, m := range msgs {
+	sent := make([]*raftpb.Message, len(msgs)) // as raft built them: add makes each a header
+	for i, m := range msgs {
+		sent[i] = proto.Clone(m).(*raftpb.Message)
 		if !b.add(m) {
 			t.Fatalf("message to %d refused", m.GetTo())
 		}
@@ -39,7 +41,7 @@ func TestRelayBundleEntriesOnce(t *testing.T) {
 	if len(b.env.Entries) != 5 {
 		t.Fatalf("%d entries in the envelope, want 5 (indexes 3-7 once)", len(b.env.Entries))
 	}
-	for i, m := range msgs {
+	for i, m := range sent {
 		got, err := b.env.Message(i)
 		if err != nil {
 			t.Fatal(err)

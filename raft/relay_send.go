@@ -38,7 +38,9 @@ func (n *Node) sendOut(out []*raftpb.Message) {
 	bundles := r.bundles[:0]
 	for _, m := range out {
 		if via := r.via[m.GetTo()]; via != 0 && relayable(m) && !hasBundle(bundles, via) {
-			bundles = append(bundles, relayBundle{relay: via, env: new(RelayEnvelope)})
+			k := r.load[via] + 1 // its standbys' messages and its own
+			bundles = append(bundles, relayBundle{relay: via, env: &RelayEnvelope{
+				Msgs: make([]*raftpb.Message, 0, k), Counts: make([]uint32, 0, k)}})
 		}
 	}
 	if len(bundles) == 0 {
@@ -242,8 +244,8 @@ func bundleOf(bs []relayBundle, relay uint64) int {
 	return -1
 }
 
-// add puts m in the envelope, its entries once, and reports whether it
-// did: an append whose entries are not contiguous from its Index+1, or
+// add puts m in the envelope, its entries once, and m as their header
+// (its Entries cleared), and reports whether it did: an append whose entries are not contiguous from its Index+1, or
 // one of whose entries the envelope holds in another term (neither
 // happens: raft builds a Ready's appends from one log), goes directly.
 func (b *relayBundle) add(m *raftpb.Message) bool {
@@ -267,10 +269,10 @@ func (b *relayBundle) add(m *raftpb.Message) bool {
 			e.Entries = slices.Insert(e.Entries, at, ent)
 		}
 	}
-	e.Msgs = append(e.Msgs, &raftpb.Message{
-		Type: m.Type, To: m.To, From: m.From, Term: m.Term, LogTerm: m.LogTerm,
-		Index: m.Index, Commit: m.Commit, Context: m.Context,
-	})
+	// m itself becomes the header: raft does not look at a message of a
+	// Ready again once handed over, and nothing else holds m.
+	m.Entries = nil
+	e.Msgs = append(e.Msgs, m)
 	e.Counts = append(e.Counts, uint32(len(ents)))
 	return true
 }
