@@ -137,3 +137,43 @@ func TestRelayedStandbysQuiesceAndWake(t *testing.T) {
 		require.Eventually(t, relayedAll, 30*time.Second, 10*time.Millisecond, "round %d: the standbys relayed after the wake", round)
 	}
 }
+
+// TestStartRelaysAnswersByDefault: the relayed standbys of a group started
+// with no setting answer through their relays (the leader steps relayed
+// answers); Config.DisableRelayAnswers reaches the group: they answer
+// directly; DisableRelayAnswers with Raft.RelayAnswers is refused.
+func TestStartRelaysAnswersByDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	answered := func(edit func(*understudy.Config)) uint64 {
+		_, l, ids := startWithStandbys(ctx, t, 2, edit)
+		require.Eventually(t, func() bool {
+			st, err := l.Status(ctx)
+			if err != nil {
+				return false
+			}
+			for _, id := range ids {
+				if st.Progress[id].RelayedBy == 0 {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, 10*time.Millisecond, "the standbys relayed")
+		for i := range 50 {
+			_, err := l.Propose(ctx, kv.Put(fmt.Sprint("k", i), "v"))
+			require.NoError(t, err)
+		}
+		st, err := l.Status(ctx)
+		require.NoError(t, err)
+		return st.RelayedAnswers
+	}
+	require.NotZero(t, answered(func(*understudy.Config) {}), "relayed answers with no setting")
+	require.Zero(t, answered(func(c *understudy.Config) { c.DisableRelayAnswers = true }), "relayed answers with DisableRelayAnswers")
+
+	cfg := understudy.Config{ID: 1, DataDir: t.TempDir(), Listener: listen(t), DisableRelayAnswers: true}
+	cfg.Raft.RelayAnswers = true
+	cfg.InitialMembers = []raft.Member{{ID: 1, PeerAddr: cfg.Listener.Addr().String()}}
+	_, err := understudy.Start(ctx, cfg, kv.New())
+	require.ErrorIs(t, err, raft.ErrInvalidConfig)
+	require.ErrorContains(t, err, "DisableRelayAnswers and Raft.RelayAnswers")
+}
