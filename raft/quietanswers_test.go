@@ -111,19 +111,26 @@ func TestForwardedChangesAnsweredWithoutTicks(t *testing.T) {
 			break
 		}
 	}
+	// The least of three measures: a loaded machine (CI, -race) can
+	// stretch one past a few ticks; changes that wait for heartbeats take
+	// about half a tick each, every time.
 	const rounds = 5
-	start := raft.Ticks(lead.Node)
-	for r := range rounds {
-		id := uint64(10 + r)
-		if err := f.Node.AddLearner(ctx, c.Record(id)); err != nil {
-			t.Fatal(err)
+	ticks := uint64(1 << 62)
+	for attempt := range 3 {
+		start := raft.Ticks(lead.Node)
+		for r := range rounds {
+			id := uint64(10 + 10*attempt + r)
+			if err := f.Node.AddLearner(ctx, c.Record(id)); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Node.RemoveMember(ctx, id); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := f.Node.RemoveMember(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+		took := raft.Ticks(lead.Node) - start
+		t.Logf("%d changes through follower %d took %d ticks", 2*rounds, f.ID, took)
+		ticks = min(ticks, took)
 	}
-	ticks := raft.Ticks(lead.Node) - start
-	t.Logf("%d changes through follower %d took %d ticks", 2*rounds, f.ID, ticks)
 	if ticks >= rounds {
 		t.Fatalf("%d changes through a follower took %d ticks of %v: they waited for heartbeats", 2*rounds, ticks, 200*time.Millisecond)
 	}
