@@ -245,9 +245,10 @@ func bundleOf(bs []relayBundle, relay uint64) int {
 }
 
 // add puts m in the envelope, its entries once, and m as their header
-// (its Entries cleared), and reports whether it did: an append whose entries are not contiguous from its Index+1, or
-// one of whose entries the envelope holds in another term (neither
-// happens: raft builds a Ready's appends from one log), goes directly.
+// (its Entries cleared), and reports whether it did: an append whose
+// entries are not contiguous from its Index+1, or one of whose entries
+// the envelope holds in another term (neither happens: raft builds a
+// Ready's appends from one log), goes directly.
 func (b *relayBundle) add(m *raftpb.Message) bool {
 	ents := m.Entries
 	e := b.env
