@@ -80,12 +80,16 @@ func TestGoneOwnerOfAnUnstartedMemberIsReplaced(t *testing.T) {
 	sendUntil(t, tb, appMsgs(2, 1), "a hears b", func() bool { return ha.count() > 0 })
 	_ = tb.Close()
 	_ = b.Close()
-	waitFor(t, "b's link gone from a", func() bool {
-		p := ta.peer(2)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.inLinks) == 0
-	})
+	noLinks := func(who string) {
+		t.Helper()
+		waitFor(t, who+"'s link gone from a", func() bool {
+			p := ta.peer(2)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.inLinks) == 0
+		})
+	}
+	noLinks("b")
 
 	c := newHostMux(t, 0xc)
 	hc := &fakeHandler{}
@@ -102,12 +106,7 @@ func TestGoneOwnerOfAnUnstartedMemberIsReplaced(t *testing.T) {
 	ta.SetPeerIncarnation(2, 0x77)
 	_ = tc.Close()
 	_ = c.Close()
-	waitFor(t, "c's link gone from a", func() bool {
-		p := ta.peer(2)
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.inLinks) == 0
-	})
+	noLinks("c")
 	d := newHostMux(t, 0xd)
 	hd := &fakeHandler{}
 	td := groupOn(t, d, 1, 2, hd, func(c *Config) { c.Incarnation = 0x77 })
