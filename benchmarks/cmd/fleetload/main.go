@@ -79,6 +79,9 @@ type config struct {
 	// leaderProfile: a CPU profile of the leader process over the measured
 	// window is written to leaderProfile-SYSTEM-N.pprof ("" none).
 	leaderProfile string
+	// latencyLog: every measured write's start and latency are written to
+	// latencyLog-SYSTEM-N.txt ("" none).
+	latencyLog    string
 	systems       []string
 	standbys      []int
 	writers       int
@@ -127,6 +130,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.relayAnswers, "relay-answers", false, "understudy: standbys answer through their relay, gathered (raft.Config.RelayAnswers)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
+	fs.StringVar(&c.latencyLog, "latency-log", "", "write every measured write's start (µs from the window's start) and latency (µs), one a line, to PREFIX-SYSTEM-STANDBYS.txt (an absolute PREFIX: the leader process writes it)")
 	fs.StringVar(&c.leaderProfile, "leader-profile", "", "write a CPU profile of the leader process over each measured window to PREFIX-SYSTEM-STANDBYS.pprof")
 	fs.DurationVar(&c.tick, "tick", 20*time.Millisecond, "understudy's raft tick (heartbeat every tick, election after -election-ticks): 20ms makes its election timeout hashicorp's 200ms")
 	fs.IntVar(&c.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
@@ -356,7 +360,7 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		kwg.Go(func() { c.profileLeader(kctx, cfg, n) })
 	}
 	var load loadResult
-	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration}, &load)
+	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration, LatencyLog: cfg.latencyLogFile(system, n)}, &load)
 	kcancel()
 	kwg.Wait()
 	if derr := c.died(); derr != nil {
@@ -642,4 +646,12 @@ func (c *cluster) profileLeader(ctx context.Context, cfg *config, n int) {
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		c.logf("leader profile: %v", err)
 	}
+}
+
+// latencyLogFile is the file -latency-log names for one configuration ("" none).
+func (cfg *config) latencyLogFile(system string, standbys int) string {
+	if cfg.latencyLog == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s-%s-%d.txt", cfg.latencyLog, system, standbys)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -254,6 +255,11 @@ type loadRequest struct {
 	Size     int           `json:"size"`
 	Warmup   time.Duration `json:"warmup"`
 	Duration time.Duration `json:"duration"`
+	// LatencyLog: when set, the leader writes every measured write's start
+	// (from the window's start) and latency, in microseconds, one write a
+	// line, to this file: whether the slow writes cluster in time (a stall)
+	// or spread (queueing) is what a p99 alone cannot say.
+	LatencyLog string `json:"latency_log,omitempty"`
 }
 
 // loadResult is what the leader measured over the window (after the
@@ -301,6 +307,7 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 		firstErr  atomic.Value
 		wg        sync.WaitGroup
 		lats      = make([][]time.Duration, req.Writers)
+		starts    = make([][]time.Time, req.Writers)
 	)
 	var limit *rate.Limiter
 	if req.Rate > 0 {
@@ -328,6 +335,9 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 				}
 				writes.Add(1)
 				lats[w] = append(lats[w], time.Since(t0))
+				if req.LatencyLog != "" {
+					starts[w] = append(starts[w], t0)
+				}
 			}
 		}()
 	}
@@ -364,6 +374,11 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 	if s, ok := firstErr.Load().(string); ok {
 		res.FirstErr = s
 	}
+	if req.LatencyLog != "" {
+		if err := writeLatencyLog(req.LatencyLog, t0, starts, lats); err != nil {
+			return res, err
+		}
+	}
 	var all []time.Duration
 	for _, l := range lats {
 		all = append(all, l...)
@@ -371,6 +386,25 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 	slices.Sort(all)
 	res.P50, res.P99 = percentile(all, 0.50), percentile(all, 0.99)
 	return res, nil
+}
+
+// writeLatencyLog writes each write's start (from the window's start t0)
+// and latency, in microseconds, one a line, ordered by start.
+func writeLatencyLog(path string, t0 time.Time, starts [][]time.Time, lats [][]time.Duration) error {
+	type rec struct{ start, lat time.Duration }
+	var recs []rec
+	for w := range starts {
+		for i, s := range starts[w] {
+			recs = append(recs, rec{s.Sub(t0), lats[w][i]})
+		}
+	}
+	slices.SortFunc(recs, func(a, b rec) int { return cmp.Compare(a.start, b.start) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "# t0 %d\n", t0.UnixMicro())
+	for _, r := range recs {
+		fmt.Fprintf(&b, "%d %d\n", r.start.Microseconds(), r.lat.Microseconds())
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // percentile is the p-quantile of sorted (0 when empty).
