@@ -373,7 +373,8 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		return res, fmt.Errorf("no write committed in the window (%d errors, first: %s)", load.Errors, load.FirstErr)
 	}
 	res.system, res.standbys, res.load, res.kills = system, n, load, killer.kills
-	c.logf("load: %d writes, %d errors %s, indexes %d..%d, leader sent %d messages, %d bytes; its storage: %d commits, %d saves", load.Writes, load.Errors, load.FirstErr, load.FirstIndex, load.LastIndex, load.Msgs, load.Bytes, load.StoreCommits, load.StoreSaves)
+	c.logf("load: %d writes, %d errors %s, indexes %d..%d, leader sent %d messages, %d bytes; its storage: %d commits, %d saves; it read %.2f messages a write from voters, %.2f from learners", load.Writes, load.Errors, load.FirstErr, load.FirstIndex, load.LastIndex, load.Msgs, load.Bytes, load.StoreCommits, load.StoreSaves,
+		float64(load.MsgsInVoters)/float64(load.Writes), float64(load.MsgsInLearners)/float64(load.Writes))
 	if cfg.verbose {
 		for _, p := range c.voters {
 			st, err := p.status(ctx)

@@ -281,6 +281,16 @@ type loadResult struct {
 	// over the window.
 	StoreCommits uint64 `json:"store_commits,omitempty"`
 	StoreSaves   uint64 `json:"store_saves,omitempty"`
+	// MsgsInVoters and MsgsInLearners: the raft messages the leader read
+	// over the window from its voters and from its learners (systems whose
+	// member counts them: understudy).
+	MsgsInVoters   uint64 `json:"msgs_in_voters,omitempty"`
+	MsgsInLearners uint64 `json:"msgs_in_learners,omitempty"`
+}
+
+// receiver is a member that counts the messages it read, by sender kind.
+type receiver interface {
+	received() (fromVoters, fromLearners uint64)
 }
 
 // command is a kv put of exactly size bytes (kv's encoding, which both
@@ -354,6 +364,11 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 		return loadResult{}, err
 	}
 	msgs0, bytes0 := m.sent()
+	var inV0, inL0 uint64
+	rcv, counts := m.(receiver)
+	if counts {
+		inV0, inL0 = rcv.received()
+	}
 	cpu0, t0 := cpuTime(), time.Now()
 	measuring.Store(true)
 	select {
@@ -362,6 +377,10 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 	}
 	measuring.Store(false)
 	msgs1, bytes1 := m.sent()
+	var inV1, inL1 uint64
+	if counts {
+		inV1, inL1 = rcv.received()
+	}
 	cpu1, t1 := cpuTime(), time.Now()
 	st1, err := m.status(ctx)
 	stop()
@@ -370,7 +389,8 @@ func runLoad(ctx context.Context, m member, req loadRequest) (loadResult, error)
 	}
 	res := loadResult{Writes: writes.Load(), Errors: errs.Load(), Elapsed: t1.Sub(t0), CPU: cpu1 - cpu0,
 		Msgs: msgs1 - msgs0, Bytes: bytes1 - bytes0, FirstIndex: st0.Applied, LastIndex: st1.Applied,
-		StoreCommits: st1.StoreCommits - st0.StoreCommits, StoreSaves: st1.StoreSaves - st0.StoreSaves}
+		StoreCommits: st1.StoreCommits - st0.StoreCommits, StoreSaves: st1.StoreSaves - st0.StoreSaves,
+		MsgsInVoters: inV1 - inV0, MsgsInLearners: inL1 - inL0}
 	if s, ok := firstErr.Load().(string); ok {
 		res.FirstErr = s
 	}

@@ -134,6 +134,20 @@ func (m *usMember) sent() (msgs, bytes uint64) {
 	return msgs, bytes
 }
 
+// received sums the raft messages the group's transport read, from its
+// voters and from its learners (relay envelopes count as the messages
+// they carry, on the relay's peer).
+func (m *usMember) received() (fromVoters, fromLearners uint64) {
+	for _, p := range m.group.Transport().Stats().Peers {
+		if p.Learner {
+			fromLearners += p.MessagesReceived
+		} else {
+			fromVoters += p.MessagesReceived
+		}
+	}
+	return fromVoters, fromLearners
+}
+
 func (m *usMember) close(ctx context.Context) error {
 	return m.host.Close(ctx)
 }
