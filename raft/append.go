@@ -5,6 +5,8 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/understudy-raft/understudy/raft/raftio"
 )
 
 // maxAppendBatch bounds how many MsgStorageAppend messages one Save merges.
@@ -205,6 +207,9 @@ func (n *Node) deliver(batch []*raftpb.Message) {
 			}
 		}
 	}
+	if len(o) > 1 {
+		o = dropSupersededAnswers(o)
+	}
 	if len(o) > 0 && n.answers.route.Load() != nil {
 		o = n.answersThroughRelay(o) // a relayed standby's acks (relay_answers.go)
 	}
@@ -213,6 +218,24 @@ func (n *Node) deliver(batch []*raftpb.Message) {
 	}
 	clear(o)
 	s.out = o[:0]
+}
+
+// dropSupersededAnswers leaves out, in place, each acknowledgement that a
+// later one in out covers (raftio.AnswerSuperseded): a member that appended
+// several appends in one write — a standby handed a relay's gathered
+// appends, a follower behind a burst — acknowledges once, with the highest
+// index, which frees the leader's in-flight slots of all of them. The
+// leader reads, steps and (for a standby fed directly) pays a frame for
+// one answer instead of one per append.
+func dropSupersededAnswers(out []*raftpb.Message) []*raftpb.Message {
+	kept := out[:0]
+	for i, m := range out {
+		if !raftio.AnswerSuperseded(m, out[i+1:]) {
+			kept = append(kept, m)
+		}
+	}
+	clear(out[len(kept):])
+	return kept
 }
 
 // saveSplit saves msgs in order, each snapshot on its own. It reports false

@@ -98,7 +98,7 @@ const maxGatheredAnswers = 256
 // batch (one flow's: a relay's to the leader) into one, at the first's
 // place, so that the leader reads one frame of them per write: an answer
 // superseded by a later one of the same standby in the batch is left out
-// (supersededIn).
+// (raftio.AnswerSuperseded).
 func gatherAnswers(batch []*raftpb.Message) []*raftpb.Message {
 	first, n := -1, 0
 	for i, m := range batch {
@@ -127,7 +127,7 @@ func gatherAnswers(batch []*raftpb.Message) []*raftpb.Message {
 	clear(batch[len(out):])
 	kept := answers[:0]
 	for i, a := range answers {
-		if !supersededIn(a, answers[i+1:]) {
+		if !raftio.AnswerSuperseded(a, answers[i+1:]) {
 			kept = append(kept, a)
 		}
 	}
@@ -136,27 +136,3 @@ func gatherAnswers(batch []*raftpb.Message) []*raftpb.Message {
 	return out
 }
 
-// supersededIn reports whether answer a says nothing that later (answers
-// after it) does not: an acceptance of an append up to an
-// index a later acceptance in the same term reaches, or a plain heartbeat
-// answer (no context: no read round's, no quiesce's) followed by another
-// answer of the standby in that term. A rejection is never superseded.
-func supersededIn(a *raftpb.Message, later []*raftpb.Message) bool {
-	if a.GetReject() || (a.GetType() == raftpb.MsgHeartbeatResp && len(a.GetContext()) > 0) {
-		return false
-	}
-	for _, b := range later {
-		if b.GetFrom() != a.GetFrom() || b.GetTerm() != a.GetTerm() || b.GetType() != a.GetType() || b.GetReject() {
-			continue
-		}
-		switch a.GetType() {
-		case raftpb.MsgAppResp:
-			if b.GetIndex() >= a.GetIndex() {
-				return true
-			}
-		case raftpb.MsgHeartbeatResp:
-			return true
-		}
-	}
-	return false
-}

@@ -78,3 +78,28 @@ func (e *RelayEnvelope) Message(i int) (*raftpb.Message, error) {
 	m.Entries = ents
 	return m, nil
 }
+
+// AnswerSuperseded reports whether answer a says nothing that one of later
+// (answers sent after it) does not: an acceptance of an append up to an
+// index that a later acceptance from the same member to the same member in
+// the same term reaches (a leader takes the highest: its progress and its
+// in-flight window move to it at once), or a plain heartbeat answer (no
+// context: no read round's, no quiesce's) followed by another answer of the
+// same kind between the same members in that term. A rejection, and an
+// answer with a context, is never superseded.
+func AnswerSuperseded(a *raftpb.Message, later []*raftpb.Message) bool {
+	t := a.GetType()
+	if a.GetReject() || (t != raftpb.MsgAppResp && t != raftpb.MsgHeartbeatResp) ||
+		(t == raftpb.MsgHeartbeatResp && len(a.GetContext()) > 0) {
+		return false
+	}
+	for _, b := range later {
+		if b.GetType() != t || b.GetReject() || b.GetFrom() != a.GetFrom() || b.GetTo() != a.GetTo() || b.GetTerm() != a.GetTerm() {
+			continue
+		}
+		if t == raftpb.MsgHeartbeatResp || b.GetIndex() >= a.GetIndex() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,77 @@
+package understudy_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/understudy-raft/understudy"
+	"github.com/understudy-raft/understudy/kv"
+)
+
+// TestStandbyAcknowledgesGatheredAppendsOnce: a relayed standby's
+// transport gathers the appends its relay hands on (LearnerBatchDelay),
+// and the standby acknowledges each gathered batch with one answer, the
+// highest index, not one answer per append: with 8 writers and a batch
+// delay of 3 ticks, it sends the leader at most half as many messages as
+// it is handed (before, one answer per append: as many).
+func TestStandbyAcknowledgesGatheredAppendsOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tc, l, ids := startWithStandbys(ctx, t, 2, func(c *understudy.Config) {
+		c.Transport.LearnerBatchDelay = 3 * fastRaft().TickInterval
+	})
+	require.Eventually(t, func() bool {
+		st, err := l.Status(ctx)
+		if err != nil {
+			return false
+		}
+		for _, id := range ids {
+			if st.Progress[id].RelayedBy == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "the standbys relayed")
+
+	// counts is what standby id read (appends, heartbeats: the leader's
+	// messages, handed on or direct) and what it sent the leader.
+	counts := func(id uint64) (read, toLeader uint64) {
+		for _, p := range tc.hosts[id].Transport().Stats().Peers {
+			read += p.MessagesReceived
+			if p.ID == l.ID() {
+				toLeader += p.MessagesSent
+			}
+		}
+		return read, toLeader
+	}
+	read0, sent0 := map[uint64]uint64{}, map[uint64]uint64{}
+	for _, id := range ids {
+		read0[id], sent0[id] = counts(id)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				_, err := l.Propose(ctx, kv.Put(fmt.Sprintf("w%d-%d", w, i), "v"))
+				require.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.Eventually(t, func() bool {
+			_, err := tc.hosts[id].StaleRead([]byte("w7-39"))
+			return err == nil
+		}, 30*time.Second, 10*time.Millisecond, "standby %d applies the last write", id)
+		read, sent := counts(id)
+		read, sent = read-read0[id], sent-sent0[id]
+		t.Logf("standby %d: read %d messages, sent the leader %d", id, read, sent)
+		require.Greater(t, read, uint64(40), "standby %d was handed too few appends to tell", id)
+		require.LessOrEqual(t, 2*sent, read, "standby %d answered (nearly) every append it was handed: %d answers for %d messages", id, sent, read)
+	}
+}
