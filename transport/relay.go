@@ -135,4 +135,3 @@ func gatherAnswers(batch []*raftpb.Message) []*raftpb.Message {
 	out[first] = wire.RelayCarrier(from, to, &raftio.RelayEnvelope{Msgs: kept, Counts: make([]uint32, len(kept))})
 	return out
 }
-
