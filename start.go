@@ -106,6 +106,9 @@ type Config struct {
 	// (GroupConfig.DisableRelay). Start's group relays by default, as every
 	// group a Host runs.
 	DisableRelay bool
+	// DisableRelayAnswers makes relayed standbys answer the leader
+	// directly (GroupConfig.DisableRelayAnswers).
+	DisableRelayAnswers bool
 	// Storage tunes the storage (Logger defaults to Logger).
 	Storage storage.Options
 	// Transport tunes the transport; Start sets its ID, ClusterID,
@@ -159,7 +162,7 @@ func Start(ctx context.Context, cfg Config, sm raft.StateMachine) (*Group, error
 		GroupID: so.GroupID, ID: cfg.ID, Metadata: cfg.Metadata,
 		InitialMembers: cfg.InitialMembers, ClusterToken: cfg.ClusterToken, Join: cfg.Join,
 		JoinTimeout: cfg.JoinTimeout, NotListedGrace: cfg.NotListedGrace, ClusterID: cfg.ClusterID,
-		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, DisableQuiescence: cfg.DisableQuiescence, DisableRelay: cfg.DisableRelay, Transport: cfg.Transport,
+		ForceNewCluster: cfg.ForceNewCluster, Raft: cfg.Raft, DisableQuiescence: cfg.DisableQuiescence, DisableRelay: cfg.DisableRelay, DisableRelayAnswers: cfg.DisableRelayAnswers, Transport: cfg.Transport,
 		Storage:   storage.GroupOptions{TailCacheBytes: so.TailCacheBytes, KeepSnapshots: so.KeepSnapshots},
 		advertise: cfg.AdvertisePeer, single: true,
 	}, sm)

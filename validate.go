@@ -51,6 +51,9 @@ func (cfg GroupConfig) validate(h *Host) error {
 	if cfg.DisableRelay && cfg.Raft.Relay {
 		bad("DisableRelay and Raft.Relay are both set: set one")
 	}
+	if cfg.DisableRelayAnswers && cfg.Raft.RelayAnswers {
+		bad("DisableRelayAnswers and Raft.RelayAnswers are both set: set one")
+	}
 	rcfg := cfg.Raft
 	rcfg.ID, rcfg.InitialMembers = cfg.ID, nil
 	if cfg.ID != 0 {
@@ -102,11 +105,13 @@ func (cfg GroupConfig) validateBootstrap(h *Host) error {
 
 // raftConfig is the node's configuration as StartGroup runs it: Raft,
 // with quiescence on unless DisableQuiescence (validate refused a config
-// that cannot quiesce and did not say so) and relays on unless
-// DisableRelay.
+// that cannot quiesce and did not say so), relays on unless
+// DisableRelay, and their standbys' answers through them unless
+// DisableRelayAnswers.
 func (cfg GroupConfig) raftConfig() raft.Config {
 	rcfg := cfg.Raft
 	rcfg.Quiesce = !cfg.DisableQuiescence
 	rcfg.Relay = !cfg.DisableRelay
+	rcfg.RelayAnswers = rcfg.RelayAnswers || (rcfg.Relay && !cfg.DisableRelayAnswers)
 	return rcfg
 }

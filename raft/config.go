@@ -103,13 +103,14 @@ type Config struct {
 	// answers (MsgAppResp, MsgHeartbeatResp) and hand them on to the
 	// leader gathered (see "Answers through the relay" in
 	// docs/architecture.md), when its transport carries them
-	// (AnswerRelayTransport). Off by default: measured with 24 standby
-	// processes (benchmarks' fleetload), it cut the leader's received
-	// messages per write from 0.7-0.8 to 0.5 but not its CPU per write
-	// (1.8-2.0x of none either way), and its bytes per write were higher
-	// and more variable (1.3-3.8x against 1.1-1.3x): more standbys fell
-	// back to direct sends. Every member steps relayed answers whatever
-	// its own setting (the leader checks each against its relays).
+	// (AnswerRelayTransport). Off for a raw Node; understudy.Host turns it
+	// on with Relay for the groups it runs (GroupConfig.DisableRelayAnswers
+	// keeps it off): with 24 standby processes it cut the leader's CPU per
+	// write by about a tenth at the same bytes (session 17; session 14,
+	// before the relays' headers were delta-coded and their followers'
+	// commit bumps held back, measured no CPU gain and more bytes). Every
+	// member steps relayed answers whatever its own setting (the leader
+	// checks each against its relays).
 	RelayAnswers bool
 	// RelayFanout is how many standbys one relay feeds at most (Relay).
 	// Default 12: three voters' two followers feed 24 standbys, beyond

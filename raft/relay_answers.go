@@ -57,7 +57,20 @@ type answerBox struct {
 	outbox   []*raftpb.Message
 	flushing bool
 	flush    func() // flushAnswers, bound once
+	// timer queues the flush relayAnswerWindow after the first answer of
+	// an empty outbox (made with the first; Reset after).
+	timer *time.Timer
 }
+
+// relayAnswerWindow is how long a relay gathers its standbys' answers
+// before it hands them on: each standby answers each batch its transport
+// gathered (LearnerBatchDelay, 10 ms by default) at its own moment, so a
+// flush per answer cost the leader a frame per standby per batch; gathered
+// for a few milliseconds, a relay's dozen standbys cost it about one. A
+// learner's answer counts for no quorum: the delay slows no commit and no
+// read, only the leader's view of the standby (its Match, its last
+// contact), by at most this much.
+const relayAnswerWindow = 5 * time.Millisecond
 
 // answerBox returns the box, made if there is none yet.
 func (a *relayAnswers) answerBox() *answerBox {
@@ -214,11 +227,14 @@ func (n *Node) handOnAnswers(answers []*raftpb.Message) {
 	if flush && a.flush == nil {
 		a.flush = n.flushAnswers
 	}
-	f := a.flush
-	a.mu.Unlock()
 	if flush {
-		n.postQuiet(f)
+		if a.timer == nil {
+			a.timer = time.AfterFunc(relayAnswerWindow, func() { n.postQuiet(a.flush) })
+		} else {
+			a.timer.Reset(relayAnswerWindow)
+		}
 	}
+	a.mu.Unlock()
 }
 
 // flushAnswers hands on the answers queued by handOnAnswers.

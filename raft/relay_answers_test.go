@@ -154,10 +154,11 @@ func TestRelayAnswersGathered(t *testing.T) {
 	t.Logf("24 standbys, frames the leader received per write: %.2f with direct answers, %.2f through the relays (%.2fx)",
 		direct.frames, through.frames, through.frames/direct.frames)
 	// Direct, every answer is a frame of its own (1.0-1.2x of the
-	// answers); gathered, 0.2x quiet, 0.4x under -race on a busy machine
-	// (how many a relay's flush finds depends on the scheduling).
-	if through.frames > 0.7*direct.frames {
-		t.Fatalf("the leader received %.2f frames per write with answers through the relays, %.2f without: want at most 0.7x", through.frames, direct.frames)
+	// answers). Gathered for relayAnswerWindow, 0.13x; handed on as they
+	// came (a flush per loop run, before the window), 0.2-0.5x, depending
+	// on the scheduling: the standbys answer at their own moments.
+	if through.frames > 0.3*direct.frames {
+		t.Fatalf("the leader received %.2f frames per write with answers through the relays, %.2f without: want at most 0.3x", through.frames, direct.frames)
 	}
 }
 

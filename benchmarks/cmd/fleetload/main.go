@@ -127,7 +127,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.relay, "relay", true, "understudy: standbys fed through relays (raft.Config.Relay; -relay=false: GroupConfig.DisableRelay)")
 	fs.StringVar(&c.engine, "engine", "pebble", "understudy: the storage engine of every member, pebble (the library's default for a new data dir) or bolt")
 	fs.Uint64Var(&c.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount of every member (0: the default)")
-	fs.BoolVar(&c.relayAnswers, "relay-answers", false, "understudy: standbys answer through their relay, gathered (raft.Config.RelayAnswers)")
+	fs.BoolVar(&c.relayAnswers, "relay-answers", true, "understudy: standbys answer through their relay, gathered (raft.Config.RelayAnswers; -relay-answers=false: GroupConfig.DisableRelayAnswers)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
 	fs.StringVar(&c.latencyLog, "latency-log", "", "write every measured write's start (µs from the window's start) and latency (µs), one a line, to PREFIX-SYSTEM-STANDBYS.txt (an absolute PREFIX: the leader process writes it)")

@@ -104,7 +104,7 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.DurationVar(&f.tick, "tick", 10*time.Millisecond, "understudy's tick")
 	fs.IntVar(&f.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
 	fs.BoolVar(&f.relay, "relay", true, "understudy: raft.Config.Relay")
-	fs.BoolVar(&f.relayAnswers, "relay-answers", false, "understudy: raft.Config.RelayAnswers")
+	fs.BoolVar(&f.relayAnswers, "relay-answers", true, "understudy: raft.Config.RelayAnswers")
 	fs.StringVar(&f.engine, "engine", "pebble", "understudy: the storage engine, pebble or bolt")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount (0: the default)")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")

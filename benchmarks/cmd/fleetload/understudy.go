@@ -53,12 +53,11 @@ func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples)
 	}
 	gc := understudy.GroupConfig{
 		GroupID: 1, ID: f.id,
-		// The host relays unless told not to (setting Raft.Relay false
-		// would not do it).
-		DisableRelay: !f.relay,
+		// The host relays, and its standbys answer through their relays,
+		// unless told not to (setting Raft.Relay false would not do it).
+		DisableRelay: !f.relay, DisableRelayAnswers: !f.relay || !f.relayAnswers,
 		Raft: raft.Config{
 			TickInterval: f.tick, ElectionTicks: f.electionTicks, SnapshotCount: f.snapshotCount,
-			RelayAnswers: f.relay && f.relayAnswers,
 			// Three voters; every standby stays a learner (the default
 			// policy only promotes up to TargetVoters).
 			Membership: confchange.Settings{TargetVoters: 3, MaxLearners: f.maxLearners},
