@@ -111,11 +111,12 @@ type GroupConfig struct {
 	// DisableRelayAnswers makes relayed standbys answer the leader
 	// directly. A host's relaying groups take their standbys' answers
 	// through the relay by default (raft.Config.RelayAnswers): the relay
-	// hands them on gathered, so the leader reads one frame a relay
-	// instead of one a standby (with 24 standby processes, 0.54-0.57 ms
-	// of the leader's CPU a write against 0.59-0.64 answering directly,
-	// the same bytes: benchmarks/README.md, "Session 17 figures"). Setting
-	// both this and Raft.RelayAnswers is refused as a contradiction.
+	// gathers them for a few milliseconds and hands them on together, so
+	// the leader reads about one frame a relay instead of one a standby
+	// (with 24 standby processes, the leader's CPU a write 1.32x of none
+	// against 1.56x answering directly, the same bytes:
+	// benchmarks/README.md, "Session 18 figures"). Setting both this and
+	// Raft.RelayAnswers is refused as a contradiction.
 	DisableRelayAnswers bool
 	// Storage tunes the group's view of the storage (its tail cache: a
 	// host of many groups wants a smaller one per group).
