@@ -61,30 +61,31 @@ type memberStatus struct {
 
 // memberFlags is what a member process is started with.
 type memberFlags struct {
-	system        string
-	id            uint64
-	dir           string
-	listen        string
-	ctl           string
-	voters        []string // the voters' peer addresses, IDs 1..3
-	standby       bool
-	fsync         bool
-	tick          time.Duration
-	electionTicks int
-	relay         bool
-	relayAnswers  bool
-	engine        string
-	snapshotCount uint64
-	maxLearners   int
-	sampleEvery   uint64
-	cpus          []int // pin the process to these CPUs (none: not pinned)
+	system            string
+	id                uint64
+	dir               string
+	listen            string
+	ctl               string
+	voters            []string // the voters' peer addresses, IDs 1..3
+	standby           bool
+	fsync             bool
+	tick              time.Duration
+	electionTicks     int
+	relay             bool
+	relayAnswers      bool
+	engine            string
+	snapshotCount     uint64
+	learnerBatchDelay time.Duration
+	maxLearners       int
+	sampleEvery       uint64
+	cpus              []int // pin the process to these CPUs (none: not pinned)
 }
 
 func (f *memberFlags) args() []string {
 	return []string{"-role", "member", "-system", f.system, "-id", fmt.Sprint(f.id), "-dir", f.dir,
 		"-listen", f.listen, "-ctl", f.ctl, "-voters", strings.Join(f.voters, ","),
 		fmt.Sprintf("-standby=%t", f.standby), fmt.Sprintf("-fsync=%t", f.fsync), "-tick", f.tick.String(),
-		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine, "-snapshot-count", fmt.Sprint(f.snapshotCount),
+		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine, "-snapshot-count", fmt.Sprint(f.snapshotCount), "-learner-batch-delay", f.learnerBatchDelay.String(),
 		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus)}
 }
 
@@ -107,6 +108,7 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.BoolVar(&f.relayAnswers, "relay-answers", true, "understudy: raft.Config.RelayAnswers")
 	fs.StringVar(&f.engine, "engine", "pebble", "understudy: the storage engine, pebble or bolt")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount (0: the default)")
+	fs.DurationVar(&f.learnerBatchDelay, "learner-batch-delay", 0, "understudy: transport.Config.LearnerBatchDelay (0: the default)")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")
 	fs.Uint64Var(&f.sampleEvery, "sample-every", 8, "record the apply time of every index divisible by this")
 	fs.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (a list: 0, 0,2, 0-3); empty: not pinned")

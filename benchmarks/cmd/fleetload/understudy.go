@@ -13,6 +13,7 @@ import (
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
 	"github.com/understudy-raft/understudy/storage"
+	"github.com/understudy-raft/understudy/transport"
 )
 
 // usMember is an understudy member as a user runs one: a Host with one
@@ -56,6 +57,7 @@ func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples)
 		// The host relays, and its standbys answer through their relays,
 		// unless told not to (setting Raft.Relay false would not do it).
 		DisableRelay: !f.relay, DisableRelayAnswers: !f.relay || !f.relayAnswers,
+		Transport: transport.Config{LearnerBatchDelay: f.learnerBatchDelay},
 		Raft: raft.Config{
 			TickInterval: f.tick, ElectionTicks: f.electionTicks, SnapshotCount: f.snapshotCount,
 			// Three voters; every standby stays a learner (the default
