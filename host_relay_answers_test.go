@@ -24,6 +24,10 @@ func TestStandbyAcknowledgesGatheredAppendsOnce(t *testing.T) {
 	defer cancel()
 	tc, l, ids := startWithStandbys(ctx, t, 2, func(c *understudy.Config) {
 		c.Transport.LearnerBatchDelay = 3 * fastRaft().TickInterval
+		// Answers direct, so that the leader's transport counts each one
+		// (through a relay, by default, the relay's gathering leaves out
+		// the covered ones too, raftio.AnswerSuperseded).
+		c.DisableRelayAnswers = true
 	})
 	require.Eventually(t, func() bool {
 		st, err := l.Status(ctx)
@@ -71,7 +75,9 @@ func TestStandbyAcknowledgesGatheredAppendsOnce(t *testing.T) {
 		read, sent := counts(id)
 		read, sent = read-read0[id], sent-sent0[id]
 		t.Logf("standby %d: read %d messages, sent the leader %d", id, read, sent)
-		require.Greater(t, read, uint64(40), "standby %d was handed too few appends to tell", id)
+		// Under load raft puts more writes in each append, so fewer come:
+		// ten are enough to tell one answer per append from one per batch.
+		require.GreaterOrEqual(t, read, uint64(10), "standby %d was handed too few appends to tell", id)
 		require.LessOrEqual(t, 2*sent, read, "standby %d answered (nearly) every append it was handed: %d answers for %d messages", id, sent, read)
 	}
 }
