@@ -370,6 +370,11 @@ func (n *Node) flushCommands() (err error) {
 	}
 	b.keepResults(results)
 	last := b.cmds[len(b.cmds)-1].Index
+	// Everything up to last is applied (entries are taken in order; a
+	// conf change flushes the commands before it): say so before the
+	// proposers are answered, so that one that reads AppliedIndex after
+	// its Propose returned sees its own write.
+	advanceTo(n.applied, last)
 	for i, id := range b.ids {
 		if id.proposer == n.cfg.ID {
 			n.waiters.resolve(id.seq, results[i])
