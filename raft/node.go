@@ -529,7 +529,8 @@ func (n *Node) StaleRead(query []byte) ([]byte, error) {
 	return n.lookup(query)
 }
 
-// AppliedIndex returns the index of the last entry applied to the state machine.
+// AppliedIndex returns the index of the last entry applied to the state
+// machine. Once Propose returned, it covers the proposal's entry.
 func (n *Node) AppliedIndex() uint64 { return n.applied.get() }
 
 // Err returns the fatal error the node stopped with, or nil.
