@@ -272,7 +272,7 @@ func (n *Node) applyEntries(t applyTask) error {
 		} else if rid.Client != 0 && !a.clientWindow().add(requestID{proposer: rid.Client, seq: rid.Seq}) {
 			// An older version's retry of a client request applied before:
 			// not applied again.
-			if err := n.answerNow(id, Result{Err: ErrDuplicateRequest}); err != nil {
+			if err := n.answerNow(idx, id, Result{Err: ErrDuplicateRequest}); err != nil {
 				return err
 			}
 			continue
@@ -337,10 +337,20 @@ func (n *Node) applySettings(idx uint64, data []byte) error {
 		n.log.Warn("ignoring a settings entry that does not decode", slog.Uint64("index", idx), slog.Any("err", err))
 	}
 	a.applied = idx
-	if id.proposer == n.cfg.ID {
-		n.waiters.resolve(id.seq, Result{Err: err})
-	}
+	n.answerApplied(idx, id, Result{Err: err})
 	return nil
+}
+
+// answerApplied answers this member's proposer of the entry at idx (id, any
+// member's), once the applied index covers idx: a caller that reads
+// AppliedIndex after its call returned sees its own entry. Everything up to
+// idx is applied when it is called (entries are taken in order, and the
+// commands before idx were flushed).
+func (n *Node) answerApplied(idx uint64, id requestID, r Result) {
+	advanceTo(n.applied, idx)
+	if id.proposer == n.cfg.ID {
+		n.waiters.resolve(id.seq, r)
+	}
 }
 
 // flushCommands hands the collected commands to the state machine as one

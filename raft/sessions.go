@@ -156,9 +156,7 @@ func (n *Node) applyRegister(idx uint64, data []byte) error {
 		}
 		r.Value = binary.BigEndian.AppendUint64(nil, idx)
 	}
-	if id.proposer == n.cfg.ID {
-		n.waiters.resolve(id.seq, r)
-	}
+	n.answerApplied(idx, id, r)
 	return nil
 }
 
@@ -175,7 +173,7 @@ func (n *Node) sessionCommand(idx uint64, id requestID, rid RequestID) (answered
 		if mine {
 			r.Err = fmt.Errorf("%w: client %d has no session (it expired, or was never registered)", ErrSessionExpired, rid.Client)
 		}
-		return true, n.answerNow(id, r)
+		return true, n.answerNow(idx, id, r)
 	}
 	a.sessions.touch(s, idx)
 	r, st := s.lookup(rid.Seq)
@@ -193,7 +191,7 @@ func (n *Node) sessionCommand(idx uint64, id requestID, rid RequestID) (answered
 			res.Err = fmt.Errorf("%w: client %d's session no longer knows request %d (it keeps the latest %d requests, none at or below %d): not applied now, it may have been before",
 				ErrSessionExpired, rid.Client, rid.Seq, s.maxResults, s.floor)
 		}
-		return true, n.answerNow(id, res)
+		return true, n.answerNow(idx, id, res)
 	}
 	if r.flags&resultPending != 0 {
 		// Applied earlier in this batch: its result comes with the flush.
@@ -206,18 +204,16 @@ func (n *Node) sessionCommand(idx uint64, id requestID, rid RequestID) (answered
 		res = r.answer()
 	}
 	s.ack(rid.Acked)
-	return true, n.answerNow(id, res)
+	return true, n.answerNow(idx, id, res)
 }
 
-// answerNow answers a command that is not applied: after the commands
-// before it, so that its caller never hears of it before theirs.
-func (n *Node) answerNow(id requestID, r Result) error {
+// answerNow answers the command at idx, which is not applied: after the
+// commands before it, so that its caller never hears of it before theirs.
+func (n *Node) answerNow(idx uint64, id requestID, r Result) error {
 	if err := n.flushCommands(); err != nil {
 		return err
 	}
-	if id.proposer == n.cfg.ID {
-		n.waiters.resolve(id.seq, r)
-	}
+	n.answerApplied(idx, id, r)
 	return nil
 }
 
