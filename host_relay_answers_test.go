@@ -29,18 +29,7 @@ func TestStandbyAcknowledgesGatheredAppendsOnce(t *testing.T) {
 		// the covered ones too, raftio.AnswerSuperseded).
 		c.DisableRelayAnswers = true
 	})
-	require.Eventually(t, func() bool {
-		st, err := l.Status(ctx)
-		if err != nil {
-			return false
-		}
-		for _, id := range ids {
-			if st.Progress[id].RelayedBy == 0 {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 10*time.Millisecond, "the standbys relayed")
+	waitRelayed(ctx, t, l, ids, "the standbys relayed")
 
 	// counts is what standby id read (appends, heartbeats: the leader's
 	// messages, handed on or direct) and what it sent the leader.

@@ -54,12 +54,19 @@ func TestStartRelaysByDefault(t *testing.T) {
 		time.Sleep(5 * fastRaft().TickInterval)
 	}
 
-	cfg := understudy.Config{ID: 1, DataDir: t.TempDir(), Listener: listen(t), DisableRelay: true}
-	cfg.Raft.Relay = true
+	refusesContradiction(ctx, t, func(c *understudy.Config) { c.DisableRelay, c.Raft.Relay = true, true }, "DisableRelay and Raft.Relay")
+}
+
+// refusesContradiction checks that Start refuses a one-member config
+// edited to set a Disable… option and the raft setting it turns off.
+func refusesContradiction(ctx context.Context, t *testing.T, edit func(*understudy.Config), want string) {
+	t.Helper()
+	cfg := understudy.Config{ID: 1, DataDir: t.TempDir(), Listener: listen(t)}
 	cfg.InitialMembers = []raft.Member{{ID: 1, PeerAddr: cfg.Listener.Addr().String()}}
+	edit(&cfg)
 	_, err := understudy.Start(ctx, cfg, kv.New())
 	require.ErrorIs(t, err, raft.ErrInvalidConfig)
-	require.ErrorContains(t, err, "DisableRelay and Raft.Relay")
+	require.ErrorContains(t, err, want)
 }
 
 // startWithStandbys starts three voters and n standbys (IDs 4, 5, …), each
@@ -174,10 +181,6 @@ func TestStartRelaysAnswersByDefault(t *testing.T) {
 	require.NotZero(t, answered(func(*understudy.Config) {}), "relayed answers with no setting")
 	require.Zero(t, answered(func(c *understudy.Config) { c.DisableRelayAnswers = true }), "relayed answers with DisableRelayAnswers")
 
-	cfg := understudy.Config{ID: 1, DataDir: t.TempDir(), Listener: listen(t), DisableRelayAnswers: true}
-	cfg.Raft.RelayAnswers = true
-	cfg.InitialMembers = []raft.Member{{ID: 1, PeerAddr: cfg.Listener.Addr().String()}}
-	_, err := understudy.Start(ctx, cfg, kv.New())
-	require.ErrorIs(t, err, raft.ErrInvalidConfig)
-	require.ErrorContains(t, err, "DisableRelayAnswers and Raft.RelayAnswers")
+	refusesContradiction(ctx, t, func(c *understudy.Config) { c.DisableRelayAnswers, c.Raft.RelayAnswers = true, true },
+		"DisableRelayAnswers and Raft.RelayAnswers")
 }
