@@ -248,7 +248,6 @@ func printRow(w io.Writer, r, base result) {
 		}
 		return fmt.Sprintf("%.2f", a/b)
 	}
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 	relayed := "-"
 	if r.system == "understudy" {
 		relayed = fmt.Sprint(r.relayed)
@@ -532,6 +531,18 @@ func (c *cluster) lag(ctx context.Context, res *result, killed map[uint64]bool) 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var lags []int64
+	// For -v: each standby's own p50/p99, and when in the window the late
+	// samples came (all standbys late at once points at the leader or
+	// the relays, one standby's at its process).
+	const lateLag, lateBucket = int64(40 * time.Millisecond), 250 * time.Millisecond
+	late := map[int64]int{}
+	var perStandby []string
+	var relayOf map[uint64]uint64
+	if c.cfg.verbose && c.system == "understudy" {
+		if st, err := c.leader.status(ctx); err == nil {
+			relayOf = st.Relayed
+		}
+	}
 	for _, p := range c.standbys {
 		if killed[p.flags.id] {
 			continue
@@ -549,14 +560,31 @@ func (c *cluster) lag(ctx context.Context, res *result, killed map[uint64]bool) 
 			at[x[0]] = x[1]
 		}
 		res.lagStandbys++
+		var own []int64
 		for _, x := range leader {
 			t, ok := at[x[0]]
 			if !ok {
 				res.lagMissing++
 				continue
 			}
-			lags = append(lags, max(t-x[1], 0))
+			l := max(t-x[1], 0)
+			lags = append(lags, l)
+			own = append(own, l)
+			if l > lateLag {
+				late[(x[1]-leader[0][1])/int64(lateBucket)]++
+			}
 		}
+		slices.Sort(own)
+		perStandby = append(perStandby, fmt.Sprintf("%d(via %d):%s/%s", p.flags.id, relayOf[p.flags.id], ms(time.Duration(percentile(own, 0.5))), ms(time.Duration(percentile(own, 0.99)))))
+	}
+	if len(leader) > 0 {
+		c.logf("lag p50/p99 ms per standby: %s", strings.Join(perStandby, " "))
+		var b []string
+		for k, n := range late {
+			b = append(b, fmt.Sprintf("%.2fs:%d", (time.Duration(k)*lateBucket).Seconds(), n))
+		}
+		slices.Sort(b)
+		c.logf("samples over %v late, by %v from the first sample (%s): %s", time.Duration(lateLag), lateBucket, time.Unix(0, leader[0][1]).Format("15:04:05.000"), strings.Join(b, " "))
 	}
 	slices.Sort(lags)
 	res.lagSamples = len(lags)
@@ -660,3 +688,6 @@ func (cfg *config) latencyLogFile(system string, standbys int) string {
 	}
 	return fmt.Sprintf("%s-%s-%d.txt", cfg.latencyLog, system, standbys)
 }
+
+// ms formats d in milliseconds, one decimal.
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
