@@ -30,8 +30,11 @@ type Options struct {
 	// dir can hold many groups (OpenEngine). Zero means 1.
 	GroupID uint64
 
-	// NoSync skips every fsync: bbolt commits, snapshot files and the
-	// directory. A crash can then lose acknowledged writes. For tests only.
+	// NoSync skips every fsync: bbolt's and Pebble's commits, snapshot
+	// files and the directory. A machine crash (power loss, a kernel panic)
+	// can then lose acknowledged writes; a process crash cannot: a commit
+	// is written to the operating system before it is acknowledged. For
+	// tests, and members that stand in for machines of their own.
 	NoSync bool
 
 	// Logger receives the store's log lines. Nil discards them.
@@ -121,9 +124,11 @@ func (o Options) group() GroupOptions {
 // (its bbolt file, its fsyncs, its lock). The zero value is a valid
 // configuration. The fields mean what Options' fields of the same names mean.
 type EngineOptions struct {
-	// NoSync skips every fsync of every group: bbolt commits, snapshot files
-	// and the directory. A crash can then lose acknowledged writes. For
-	// tests only.
+	// NoSync skips every fsync of every group: bbolt's and Pebble's
+	// commits, snapshot files and the directory. A machine crash can then
+	// lose acknowledged writes; a process crash (kill -9) cannot: a commit
+	// is written to the operating system before it is acknowledged. For
+	// tests, and members that stand in for machines of their own.
 	NoSync bool
 
 	// Logger receives the engine's log lines and its groups' (with a
