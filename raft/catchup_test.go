@@ -323,7 +323,26 @@ func TestSnapshotOnDemand(t *testing.T) {
 // of snapshots per written megabyte stays bounded by the state's size — not
 // one per SnapshotCount entries whatever the state weighs.
 func TestSnapshotsAmortizedAgainstStateSize(t *testing.T) {
-	c := cluster.New(t, cluster.Options{Members: 1, SnapshotCount: 50, SnapshotCatchUpEntries: 10})
+	n1 := snapshotsOfAStateWrittenOver(t, 0)
+	if n1 == 0 || n1 > 30 {
+		t.Fatalf("%d snapshots for 5,000 writes of 1 KiB over a ~1 MB state (a fixed count would take 100)", n1)
+	}
+	// SnapshotLogRatio 4: a snapshot once 4 states' worth of entries were
+	// applied since the last one (the first ones still come every
+	// SnapshotCount entries, while the state is small).
+	n4 := snapshotsOfAStateWrittenOver(t, 4)
+	if n4 == 0 || n4 >= n1 {
+		t.Fatalf("%d snapshots with SnapshotLogRatio 4, against %d with the default 1: want fewer", n4, n1)
+	}
+	t.Logf("%d snapshots at ratio 1, %d at ratio 4 (a fixed count would take 100)", n1, n4)
+}
+
+// snapshotsOfAStateWrittenOver writes a ~1 MB state 5 times over (5,000
+// writes of 1 KiB) on one member with SnapshotCount 50 and the given
+// SnapshotLogRatio, and returns how many snapshots it took.
+func snapshotsOfAStateWrittenOver(t *testing.T, ratio float64) int {
+	t.Helper()
+	c := cluster.New(t, cluster.Options{Members: 1, SnapshotCount: 50, SnapshotCatchUpEntries: 10, SnapshotLogRatio: ratio})
 	ctx := ctxT(t, 60*time.Second)
 	lead := c.WaitLeader()
 	events, cancel := lead.Node.Subscribe(1024)
@@ -350,11 +369,7 @@ func TestSnapshotsAmortizedAgainstStateSize(t *testing.T) {
 	// 100 times. Amortized, the first snapshots come every 50 entries while
 	// the state is small, then about once per state's size written: a
 	// handful per megabyte at first, then about one.
-	entries := stateKeys * (rounds + 1)
-	if snapshots == 0 || snapshots > 30 {
-		t.Fatalf("%d snapshots for %d writes of 1 KiB over a ~1 MB state (a fixed count would take %d)", snapshots, entries, entries/50)
-	}
-	t.Logf("%d snapshots for %d writes of 1 KiB (a fixed count would take %d)", snapshots, entries, entries/50)
+	return snapshots
 }
 
 // gatedSnapshots wraps the leader's storage: the first snapshot written

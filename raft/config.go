@@ -21,6 +21,7 @@ const (
 	DefaultMaxUncommittedSize     = 64 << 20
 	DefaultMaxCommandSize         = 3 << 19 // 1.5 MiB, as etcd's --max-request-bytes
 	DefaultSnapshotCount          = 10000
+	DefaultSnapshotLogRatio       = 1.0
 	DefaultSnapshotCatchUpEntries = 5000
 	DefaultMaxPendingProposals    = 8192
 	DefaultApplyQueueSize         = 64
@@ -160,13 +161,22 @@ type Config struct {
 	// SnapshotCount is the least number of entries applied between two of
 	// the node's own snapshots. A snapshot (and a log compaction) is taken
 	// once at least this many entries were applied since the last one AND
-	// their bytes reach the last snapshot's size. A small state is
-	// snapshotted about every SnapshotCount entries, as etcd does; a large
-	// one every "state's size" of writes, so the snapshot work stays
-	// proportional to the bytes written and the log kept is at most about
-	// the state's size. Lower it to keep the log short when the state is
-	// small; Node.Snapshot takes one on demand. Default 10,000.
+	// their bytes reach SnapshotLogRatio times the last snapshot's size. A
+	// small state is snapshotted about every SnapshotCount entries, as etcd
+	// does; a large one every "state's size" of writes (times the ratio), so
+	// the snapshot work stays proportional to the bytes written and the log
+	// kept is at most about the state's size (times the ratio). Lower it to
+	// keep the log short when the state is small; Node.Snapshot takes one
+	// on demand. Default 10,000.
 	SnapshotCount uint64
+	// SnapshotLogRatio is how many times the last snapshot's size the bytes
+	// of the entries applied since must reach before the next snapshot
+	// (with SnapshotCount). A snapshot writes the whole state, so at ratio
+	// r it costs 1/r of the bytes the log took: a higher ratio takes fewer
+	// snapshots of a large state, for a longer log (at most about r times
+	// the state: the disk it takes and what a restart replays). Default 1;
+	// between 0.01 and 100.
+	SnapshotLogRatio float64
 	// SnapshotCatchUpEntries is the number of entries kept in the log behind
 	// a snapshot so that slow followers can catch up without one. Default
 	// 5,000, or half of SnapshotCount when that is smaller.
@@ -265,6 +275,9 @@ func (c Config) WithDefaults() Config {
 	if c.SnapshotCount == 0 {
 		c.SnapshotCount = DefaultSnapshotCount
 	}
+	if c.SnapshotLogRatio == 0 {
+		c.SnapshotLogRatio = DefaultSnapshotLogRatio
+	}
 	if c.SnapshotCatchUpEntries == 0 {
 		// Scales down with a small SnapshotCount, so that any valid
 		// SnapshotCount works with the default.
@@ -335,6 +348,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightBytes > 0 && c.MaxSizePerMsg > 0 && c.MaxInflightBytes < c.MaxSizePerMsg {
 		bad("MaxInflightBytes (%d) must be at least MaxSizePerMsg (%d)", c.MaxInflightBytes, c.MaxSizePerMsg)
+	}
+	if c.SnapshotLogRatio != 0 && !(c.SnapshotLogRatio >= 0.01 && c.SnapshotLogRatio <= 100) {
+		bad("SnapshotLogRatio (%g) must be between 0.01 and 100", c.SnapshotLogRatio)
 	}
 	if c.SnapshotCount > 0 && c.SnapshotCatchUpEntries > c.SnapshotCount*10 {
 		bad("SnapshotCatchUpEntries (%d) must be at most 10x SnapshotCount (%d)", c.SnapshotCatchUpEntries, c.SnapshotCount)

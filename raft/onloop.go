@@ -167,7 +167,6 @@ func (n *Node) snapshotMayBeDue() bool {
 	if s.running.Load() {
 		return false
 	}
-	due := a.applied >= s.index+n.cfg.SnapshotCount && s.logBytes >= uint64(s.lastSize.Load())
 	want := s.want.Load()
-	return due || (want > s.written.Load() && a.applied >= want)
+	return n.snapshotDue() || (want > s.written.Load() && a.applied >= want)
 }

@@ -64,6 +64,17 @@ type snapResult struct {
 	err   error
 }
 
+// snapshotDue reports whether the node's own snapshot is due: SnapshotCount
+// entries applied since the last one, whose bytes reach SnapshotLogRatio
+// times its size (on the apply task, or the loop's worker while the apply
+// task is idle).
+func (n *Node) snapshotDue() bool {
+	a := &n.apply
+	s := &a.snap
+	return a.applied >= s.index+n.cfg.SnapshotCount &&
+		float64(s.logBytes) >= n.cfg.SnapshotLogRatio*float64(s.lastSize.Load())
+}
+
 func (s *snapState) restored(index uint64, size int64) {
 	s.index = index
 	s.written.Store(index)
@@ -171,7 +182,7 @@ func (n *Node) maybeSnapshot() {
 		// now would be abandoned at once (errSnapshotSuperseded).
 		return
 	}
-	due := a.applied >= s.index+n.cfg.SnapshotCount && s.logBytes >= uint64(s.lastSize.Load())
+	due := n.snapshotDue()
 	// A wanted snapshot is retried until one is written (a failed write
 	// must not leave a joining member without one).
 	wanted := want > s.written.Load() && a.applied >= want

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +208,25 @@ func TestSlowDiskFollower(t *testing.T) {
 	}
 	if got := c.Member(slow).SM.Len(); got != 200 {
 		t.Fatalf("slow member has %d keys, want 200", got)
+	}
+}
+
+// SnapshotLogRatio: zero takes the default; values outside [0.01, 100]
+// (a negative one, NaN, one that would snapshot on every entry or never)
+// are refused.
+func TestSnapshotLogRatioValidated(t *testing.T) {
+	if c := (raft.Config{ID: 1}).WithDefaults(); c.SnapshotLogRatio != raft.DefaultSnapshotLogRatio {
+		t.Fatalf("default ratio %g, want %g", c.SnapshotLogRatio, raft.DefaultSnapshotLogRatio)
+	}
+	for _, ok := range []float64{0.01, 0.5, 4, 100} {
+		if err := (raft.Config{ID: 1, SnapshotLogRatio: ok}).WithDefaults().Validate(); err != nil {
+			t.Errorf("ratio %g: %v", ok, err)
+		}
+	}
+	for _, bad := range []float64{-1, 0.001, 101, math.NaN(), math.Inf(1)} {
+		err := (raft.Config{ID: 1, SnapshotLogRatio: bad}).WithDefaults().Validate()
+		if !errors.Is(err, raft.ErrInvalidConfig) || !strings.Contains(err.Error(), "SnapshotLogRatio") {
+			t.Errorf("ratio %g: %v, want ErrInvalidConfig naming SnapshotLogRatio", bad, err)
+		}
 	}
 }

@@ -38,6 +38,8 @@ type Options struct {
 	// are raft's).
 	SnapshotCount          uint64
 	SnapshotCatchUpEntries uint64
+	// SnapshotLogRatio as in raft.Config (0: raft's default).
+	SnapshotLogRatio float64
 	// Sync turns fsync on (off by default in tests: crash tests stop nodes,
 	// they do not cut power).
 	Sync bool
@@ -153,6 +155,7 @@ func (c *Cluster) Config(id uint64, initial []raft.Member) raft.Config {
 		TickInterval:           c.opts.TickInterval,
 		SnapshotCount:          c.opts.SnapshotCount,
 		SnapshotCatchUpEntries: c.opts.SnapshotCatchUpEntries,
+		SnapshotLogRatio:       c.opts.SnapshotLogRatio,
 		RequestTimeout:         c.opts.RequestTimeout,
 		MaxClientSessions:      c.opts.MaxClientSessions,
 		Logger:                 c.opts.Logger,

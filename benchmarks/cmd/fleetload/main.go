@@ -97,18 +97,22 @@ type config struct {
 	// learnerBatchDelay: transport.Config.LearnerBatchDelay of every
 	// member (0: the default).
 	learnerBatchDelay time.Duration
-	killEvery         time.Duration
-	killDown          time.Duration
-	tick              time.Duration
-	electionTicks     int
-	standbyFsync      bool
-	sampleEvery       uint64
-	timeout           time.Duration
-	dir               string
-	keep              bool
-	verbose           bool
-	pin               *pinning // nil: no pinning
-	out               io.Writer
+	// inlineApply: raft.Config.InlineApply of every member.
+	inlineApply bool
+	// snapshotLogRatio: raft.Config.SnapshotLogRatio of every member.
+	snapshotLogRatio float64
+	killEvery        time.Duration
+	killDown         time.Duration
+	tick             time.Duration
+	electionTicks    int
+	standbyFsync     bool
+	sampleEvery      uint64
+	timeout          time.Duration
+	dir              string
+	keep             bool
+	verbose          bool
+	pin              *pinning // nil: no pinning
+	out              io.Writer
 	// beforeLoad, if set, runs once the configuration's members are ready,
 	// before the load (tests inject faults with it).
 	beforeLoad func(c *cluster)
@@ -130,6 +134,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.relay, "relay", true, "understudy: standbys fed through relays (raft.Config.Relay; -relay=false: GroupConfig.DisableRelay)")
 	fs.StringVar(&c.engine, "engine", "pebble", "understudy: the storage engine of every member, pebble (the library's default for a new data dir) or bolt")
 	fs.Uint64Var(&c.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount of every member (0: the default)")
+	fs.Float64Var(&c.snapshotLogRatio, "snapshot-log-ratio", 0, "understudy: raft.Config.SnapshotLogRatio of every member (0: the default, 1)")
+	fs.BoolVar(&c.inlineApply, "inline-apply", false, "understudy: raft.Config.InlineApply of every member (small applied batches on the loop's worker: kv's Apply is quick)")
 	fs.DurationVar(&c.learnerBatchDelay, "learner-batch-delay", 0, "understudy: transport.Config.LearnerBatchDelay of every member, how long messages to a standby are gathered (0: the default, 10ms)")
 	fs.BoolVar(&c.relayAnswers, "relay-answers", true, "understudy: standbys answer through their relay, gathered (raft.Config.RelayAnswers; -relay-answers=false: GroupConfig.DisableRelayAnswers)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
@@ -317,7 +323,7 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	for i := range 3 + n {
 		p := &proc{flags: memberFlags{system: system, id: uint64(i + 1), dir: fmt.Sprintf("%s/m%d", dir, i+1),
 			listen: addrs[2*i], ctl: addrs[2*i+1], voters: voters, standby: i >= 3, fsync: i < 3 || cfg.standbyFsync,
-			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, relayAnswers: cfg.relayAnswers, engine: cfg.engine, snapshotCount: cfg.snapshotCount, learnerBatchDelay: cfg.learnerBatchDelay, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
+			tick: cfg.tick, electionTicks: cfg.electionTicks, relay: cfg.relay, relayAnswers: cfg.relayAnswers, engine: cfg.engine, snapshotCount: cfg.snapshotCount, learnerBatchDelay: cfg.learnerBatchDelay, inlineApply: cfg.inlineApply, snapshotLogRatio: cfg.snapshotLogRatio, maxLearners: max(n, 2), sampleEvery: cfg.sampleEvery}}
 		if cfg.pin != nil {
 			p.flags.cpus = cfg.pin.voters
 			if i >= 3 {

@@ -76,6 +76,8 @@ type memberFlags struct {
 	engine            string
 	snapshotCount     uint64
 	learnerBatchDelay time.Duration
+	inlineApply       bool
+	snapshotLogRatio  float64
 	maxLearners       int
 	sampleEvery       uint64
 	cpus              []int // pin the process to these CPUs (none: not pinned)
@@ -85,7 +87,7 @@ func (f *memberFlags) args() []string {
 	return []string{"-role", "member", "-system", f.system, "-id", fmt.Sprint(f.id), "-dir", f.dir,
 		"-listen", f.listen, "-ctl", f.ctl, "-voters", strings.Join(f.voters, ","),
 		fmt.Sprintf("-standby=%t", f.standby), fmt.Sprintf("-fsync=%t", f.fsync), "-tick", f.tick.String(),
-		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine, "-snapshot-count", fmt.Sprint(f.snapshotCount), "-learner-batch-delay", f.learnerBatchDelay.String(),
+		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine, "-snapshot-count", fmt.Sprint(f.snapshotCount), "-learner-batch-delay", f.learnerBatchDelay.String(), fmt.Sprintf("-inline-apply=%t", f.inlineApply), "-snapshot-log-ratio", fmt.Sprint(f.snapshotLogRatio),
 		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus)}
 }
 
@@ -109,6 +111,8 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.StringVar(&f.engine, "engine", "pebble", "understudy: the storage engine, pebble or bolt")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 0, "understudy: raft.Config.SnapshotCount (0: the default)")
 	fs.DurationVar(&f.learnerBatchDelay, "learner-batch-delay", 0, "understudy: transport.Config.LearnerBatchDelay (0: the default)")
+	fs.BoolVar(&f.inlineApply, "inline-apply", false, "understudy: raft.Config.InlineApply")
+	fs.Float64Var(&f.snapshotLogRatio, "snapshot-log-ratio", 0, "understudy: raft.Config.SnapshotLogRatio (0: the default)")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")
 	fs.Uint64Var(&f.sampleEvery, "sample-every", 8, "record the apply time of every index divisible by this")
 	fs.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (a list: 0, 0,2, 0-3); empty: not pinned")

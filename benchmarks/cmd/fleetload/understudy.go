@@ -59,7 +59,7 @@ func startUnderstudy(ctx context.Context, f *memberFlags, samples *applySamples)
 		DisableRelay: !f.relay, DisableRelayAnswers: !f.relay || !f.relayAnswers,
 		Transport: transport.Config{LearnerBatchDelay: f.learnerBatchDelay},
 		Raft: raft.Config{
-			TickInterval: f.tick, ElectionTicks: f.electionTicks, SnapshotCount: f.snapshotCount,
+			TickInterval: f.tick, ElectionTicks: f.electionTicks, SnapshotCount: f.snapshotCount, SnapshotLogRatio: f.snapshotLogRatio, InlineApply: f.inlineApply,
 			// Three voters; every standby stays a learner (the default
 			// policy only promotes up to TargetVoters).
 			Membership: confchange.Settings{TargetVoters: 3, MaxLearners: f.maxLearners},
