@@ -602,9 +602,7 @@ func runGroups(dir, name string, g, w int) (res result, err error) {
 
 // proposal is one proposer's entry waiting for the group's loop.
 type proposal struct {
-	start time.Time
-	in    bool // proposed while measuring
-	done  chan struct{}
+	done chan struct{}
 }
 
 // runOneGroup runs the one-group workload: p proposers on one group, their
