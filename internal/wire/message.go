@@ -75,15 +75,7 @@ func AppendMessage(b []byte, m *raftpb.Message) ([]byte, error) {
 	b = appendUint64Field(b, msgLogTerm, m.LogTerm != nil, m.GetLogTerm())
 	b = appendUint64Field(b, msgIndex, m.Index != nil, m.GetIndex())
 	for _, e := range m.Entries {
-		b = protowire.AppendTag(b, msgEntries, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(entrySize(e)))
-		b = appendUint64Field(b, entType, e.Type != nil, uint64(int64(e.GetType())))
-		b = appendUint64Field(b, entTerm, e.Term != nil, e.GetTerm())
-		b = appendUint64Field(b, entIndex, e.Index != nil, e.GetIndex())
-		if e.Data != nil {
-			b = protowire.AppendTag(b, entData, protowire.BytesType)
-			b = protowire.AppendBytes(b, e.Data)
-		}
+		b = appendEntryField(b, e)
 	}
 	b = appendUint64Field(b, msgCommit, m.Commit != nil, m.GetCommit())
 	var reject uint64
@@ -126,6 +118,21 @@ func fastEncodable(m *raftpb.Message) bool {
 		}
 	}
 	return true
+}
+
+// appendEntryField appends e as a message's entries field, as
+// proto.Marshal writes it. e has no unknown fields (fastEncodable).
+func appendEntryField(b []byte, e *raftpb.Entry) []byte {
+	b = protowire.AppendTag(b, msgEntries, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(entrySize(e)))
+	b = appendUint64Field(b, entType, e.Type != nil, uint64(int64(e.GetType())))
+	b = appendUint64Field(b, entTerm, e.Term != nil, e.GetTerm())
+	b = appendUint64Field(b, entIndex, e.Index != nil, e.GetIndex())
+	if e.Data != nil {
+		b = protowire.AppendTag(b, entData, protowire.BytesType)
+		b = protowire.AppendBytes(b, e.Data)
+	}
+	return b
 }
 
 func appendUint64Field(b []byte, num protowire.Number, present bool, v uint64) []byte {
@@ -255,8 +262,106 @@ func scanMessage(b []byte) (nEntries int, ok bool) {
 	return nEntries, true
 }
 
-// decodeMessage decodes b, which scanMessage accepted. It reports false
-// when an entry needs the general decoder.
+// UnmarshalContainer decodes a relay container (a message with responses:
+// the headers of a relay envelope, see relay.go) as UnmarshalMessage does,
+// its headers with the fast decoder too; input the fast decoder does not
+// handle goes to proto.Unmarshal. The container refers to b.
+func UnmarshalContainer(b []byte) (*raftpb.Message, error) {
+	nEntries, nResponses, ok := scanContainer(b)
+	if ok {
+		if m, ok := decodeContainer(b, nEntries, nResponses); ok {
+			return m, nil
+		}
+	}
+	return UnmarshalProto(b)
+}
+
+// scanContainer is scanMessage for a container: it also accepts responses,
+// each a message scanMessage accepts, and counts them.
+func scanContainer(b []byte) (nEntries, nResponses int, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, 0, false
+		}
+		if num != msgResponses {
+			// One field at a time through scanMessage.
+			end := n + fieldLen(b[n:], typ)
+			if end < n || end > len(b) {
+				return 0, 0, false
+			}
+			k, ok := scanMessage(b[:end])
+			if !ok {
+				return 0, 0, false
+			}
+			nEntries += k
+			b = b[end:]
+			continue
+		}
+		if typ != protowire.BytesType {
+			return 0, 0, false
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return 0, 0, false
+		}
+		if _, ok := scanMessage(v); !ok {
+			return 0, 0, false
+		}
+		nResponses++
+		b = b[n+m:]
+	}
+	return nEntries, nResponses, true
+}
+
+// fieldLen is the length of a field's value of wire type typ at the start
+// of b (-1 if malformed or of a type no raftpb.Message field has).
+func fieldLen(b []byte, typ protowire.Type) int {
+	switch typ {
+	case protowire.VarintType:
+		_, n := protowire.ConsumeVarint(b)
+		return n
+	case protowire.BytesType:
+		_, n := protowire.ConsumeBytes(b)
+		return n
+	}
+	return -1
+}
+
+// decodeContainer decodes b, which scanContainer accepted.
+func decodeContainer(b []byte, nEntries, nResponses int) (*raftpb.Message, bool) {
+	m, ok := decodeMessage(b, nEntries)
+	if !ok || nResponses == 0 {
+		return m, ok
+	}
+	// The headers (no entries of their own) share one allocation.
+	m.Responses = make([]*raftpb.Message, 0, nResponses)
+	backs := make([]messageBacking, nResponses)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		n = fieldLen(b, typ)
+		if num == msgResponses {
+			v, _ := protowire.ConsumeBytes(b)
+			var h *raftpb.Message
+			if k, _ := scanMessage(v); k == 0 {
+				h, ok = decodeInto(v, &backs[len(m.Responses)], nil, nil)
+			} else {
+				h, ok = decodeMessage(v, k)
+			}
+			if !ok {
+				return nil, false
+			}
+			m.Responses = append(m.Responses, h)
+		}
+		b = b[n:]
+	}
+	return m, true
+}
+
+// decodeMessage decodes b, which scanMessage (or scanContainer, whose
+// responses it skips) accepted. It reports false when an entry needs the
+// general decoder.
 func decodeMessage(b []byte, nEntries int) (*raftpb.Message, bool) {
 	var mb *messageBacking
 	var ents []entryBacking
@@ -271,14 +376,23 @@ func decodeMessage(b []byte, nEntries int) (*raftpb.Message, bool) {
 		mb = new(messageBacking)
 		ents, ptrs = make([]entryBacking, nEntries), make([]*raftpb.Entry, 0, nEntries)
 	}
+	return decodeInto(b, mb, ents, ptrs)
+}
+
+// decodeInto is decodeMessage into backing mb, with room for the entries
+// in ents and ptrs (empty, with a capacity of the entry count).
+func decodeInto(b []byte, mb *messageBacking, ents []entryBacking, ptrs []*raftpb.Entry) (*raftpb.Message, bool) {
 	m := &mb.m
 	m.Entries = ptrs
 	for len(b) > 0 {
 		num, _, n := protowire.ConsumeTag(b)
 		b = b[n:]
-		if num == msgEntries || num == msgContext {
+		if num == msgEntries || num == msgContext || num == msgResponses {
 			v, n := protowire.ConsumeBytes(b)
 			b = b[n:]
+			if num == msgResponses {
+				continue // decodeContainer's
+			}
 			if num == msgContext {
 				m.Context = v[:len(v):len(v)]
 				continue

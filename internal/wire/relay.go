@@ -104,9 +104,10 @@ func AppendRelayFrame(dst []byte, group uint64, m *raftpb.Message, delta bool) (
 }
 
 // ParseRelay decodes a TypeRelay payload into its container, checking it
-// (and expanding delta-coded headers).
+// (and expanding delta-coded headers). The container's entries refer to p
+// (UnmarshalContainer): p must not be reused while they live.
 func ParseRelay(p []byte) (*raftpb.Message, error) {
-	m, err := UnmarshalProto(p)
+	m, err := UnmarshalContainer(p)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,10 @@ func appendDeltaContainer(dst []byte, m *raftpb.Message) ([]byte, error) {
 	dst = appendU64(dst, fieldTo, m.To)
 	dst = appendU64(dst, fieldFrom, m.From)
 	for _, e := range m.Entries {
+		if e != nil && len(e.ProtoReflect().GetUnknown()) == 0 {
+			dst = appendEntryField(dst, e) // the bytes proto.Marshal writes, without reflection
+			continue
+		}
 		dst = protowire.AppendTag(dst, fieldEntries, protowire.BytesType)
 		dst = protowire.AppendVarint(dst, uint64(proto.Size(e)))
 		var err error

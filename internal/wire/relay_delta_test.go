@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/understudy-raft/understudy/raft/raftio"
 )
 
 // roundTrip encodes container c into a relay frame, delta-coded or not,
@@ -156,11 +159,74 @@ func FuzzRelayDelta(f *testing.F) {
 // container and of each header (a container's other fields and unknown
 // ones are not written again).
 func known(c *raftpb.Message) *raftpb.Message {
-	k := &raftpb.Message{From: c.From, To: c.To, Entries: c.Entries, RejectHint: c.RejectHint, Context: c.Context}
+	k := &raftpb.Message{From: c.From, To: c.To, Entries: c.Entries}
+	if c.GetRejectHint() != 0 { // the flags: a zero present means none
+		k.RejectHint = c.RejectHint
+	}
+	// The counts, each in its shortest varint (a longer one reads the
+	// same, and is written short again).
+	for b := c.Context; len(b) > 0; {
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			k.Context = append(k.Context, b...)
+			break
+		}
+		k.Context = protowire.AppendVarint(k.Context, v)
+		b = b[n:]
+	}
 	for _, h := range c.Responses {
 		k.Responses = append(k.Responses, &raftpb.Message{Type: h.Type, To: h.To, From: h.From, Term: h.Term,
 			LogTerm: h.LogTerm, Index: h.Index, Commit: h.Commit, Vote: h.Vote, Reject: h.Reject,
 			RejectHint: h.RejectHint, Context: h.Context})
 	}
 	return k
+}
+
+// parseRelayProto is ParseRelay through proto.Unmarshal only: the
+// reference the fast container decoder must match.
+func parseRelayProto(p []byte) (*raftpb.Message, error) {
+	m, err := UnmarshalProto(p)
+	if err != nil {
+		return nil, err
+	}
+	if m.GetRejectHint()&relayDelta != 0 {
+		if err := expandDeltas(m); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := RelayEnvelopeOf(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// FuzzRelayDecoders: ParseRelay (the fast decoder, headers included)
+// accepts exactly what the proto.Unmarshal path accepts and returns the
+// same container.
+func FuzzRelayDecoders(f *testing.F) {
+	u := func(v uint64) *uint64 { return &v }
+	answers := &raftio.RelayEnvelope{Msgs: []*raftpb.Message{
+		{Type: raftpb.MsgAppResp.Enum(), From: u(7), To: u(1), Term: u(2), Index: u(9)},
+		{Type: raftpb.MsgHeartbeatResp.Enum(), From: u(8), To: u(1), Term: u(2), Context: []byte("r")},
+	}, Counts: []uint32{0, 0}}
+	for _, env := range []*raftio.RelayEnvelope{relayTestEnvelope(), answers} {
+		c := RelayCarrier(1, 2, env)
+		for _, delta := range []bool{true, false} {
+			b, _ := AppendRelayFrame(nil, 9, c, delta)
+			f.Add(b[HeaderSize:])
+		}
+	}
+	f.Add([]byte{0x72, 0x00})             // an empty header
+	f.Add([]byte{0x72, 0x02, 0x08, 0x40}) // a header with an unknown message type
+	f.Add([]byte{0x72, 0x03, 0x3a, 0x01}) // a header whose entry overruns it
+	f.Fuzz(func(t *testing.T, p []byte) {
+		fast, errFast := ParseRelay(p)
+		ref, errRef := parseRelayProto(p)
+		if (errFast == nil) != (errRef == nil) {
+			t.Fatalf("decoders disagree on %x: fast %v, proto %v", p, errFast, errRef)
+		}
+		if errFast == nil && !proto.Equal(fast, ref) {
+			t.Fatalf("decoders disagree on %x:\nfast  %v\nproto %v", p, fast, ref)
+		}
+	})
 }
