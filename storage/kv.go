@@ -47,6 +47,15 @@ type kvBucket interface {
 	Append()
 }
 
+// kvRangeDeleter is a bucket that deletes a range of its keys at once:
+// Pebble's (one range tombstone, where point deletions would cost a
+// memtable insert and a tombstone to compact each). bbolt's is not: its
+// compacted log entries are deleted a few at a time (deleteGarbage).
+type kvRangeDeleter interface {
+	// DeleteRange deletes the bucket's keys in [from, to).
+	DeleteRange(from, to []byte) error
+}
+
 // kvCursor iterates a bucket's keys in order; a nil key is the end.
 type kvCursor interface {
 	First() (k, v []byte)

@@ -444,6 +444,16 @@ func (b *pebbleBucket) Delete(key []byte) error {
 	return b.t.b.Delete(b.key(key), nil)
 }
 
+// DeleteRange implements kvRangeDeleter: one range tombstone.
+func (b *pebbleBucket) DeleteRange(from, to []byte) error {
+	if b.t.b == nil {
+		return errReadOnly
+	}
+	lo := append(append(make([]byte, 0, len(b.prefix)+len(from)), b.prefix...), from...)
+	hi := append(append(make([]byte, 0, len(b.prefix)+len(to)), b.prefix...), to...)
+	return b.t.b.DeleteRange(lo, hi, nil)
+}
+
 func (b *pebbleBucket) Append() {}
 
 func (b *pebbleBucket) Cursor() kvCursor {

@@ -369,20 +369,34 @@ func (s *Store) Compact(index uint64) error {
 		return err
 	}
 	oldDummy, last := s.dummy, s.last
-	// Publish first: from now on no reader asks bbolt for the entries that
-	// are deleted later. If the commit fails, memory shows a shorter log
-	// than the disk holds, which is safe.
+	// Publish first: from now on no reader asks the backend for the
+	// entries that are deleted later. If the commit fails, memory shows a
+	// shorter log than the disk holds, which is safe.
 	s.mu.Lock()
 	s.dummy, s.dummyTerm = index, term
 	s.tail.compact(index)
 	s.mu.Unlock()
+	deleted := false
 	err = s.update(func(tx kvTx) error {
-		return tx.Bucket(s.stateBucket).Put(boundsKey, appendUvarints(nil, index, term, last))
+		if err := tx.Bucket(s.stateBucket).Put(boundsKey, appendUvarints(nil, index, term, last)); err != nil {
+			return err
+		}
+		// Pebble: every entry up to index in one range deletion, with the
+		// bounds that stop reading them. bbolt: the Saves that follow
+		// delete them a few at a time (deleteGarbage).
+		if rd, ok := tx.Bucket(s.logBucket).(kvRangeDeleter); ok {
+			deleted = true
+			return rd.DeleteRange(indexKey(nil, 0), indexKey(nil, index+1))
+		}
+		return nil
 	})
 	if err != nil {
 		return s.fail("compact", err)
 	}
-	if s.garbage == 0 {
+	switch {
+	case deleted:
+		s.garbage = 0
+	case s.garbage == 0:
 		s.garbage = oldDummy + 1
 	}
 	return nil
