@@ -1,10 +1,8 @@
 package storage
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"testing"
@@ -32,22 +30,16 @@ func TestNoSyncSurvivesProcessCrash(t *testing.T) {
 	var ackedLast uint64
 	for round := range 5 {
 		after := 3 + round*7
-		cmd := exec.Command(os.Args[0], "-test.run=^TestNoSyncCrashChild$", "-test.v=false")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashNoSyncEnv+"="+strconv.Itoa(after))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		sc := bufio.NewScanner(out)
 		acks := 0
-		for sc.Scan() {
+		env := []string{crashChildEnv + "=" + dir, crashNoSyncEnv + "=" + strconv.Itoa(after)}
+		runChild(t, "TestNoSyncCrashChild", env, func(line string) bool {
 			var last, term uint64
-			if _, err := fmt.Sscanf(sc.Text(), "ack %d %d", &last, &term); err == nil {
+			if _, err := fmt.Sscanf(line, "ack %d %d", &last, &term); err == nil {
 				ackedLast = last
 				acks++
 			}
-		}
-		_ = cmd.Wait()
+			return true // until the child kills itself
+		})
 		require.Equal(t, after, acks, "round %d: the child did not kill itself where told", round)
 
 		s, err := Open(dir, Options{Backend: testBackend, NoSync: true})

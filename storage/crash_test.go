@@ -33,31 +33,41 @@ func TestCrashRestart(t *testing.T) {
 	var ackedLast uint64
 	for round := range 6 {
 		killAfter := 5 + round*17%60
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v=false")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		sc := bufio.NewScanner(out)
 		acks := 0
-		for acks < killAfter && sc.Scan() {
+		runChild(t, "TestCrashChild", []string{crashChildEnv + "=" + dir}, func(line string) bool {
 			var last, term uint64
-			if _, err := fmt.Sscanf(sc.Text(), "ack %d %d", &last, &term); err == nil {
+			if _, err := fmt.Sscanf(line, "ack %d %d", &last, &term); err == nil {
 				ackedLast = last
 				acks++
 			}
-		}
+			return acks < killAfter
+		})
 		require.Equal(t, killAfter, acks, "round %d: child stopped early", round)
-		require.NoError(t, cmd.Process.Kill())
-		_, _ = io.Copy(io.Discard, out)
-		_ = cmd.Wait()
 
 		s, err := Open(dir, Options{Backend: testBackend})
 		require.NoError(t, err, "round %d", round)
 		verifyCrashed(t, s, ackedLast)
 		require.NoError(t, s.Close())
 	}
+}
+
+// runChild runs test child of this test binary, with env added to its
+// environment, and hands each line it prints to line until line returns
+// false — then it kills the child (SIGKILL) — or the child exits.
+func runChild(t *testing.T, child string, env []string, line func(string) bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.v=false")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && line(sc.Text()) {
+	}
+	_ = cmd.Process.Kill() // fails only for a child that exited already
+	_, _ = io.Copy(io.Discard, out)
+	_ = cmd.Wait()
 }
 
 func verifyCrashed(t *testing.T, s *Store, ackedLast uint64) {
@@ -151,25 +161,16 @@ func TestEngineCrashRestart(t *testing.T) {
 	acked := make([]uint64, groups+1)
 	for round := range 4 {
 		killAfter := 20 + round*37%80
-		cmd := exec.Command(os.Args[0], "-test.run=^TestEngineCrashChild$", "-test.v=false")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		sc := bufio.NewScanner(out)
 		acks := 0
-		for acks < killAfter && sc.Scan() {
+		runChild(t, "TestEngineCrashChild", []string{crashChildEnv + "=" + dir}, func(line string) bool {
 			var g, last, term uint64
-			if _, err := fmt.Sscanf(sc.Text(), "ack %d %d %d", &g, &last, &term); err == nil {
+			if _, err := fmt.Sscanf(line, "ack %d %d %d", &g, &last, &term); err == nil {
 				acked[g] = last
 				acks++
 			}
-		}
+			return acks < killAfter
+		})
 		require.Equal(t, killAfter, acks, "round %d: child stopped early", round)
-		require.NoError(t, cmd.Process.Kill())
-		_, _ = io.Copy(io.Discard, out)
-		_ = cmd.Wait()
 
 		e, err := OpenEngine(dir, EngineOptions{Backend: testBackend})
 		require.NoError(t, err, "round %d", round)
