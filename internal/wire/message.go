@@ -227,39 +227,58 @@ func UnmarshalMessageShared(b []byte) (m *raftpb.Message, shared bool, err error
 // scanMessage checks that every field of b is one the fast decoder handles,
 // with the expected wire type, and counts the entries.
 func scanMessage(b []byte) (nEntries int, ok bool) {
+	nEntries, _, ok = scanFields(b, false)
+	return nEntries, ok
+}
+
+// scanFields is scanMessage, accepting responses (each a message without
+// responses of its own) if responses, and counting them.
+func scanFields(b []byte, responses bool) (nEntries, nResponses int, ok bool) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, false
+			return 0, 0, false
 		}
 		b = b[n:]
+		if num == msgResponses && responses {
+			v, n := protowire.ConsumeBytes(b)
+			if typ != protowire.BytesType || n < 0 {
+				return 0, 0, false
+			}
+			if _, ok := scanMessage(v); !ok {
+				return 0, 0, false
+			}
+			nResponses++
+			b = b[n:]
+			continue
+		}
 		switch num {
 		case msgType, msgTo, msgFrom, msgTerm, msgLogTerm, msgIndex, msgCommit, msgReject, msgRejectHint, msgVote:
 			if typ != protowire.VarintType {
-				return 0, false
+				return 0, 0, false
 			}
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 || (num == msgType && !validEnum(&validMsgType, v)) {
-				return 0, false
+				return 0, 0, false
 			}
 			b = b[n:]
 		case msgEntries, msgContext:
 			if typ != protowire.BytesType {
-				return 0, false
+				return 0, 0, false
 			}
 			_, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return 0, false
+				return 0, 0, false
 			}
 			b = b[n:]
 			if num == msgEntries {
 				nEntries++
 			}
 		default:
-			return 0, false
+			return 0, 0, false
 		}
 	}
-	return nEntries, true
+	return nEntries, nResponses, true
 }
 
 // UnmarshalContainer decodes a relay container (a message with responses:
@@ -279,39 +298,7 @@ func UnmarshalContainer(b []byte) (*raftpb.Message, error) {
 // scanContainer is scanMessage for a container: it also accepts responses,
 // each a message scanMessage accepts, and counts them.
 func scanContainer(b []byte) (nEntries, nResponses int, ok bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, 0, false
-		}
-		if num != msgResponses {
-			// One field at a time through scanMessage.
-			end := n + fieldLen(b[n:], typ)
-			if end < n || end > len(b) {
-				return 0, 0, false
-			}
-			k, ok := scanMessage(b[:end])
-			if !ok {
-				return 0, 0, false
-			}
-			nEntries += k
-			b = b[end:]
-			continue
-		}
-		if typ != protowire.BytesType {
-			return 0, 0, false
-		}
-		v, m := protowire.ConsumeBytes(b[n:])
-		if m < 0 {
-			return 0, 0, false
-		}
-		if _, ok := scanMessage(v); !ok {
-			return 0, 0, false
-		}
-		nResponses++
-		b = b[n+m:]
-	}
-	return nEntries, nResponses, true
+	return scanFields(b, true)
 }
 
 // fieldLen is the length of a field's value of wire type typ at the start

@@ -106,8 +106,12 @@ func AppendRelayFrame(dst []byte, group uint64, m *raftpb.Message, delta bool) (
 // ParseRelay decodes a TypeRelay payload into its container, checking it
 // (and expanding delta-coded headers). The container's entries refer to p
 // (UnmarshalContainer): p must not be reused while they live.
-func ParseRelay(p []byte) (*raftpb.Message, error) {
-	m, err := UnmarshalContainer(p)
+func ParseRelay(p []byte) (*raftpb.Message, error) { return parseRelay(p, UnmarshalContainer) }
+
+// parseRelay is ParseRelay with the container decoded by unmarshal (the
+// tests hold UnmarshalContainer to UnmarshalProto through it).
+func parseRelay(p []byte, unmarshal func([]byte) (*raftpb.Message, error)) (*raftpb.Message, error) {
+	m, err := unmarshal(p)
 	if err != nil {
 		return nil, err
 	}

@@ -184,21 +184,7 @@ func known(c *raftpb.Message) *raftpb.Message {
 
 // parseRelayProto is ParseRelay through proto.Unmarshal only: the
 // reference the fast container decoder must match.
-func parseRelayProto(p []byte) (*raftpb.Message, error) {
-	m, err := UnmarshalProto(p)
-	if err != nil {
-		return nil, err
-	}
-	if m.GetRejectHint()&relayDelta != 0 {
-		if err := expandDeltas(m); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := RelayEnvelopeOf(m); err != nil {
-		return nil, err
-	}
-	return m, nil
-}
+func parseRelayProto(p []byte) (*raftpb.Message, error) { return parseRelay(p, UnmarshalProto) }
 
 // FuzzRelayDecoders: ParseRelay (the fast decoder, headers included)
 // accepts exactly what the proto.Unmarshal path accepts and returns the
