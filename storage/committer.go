@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"sync"
 	"time"
 
@@ -33,8 +34,9 @@ import (
 // A group has at most one write queued at a time (its writers hold its wmu
 // while they wait), so a commit carries one write per group it touches.
 //
-// Between commits, the committer yields its processor once when more than
-// one group writes, before it takes the next batch. Completing a commit
+// Between commits, the committer yields its processor when more than one
+// group writes, before it takes the next batch (once, then again while that
+// pays off: yieldForBatch). Completing a commit
 // readies every group it carried (their append tasks, then their loops,
 // which make their next appends); Go runs a goroutine readied by another
 // ahead of everything queued, so without the yield the commit goroutine,
@@ -58,6 +60,15 @@ import (
 
 // yieldBelow is the smallest next batch that spares the committer's yield.
 const yieldBelow = 4
+
+// maxYields bounds the committer's yields between two commits, and
+// yieldGrowth the next batch it yields for: at most that many times the
+// writes of the commit just made (see yieldForBatch).
+const (
+	maxYields   = 8
+	yieldGrowth = 4
+	yieldFor    = 4 // times the duration of the commit just made
+)
 
 // commitReq is one write: fn runs in the shared transaction. done, for a
 // write queued with commitAsync, is called by the commit's leader after the
@@ -110,7 +121,10 @@ type committer struct {
 
 	// yield lets every runnable goroutine run before the next commit is
 	// taken (runtime.Gosched; tests replace it).
-	yield     func()
+	yield func()
+	// runnable reports whether goroutines wait for a processor
+	// (runnableGoroutines; tests replace it).
+	runnable  func() bool
 	lastGroup uint64 // the group of the last write of the last commit
 
 	// kick hands a pending batch of asynchronous writes only to the
@@ -131,6 +145,10 @@ func (e *Engine) startCommitter() {
 	e.c.yield = runtime.Gosched
 	if e.opts.commitYield != nil {
 		e.c.yield = e.opts.commitYield
+	}
+	e.c.runnable = runnableGoroutines
+	if e.opts.commitRunnable != nil {
+		e.c.runnable = e.opts.commitRunnable
 	}
 	e.c.kick = make(chan *commitBatch, 1)
 	e.c.wg.Add(1)
@@ -242,9 +260,7 @@ func (e *Engine) lead(b *commitBatch, dedicated bool) {
 		yield := readied && (len(b.reqs) > 1 || last != e.c.lastGroup) && queued < max(len(b.reqs), yieldBelow)
 		e.c.lastGroup = last
 		if yield {
-			e.c.mu.Unlock()
-			e.c.yield() // busy is still set: what the yield runs queues its writes
-			e.c.mu.Lock()
+			e.yieldForBatch(b, queued)
 		}
 		next := e.c.pending
 		switch {
@@ -267,6 +283,54 @@ func (e *Engine) lead(b *commitBatch, dedicated bool) {
 		b = next
 	}
 }
+
+// yieldForBatch lets what the commit just made readied run and queue its
+// writes before the next commit is taken (called with e.c.mu held, which it
+// releases while it yields; busy stays set). It yields once, then again
+// while that paid off — the next batch grew — or goroutines are still
+// runnable (the groups the commit readied wait for a processor: the fsync
+// of this or another engine holds one), at most maxYields times, for at
+// most yieldFor times as long as the commit just made took, and only while the next batch
+// holds fewer than yieldGrowth times the writes b carried (and yieldBelow).
+// queued is how many writes the next batch held before the first yield.
+func (e *Engine) yieldForBatch(b *commitBatch, queued int) {
+	limit := yieldGrowth * max(len(b.reqs), yieldBelow)
+	bound := yieldFor * b.dur
+	if e.opts.commitYieldFor > 0 {
+		bound = e.opts.commitYieldFor
+	}
+	deadline := time.Now().Add(bound)
+	for i := 1; ; i++ {
+		e.c.mu.Unlock()
+		e.c.yield() // what the yield runs queues its writes
+		e.c.mu.Lock()
+		n := 0
+		if e.c.pending != nil {
+			n = len(e.c.pending.reqs)
+		}
+		grew := n > queued
+		queued = n
+		if i >= maxYields || n >= limit || !(grew || e.c.runnable()) || time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
+// runnableGoroutines reports whether the Go scheduler has goroutines
+// waiting for a processor (runtime/metrics; false where the runtime does
+// not report it).
+func runnableGoroutines() bool {
+	runnableMu.Lock()
+	defer runnableMu.Unlock()
+	rtmetrics.Read(runnableSample[:])
+	v := runnableSample[0].Value
+	return v.Kind() == rtmetrics.KindUint64 && v.Uint64() > 0
+}
+
+var (
+	runnableMu     sync.Mutex // guards runnableSample
+	runnableSample = [1]rtmetrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+)
 
 // pendingWrites returns how many writes are queued for the next commit.
 func (e *Engine) pendingWrites() int {

@@ -171,6 +171,14 @@ type EngineOptions struct {
 	// commitYield, for tests, replaces the committer's yield between
 	// commits (runtime.Gosched).
 	commitYield func()
+
+	// commitRunnable, for tests, replaces the committer's check for
+	// goroutines waiting for a processor (runtime/metrics).
+	commitRunnable func() bool
+
+	// commitYieldFor, for tests, replaces the bound on the committer's
+	// yields between two commits (yieldFor times the commit's duration).
+	commitYieldFor time.Duration
 }
 
 // Backend names the key-value store an Engine keeps its records in.
