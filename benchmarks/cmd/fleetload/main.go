@@ -79,6 +79,9 @@ type config struct {
 	// leaderProfile: a CPU profile of the leader process over the measured
 	// window is written to leaderProfile-SYSTEM-N.pprof ("" none).
 	leaderProfile string
+	// standbyProfile: the same of the first standby process, written to
+	// standbyProfile-SYSTEM-N.pprof ("" none).
+	standbyProfile string
 	// latencyLog: every measured write's start and latency are written to
 	// latencyLog-SYSTEM-N.txt ("" none).
 	latencyLog    string
@@ -142,6 +145,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
 	fs.StringVar(&c.latencyLog, "latency-log", "", "write every measured write's start (µs from the window's start) and latency (µs), one a line, to PREFIX-SYSTEM-STANDBYS.txt (an absolute PREFIX: the leader process writes it)")
 	fs.StringVar(&c.leaderProfile, "leader-profile", "", "write a CPU profile of the leader process over each measured window to PREFIX-SYSTEM-STANDBYS.pprof")
+	fs.StringVar(&c.standbyProfile, "standby-profile", "", "write a CPU profile of the first standby process over each measured window to PREFIX-SYSTEM-STANDBYS.pprof")
 	fs.DurationVar(&c.tick, "tick", 20*time.Millisecond, "understudy's raft tick (heartbeat every tick, election after -election-ticks): 20ms makes its election timeout hashicorp's 200ms")
 	fs.IntVar(&c.electionTicks, "election-ticks", 10, "understudy's election timeout in ticks")
 	fs.BoolVar(&c.standbyFsync, "standby-fsync", false, "fsync on the standbys too")
@@ -366,7 +370,10 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		kwg.Go(func() { killer.loop(kctx) })
 	}
 	if cfg.leaderProfile != "" {
-		kwg.Go(func() { c.profileLeader(kctx, cfg, n) })
+		kwg.Go(func() { c.profile(kctx, cfg, c.leader, cfg.leaderProfile, n) })
+	}
+	if cfg.standbyProfile != "" && n > 0 {
+		kwg.Go(func() { c.profile(kctx, cfg, c.standbys[0], cfg.standbyProfile, n) })
 	}
 	var load loadResult
 	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration, LatencyLog: cfg.latencyLogFile(system, n)}, &load)
@@ -655,35 +662,36 @@ func (k *killer) loop(ctx context.Context) {
 	}
 }
 
-// profileLeader writes a CPU profile of the leader process over the
-// measured window (after the warm-up) for -leader-profile.
-func (c *cluster) profileLeader(ctx context.Context, cfg *config, n int) {
+// profile writes a CPU profile of process p over the measured window (after
+// the warm-up) to PREFIX-SYSTEM-N.pprof, for -leader-profile and
+// -standby-profile.
+func (c *cluster) profile(ctx context.Context, cfg *config, p *proc, prefix string, n int) {
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(cfg.warmup):
 	}
 	secs := max(1, int(cfg.duration.Seconds()))
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.leader.flags.ctl, secs)
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.flags.ctl, secs)
 	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodGet, url, nil)
 	if err != nil {
 		return
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		c.logf("leader profile: %v", err)
+		c.logf("profile: %v", err)
 		return
 	}
 	defer resp.Body.Close()
-	name := fmt.Sprintf("%s-%s-%d.pprof", cfg.leaderProfile, c.system, n)
+	name := fmt.Sprintf("%s-%s-%d.pprof", prefix, c.system, n)
 	f, err := os.Create(name)
 	if err != nil {
-		c.logf("leader profile: %v", err)
+		c.logf("profile: %v", err)
 		return
 	}
 	defer f.Close()
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		c.logf("leader profile: %v", err)
+		c.logf("profile: %v", err)
 	}
 }
 

@@ -199,7 +199,7 @@ func runMember(args []string) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile) // the driver's -leader-profile
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile) // the driver's -leader-profile and -standby-profile
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := m.status(r.Context())
 		if len(f.cpus) > 0 {
