@@ -286,13 +286,14 @@ func (e *Engine) lead(b *commitBatch, dedicated bool) {
 
 // yieldForBatch lets what the commit just made readied run and queue its
 // writes before the next commit is taken (called with e.c.mu held, which it
-// releases while it yields; busy stays set). It yields once, then again
-// while that paid off — the next batch grew — or goroutines are still
-// runnable (the groups the commit readied wait for a processor: the fsync
-// of this or another engine holds one), at most maxYields times, for at
-// most yieldFor times as long as the commit just made took, and only while the next batch
-// holds fewer than yieldGrowth times the writes b carried (and yieldBelow).
-// queued is how many writes the next batch held before the first yield.
+// releases while it yields and holds again when it returns; busy stays
+// set). It yields once, then again while that paid off — the next batch
+// grew — or goroutines are still runnable (the groups the commit readied
+// wait for a processor: the fsync of this or another engine holds one), at
+// most maxYields times, for at most yieldFor times as long as the commit
+// just made took, and only while the next batch holds fewer than
+// yieldGrowth times the writes b carried (and yieldBelow). queued is how
+// many writes the next batch held before the first yield.
 func (e *Engine) yieldForBatch(b *commitBatch, queued int) {
 	limit := yieldGrowth * max(len(b.reqs), yieldBelow)
 	bound := yieldFor * b.dur
@@ -300,14 +301,16 @@ func (e *Engine) yieldForBatch(b *commitBatch, queued int) {
 		bound = e.opts.commitYieldFor
 	}
 	deadline := time.Now().Add(bound)
+	e.c.mu.Unlock()
+	defer e.c.mu.Lock()
 	for i := 1; ; i++ {
-		e.c.mu.Unlock()
 		e.c.yield() // what the yield runs queues its writes
 		e.c.mu.Lock()
 		n := 0
 		if e.c.pending != nil {
 			n = len(e.c.pending.reqs)
 		}
+		e.c.mu.Unlock()
 		grew := n > queued
 		queued = n
 		if i >= maxYields || n >= limit || !(grew || e.c.runnable()) || time.Now().After(deadline) {
