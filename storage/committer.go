@@ -36,14 +36,13 @@ import (
 //
 // Between commits, the committer yields its processor when more than one
 // group writes, before it takes the next batch (once, then again while that
-// pays off: yieldForBatch). Completing a commit
-// readies every group it carried (their append tasks, then their loops,
-// which make their next appends); Go runs a goroutine readied by another
-// ahead of everything queued, so without the yield the commit goroutine,
-// readied by the backend's sync, took the next batch while those groups'
-// next writes were still on their way: with 100 groups on a 2-core host
-// each commit carried 1.5 groups, and the fsyncs, not the groups' work, set
-// the pace. After the yield, what was runnable has run and queued its
+// pays off: yieldForBatch). Completing a commit readies every group it
+// carried (their append tasks, then their loops, which make their next
+// appends); Go runs a goroutine readied by another ahead of everything
+// queued, so without the yield the commit goroutine, readied by the
+// backend's sync, took the next batch while those groups' next writes were
+// still on their way: with 100 groups on a 2-core host each commit carried
+// 1.5 groups, and the fsyncs, not the groups' work, set the pace. After the yield, what was runnable has run and queued its
 // writes (see docs/architecture.md "A commit waits for what is runnable").
 // "More than one group writes" is: the commit carried more than one write,
 // or its write is another group's than the commit before it. Yielding only
