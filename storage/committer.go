@@ -133,9 +133,11 @@ type committer struct {
 	wg   sync.WaitGroup
 
 	// Owned by the batch's leader while it commits (one at a time): the
-	// batch, and runBatch bound once for the backend's update.
+	// batch, runBatch bound once for the backend's update, and the
+	// runtime/metrics sample runnableGoroutines reads.
 	running *commitBatch
 	runFn   func(kvTx) error
+	sample  [1]rtmetrics.Sample
 }
 
 // startCommitter starts the commit goroutine, which commits the batches
@@ -145,7 +147,8 @@ func (e *Engine) startCommitter() {
 	if e.opts.commitYield != nil {
 		e.c.yield = e.opts.commitYield
 	}
-	e.c.runnable = runnableGoroutines
+	e.c.sample[0].Name = "/sched/goroutines/runnable:goroutines"
+	e.c.runnable = e.c.runnableGoroutines
 	if e.opts.commitRunnable != nil {
 		e.c.runnable = e.opts.commitRunnable
 	}
@@ -320,19 +323,13 @@ func (e *Engine) yieldForBatch(b *commitBatch, queued int) {
 
 // runnableGoroutines reports whether the Go scheduler has goroutines
 // waiting for a processor (runtime/metrics; false where the runtime does
-// not report it).
-func runnableGoroutines() bool {
-	runnableMu.Lock()
-	defer runnableMu.Unlock()
-	rtmetrics.Read(runnableSample[:])
-	v := runnableSample[0].Value
+// not report it). Only the goroutine leading a commit calls it, one at a
+// time, so its sample needs no lock.
+func (c *committer) runnableGoroutines() bool {
+	rtmetrics.Read(c.sample[:])
+	v := c.sample[0].Value
 	return v.Kind() == rtmetrics.KindUint64 && v.Uint64() > 0
 }
-
-var (
-	runnableMu     sync.Mutex // guards runnableSample
-	runnableSample = [1]rtmetrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
-)
 
 // pendingWrites returns how many writes are queued for the next commit.
 func (e *Engine) pendingWrites() int {
