@@ -80,11 +80,16 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 		MemTableSize: 32 << 20,
 		FS:           opts.pebbleFS,
 	}
-	if opts.NoSync {
+	switch {
+	case opts.NoSync:
 		if po.FS == nil {
 			po.FS = vfs.Default
 		}
 		po.FS = noSyncFS{po.FS}
+	case po.FS == nil && !opts.BlockingSync:
+		// The disk's own files (a test's file system injects its faults
+		// in their syncs: it keeps them).
+		po.FS = parkedSyncFS{vfs.Default}
 	}
 	db, err := pebble.Open(path, po)
 	if errors.Is(err, pebble.ErrCorruption) {

@@ -131,6 +131,17 @@ type EngineOptions struct {
 	// tests, and members that stand in for machines of their own.
 	NoSync bool
 
+	// BlockingSync makes the Pebble backend's fsyncs plain system calls
+	// on the goroutine that syncs, as Pebble makes them by itself. By
+	// default, on Linux (amd64, arm64), they go through Linux AIO
+	// (internal/aiosync): the same flush, made by a kernel worker while
+	// the goroutine waits parked instead of in a system call that holds
+	// its Go processor; where AIO is not available (another system, a
+	// sandbox that refuses io_setup, a file system without AIO fsync)
+	// they are plain system calls anyway. No effect with NoSync, nor on
+	// bbolt, whose fsyncs are its own.
+	BlockingSync bool
+
 	// Logger receives the engine's log lines and its groups' (with a
 	// "group" attribute). Nil discards them.
 	Logger *slog.Logger

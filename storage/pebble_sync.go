@@ -1,0 +1,43 @@
+package storage
+
+import (
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/understudy-raft/understudy/internal/aiosync"
+)
+
+// parkedSyncFS is the disk's file system (vfs.Default) whose files flush
+// through internal/aiosync: the goroutine that syncs — Pebble's WAL flush
+// loop, one per engine — waits parked, not in an fdatasync that holds its
+// Go processor (see docs/architecture.md, "An fsync holds no processor").
+// Where aiosync cannot, a sync is the file's own (fdatasync, fsync).
+// EngineOptions.BlockingSync opts out.
+type parkedSyncFS struct{ vfs.FS }
+
+func (fs parkedSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return parkedSyncFile(fs.FS.Create(name, c))
+}
+
+func (fs parkedSyncFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return parkedSyncFile(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+func (fs parkedSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return parkedSyncFile(fs.FS.ReuseForWrite(oldname, newname, c))
+}
+
+// parkedFile is a file of parkedSyncFS.
+type parkedFile struct{ vfs.File }
+
+func parkedSyncFile(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	if f.Fd() == vfs.InvalidFd {
+		return f, nil
+	}
+	return parkedFile{f}, nil
+}
+
+func (f parkedFile) SyncData() error { return aiosync.Data(f.Fd(), f.File.SyncData) }
+func (f parkedFile) Sync() error     { return aiosync.Full(f.Fd(), f.File.Sync) }
