@@ -41,6 +41,8 @@ type clusterOptions struct {
 	quiesce bool
 	// inlineApply is raft.Config.InlineApply.
 	inlineApply bool
+	// blockingSync is storage.EngineOptions.BlockingSync (host layout).
+	blockingSync bool
 	// tailCache is storage.GroupOptions.TailCacheBytes (0: the default).
 	tailCache int64
 	// backend is storage.EngineOptions.Backend (empty: the default).
@@ -143,7 +145,7 @@ func (c *cluster) openHost(i int, ln net.Listener) (*understudy.Host, error) {
 		Listener:      ln,
 		AdvertisePeer: ln.Addr().String(),
 		Logger:        c.opts.logger,
-		Storage:       storage.EngineOptions{Backend: c.opts.backend},
+		Storage:       storage.EngineOptions{Backend: c.opts.backend, BlockingSync: c.opts.blockingSync},
 		Scheduler:     c.opts.sched,
 		LeaderBalance: understudy.LeaderBalance{Disabled: c.opts.noBalance},
 	})

@@ -43,6 +43,10 @@ type schedCounts struct {
 	// wakesSkipped counts those dropped because the replica was awake
 	// already when their turn came.
 	wakesSkipped uint64
+	// loopRuns, appendRuns and applyRuns count the pools' task runs (each
+	// a hand-off to a worker); inline counts the append and apply turns a
+	// loop worker took itself.
+	loopRuns, appendRuns, applyRuns, inline uint64
 }
 
 // sched sums the schedulers' stats of the given hosts.
@@ -54,6 +58,10 @@ func (c *cluster) sched(hosts []int) schedCounts {
 			s.quiesced += st.Quiesced
 			s.wakesDeferred += st.WakesDeferred
 			s.wakesSkipped += st.WakesSkipped
+			s.loopRuns += st.LoopRuns
+			s.appendRuns += st.AppendRuns
+			s.applyRuns += st.ApplyRuns
+			s.inline += st.AppendInline + st.ApplyInline
 			for k, v := range st.Wakes {
 				s.wakes[k] += v
 			}

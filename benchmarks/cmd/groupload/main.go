@@ -139,6 +139,7 @@ type config struct {
 	tick          time.Duration
 	quiesce       bool
 	inlineApply   bool
+	blockingSync  bool
 	balance       bool
 	active        int
 	spread        bool
@@ -175,6 +176,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.settle, "settle", 0, "unmeasured wait after every group has a leader, before the idle period (a new cluster's replicas publish their incarnations, groups quiesce)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", true, "quiesce idle groups (raft.Config.Quiesce, the host's default; -quiesce=false sets GroupConfig.DisableQuiescence): they stop ticking and heartbeating")
+	fs.BoolVar(&c.blockingSync, "blocking-sync", false, "the hosts' Pebble fsyncs as plain system calls that hold their Go processor (storage.EngineOptions.BlockingSync), not through Linux AIO (host layout)")
 	fs.BoolVar(&c.inlineApply, "inline-apply", false, "apply small committed batches on the loop's worker (raft.Config.InlineApply; kv.Store's Apply is quick)")
 	fs.BoolVar(&c.balance, "balance", true, "the hosts balance their groups' leadership (HostConfig.LeaderBalance, the default; -balance=false disables it)")
 	var sched string
@@ -355,7 +357,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, blockingSync: cfg.blockingSync, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 		noBalance: !cfg.balance,
 	})
 	cancel()
@@ -448,11 +450,11 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 		}
 	}
 	from, cpu1 := time.Since(l.start), cpuTime()
-	st0 := c.storage()
+	st0, sc0 := c.storage(), c.sched(allHosts())
 	qs := c.sampleQuiesced(250 * time.Millisecond)
 	serr = sleep(ctx, cfg.duration)
 	to := time.Since(l.start)
-	st1 := c.storage()
+	st1, sc1 := c.storage(), c.sched(allHosts())
 	cpu2 := cpuTime()
 	if allocs != nil {
 		if err := allocs.stop(); err != nil {
@@ -479,6 +481,12 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}
 	if allocs != nil {
 		r.detail = append(r.detail, allocs.line(r.load.writes))
+	}
+	var runs string
+	if w := float64(r.load.writes); w > 0 {
+		runs = fmt.Sprintf("task runs per write over the hosts: loop %.2f, append %.2f, apply %.2f, inline %.2f",
+			float64(sc1.loopRuns-sc0.loopRuns)/w, float64(sc1.appendRuns-sc0.appendRuns)/w,
+			float64(sc1.applyRuns-sc0.applyRuns)/w, float64(sc1.inline-sc0.inline)/w)
 	}
 	secs := (to - from).Seconds()
 	commits := st1.commits - st0.commits
@@ -522,7 +530,8 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 				r.load.writes, secs, r.load.groupsWritten, active, r.load.minGroupWrites, r.retries, commits, r.groupsPerCommit,
 				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond), pagesPer, bytesPer, st1.free),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
-				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024))
+				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024),
+			runs)
 		if cerr != nil {
 			r.detail = append(r.detail, fmt.Sprintf("close: %v", cerr))
 		}
