@@ -86,7 +86,7 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 			po.FS = vfs.Default
 		}
 		po.FS = noSyncFS{po.FS}
-	case po.FS == nil && !opts.BlockingSync:
+	case po.FS == nil && opts.ParkedSync:
 		// The disk's own files (a test's file system injects its faults
 		// in their syncs: it keeps them).
 		po.FS = parkedSyncFS{vfs.Default}

@@ -131,16 +131,19 @@ type EngineOptions struct {
 	// tests, and members that stand in for machines of their own.
 	NoSync bool
 
-	// BlockingSync makes the Pebble backend's fsyncs plain system calls
-	// on the goroutine that syncs, as Pebble makes them by itself. By
-	// default, on Linux (amd64, arm64), they go through Linux AIO
-	// (internal/aiosync): the same flush, made by a kernel worker while
-	// the goroutine waits parked instead of in a system call that holds
-	// its Go processor; where AIO is not available (another system, a
-	// sandbox that refuses io_setup, a file system without AIO fsync)
-	// they are plain system calls anyway. No effect with NoSync, nor on
-	// bbolt, whose fsyncs are its own.
-	BlockingSync bool
+	// ParkedSync makes the Pebble backend's fsyncs through Linux AIO
+	// (internal/aiosync; Linux on amd64 and arm64): the same flush, made by
+	// a kernel worker, while the goroutine that syncs waits parked instead
+	// of in a system call that holds its Go processor. It pays off on a
+	// host of many busy groups whose processors are short (100 groups on
+	// 2 cores: 1.2-1.5x the writes/s, a better p99), and costs elsewhere:
+	// the kernel worker waits for a CPU like any thread, so each fsync
+	// takes longer on a busy machine (10 groups: p50 better, p99 1.5-2x
+	// worse). See docs/operations.md, "Parked fsyncs". Where AIO is not
+	// available (another system, a sandbox that refuses io_setup, a file
+	// system without AIO fsync) the fsyncs are plain system calls. No
+	// effect with NoSync, nor on bbolt, whose fsyncs are its own.
+	ParkedSync bool
 
 	// Logger receives the engine's log lines and its groups' (with a
 	// "group" attribute). Nil discards them.

@@ -11,7 +11,7 @@ import (
 // loop, one per engine — waits parked, not in an fdatasync that holds its
 // Go processor (see docs/architecture.md, "An fsync holds no processor").
 // Where aiosync cannot, a sync is the file's own (fdatasync, fsync).
-// EngineOptions.BlockingSync opts out.
+// EngineOptions.ParkedSync opts in.
 type parkedSyncFS struct{ vfs.FS }
 
 func (fs parkedSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {

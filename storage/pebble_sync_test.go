@@ -9,15 +9,15 @@ import (
 	"github.com/understudy-raft/understudy/internal/aiosync"
 )
 
-// A Pebble engine with fsync on flushes its WAL through aiosync (when the
-// kernel gives the process AIO), and with BlockingSync as Pebble does by
-// itself; either way its writes are there after a reopen. (No test in this
+// A Pebble engine with fsync on flushes its WAL as Pebble does by itself,
+// and with ParkedSync through aiosync (when the kernel gives the process
+// AIO); either way its writes are there after a reopen. (No test in this
 // package runs in parallel: the counts are the process's.)
 func TestPebbleSyncsParked(t *testing.T) {
-	for _, blocking := range []bool{false, true} {
-		t.Run(map[bool]string{false: "parked", true: "blocking"}[blocking], func(t *testing.T) {
+	for _, parked := range []bool{true, false} {
+		t.Run(map[bool]string{true: "parked", false: "blocking"}[parked], func(t *testing.T) {
 			dir := t.TempDir()
-			opts := EngineOptions{Backend: BackendPebble, BlockingSync: blocking}
+			opts := EngineOptions{Backend: BackendPebble, ParkedSync: parked}
 			e := openEngine(t, dir, opts)
 			s := group(t, e, 1)
 			aio0, direct0 := aiosync.Stats()
@@ -27,9 +27,9 @@ func TestPebbleSyncsParked(t *testing.T) {
 			}
 			aio1, direct1 := aiosync.Stats()
 			switch {
-			case blocking:
-				require.Equal(t, aio0, aio1, "BlockingSync: no flush through AIO")
-				require.Equal(t, direct0, direct1, "BlockingSync: Pebble's own syncs, not aiosync's fallback")
+			case !parked:
+				require.Equal(t, aio0, aio1, "by default: no flush through AIO")
+				require.Equal(t, direct0, direct1, "by default: Pebble's own syncs, not aiosync's fallback")
 			case aiosync.Available():
 				require.GreaterOrEqual(t, aio1-aio0, uint64(20), "a synced Save each: its WAL flush through AIO")
 			default:

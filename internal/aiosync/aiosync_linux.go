@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,12 +48,19 @@ type ioEvent struct {
 const slots = 64
 
 // slot is one flush in flight: its control block (read by io_submit; on
-// the heap, so it does not move) and where the reaper hands its result.
+// the heap, so it does not move), where its result is handed, and its
+// waiter's timer and completions buffer (wait).
 type slot struct {
-	cb   iocb
-	ptr  *iocb
-	done chan int64
+	cb    iocb
+	ptr   *iocb
+	done  chan int64
+	timer *time.Timer
+	evs   [8]ioEvent
 }
+
+// pollEvery is how often a flush's waiter looks for completions itself
+// while it waits (wait).
+const pollEvery = 100 * time.Microsecond
 
 // aioCtx is the process's AIO context and its completions' eventfd.
 type aioCtx struct {
@@ -90,6 +98,8 @@ func setup() *aioCtx {
 	for i := range c.slot {
 		c.slot[i].ptr = &c.slot[i].cb
 		c.slot[i].done = make(chan int64, 1)
+		c.slot[i].timer = time.NewTimer(time.Hour)
+		c.slot[i].timer.Stop()
 		c.free = append(c.free, i)
 	}
 	go c.reap()
@@ -133,13 +143,38 @@ func flush(fd uintptr, op uint16, fallback func() error) error {
 		}
 		return fallbackSync(fallback)
 	}
-	res := <-s.done
+	res := c.wait(s)
 	c.put(i)
 	viaAIO.Add(1)
 	if res < 0 {
 		return syscall.Errno(-res)
 	}
 	return nil
+}
+
+// wait returns s's result. The reaper hands it over as soon as the
+// runtime polls the eventfd — at once while a processor is idle, but on a
+// process whose processors are all busy only when the runtime's monitor
+// polls, up to 10 ms later. So the waiter also looks every pollEvery
+// (io_getevents without waiting, a few microseconds): a timer's goroutine
+// runs next on the processor whose timer fired, busy or not.
+func (c *aioCtx) wait(s *slot) int64 {
+	select {
+	case res := <-s.done:
+		return res
+	default:
+	}
+	zero := unix.Timespec{}
+	for {
+		s.timer.Reset(pollEvery)
+		select {
+		case res := <-s.done:
+			s.timer.Stop()
+			return res
+		case <-s.timer.C:
+			c.complete(s.evs[:], 0, &zero)
+		}
+	}
 }
 
 func (c *aioCtx) take() (int, bool) {
@@ -199,7 +234,10 @@ func (c *aioCtx) complete(evs []ioEvent, minNr uintptr, timeout *unix.Timespec) 
 				c.slot[ev.data].done <- ev.res
 			}
 		}
-		return true
+		if int(n) < len(evs) || minNr != 0 {
+			return true
+		}
+		minNr = 0 // more may be ready: take them too, without waiting
 	}
 }
 

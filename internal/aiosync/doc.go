@@ -2,13 +2,11 @@
 // while the disk works.
 //
 // A goroutine in a blocking system call keeps its processor (its P) until
-// the runtime's monitor thread notices and hands the P to another thread,
-// which can take up to several milliseconds when the monitor has been
-// sleeping. An fsync takes about a millisecond on a good disk: a process
-// with several storage engines (a host of many raft groups, three hosts in
-// a test) had about one of its two Ps held by fdatasync at 100 groups, its
-// run queue full and a third of the machine idle (docs/architecture.md,
-// "An fsync holds no processor").
+// the runtime's monitor thread hands it to another thread, and when the
+// call returns it waits for a P again, behind every goroutine runnable.
+// Three storage engines in one process on 2 cores (groupload's hosts at
+// 100 groups) had a third of the machine idle while goroutines waited for
+// a P (docs/architecture.md, "Parked fsyncs").
 //
 // On Linux, Data and Full submit the flush through Linux AIO
 // (IOCB_CMD_FDSYNC and IOCB_CMD_FSYNC, Linux 4.18 and later, executed by a
@@ -20,4 +18,9 @@
 // may), a file system without AIO fsync, more flushes in flight than the
 // context holds — the flush runs as the plain system call the caller
 // passes (fallback), with that call's result.
+//
+// The price: the kernel worker that makes the flush waits for a CPU like
+// any thread, so on a busy machine a flush takes longer than the same
+// system call made by the thread that waits for it. storage makes its
+// use an option (storage.EngineOptions.ParkedSync).
 package aiosync

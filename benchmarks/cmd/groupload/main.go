@@ -139,7 +139,7 @@ type config struct {
 	tick          time.Duration
 	quiesce       bool
 	inlineApply   bool
-	blockingSync  bool
+	parkedSync    bool
 	balance       bool
 	active        int
 	spread        bool
@@ -176,7 +176,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.settle, "settle", 0, "unmeasured wait after every group has a leader, before the idle period (a new cluster's replicas publish their incarnations, groups quiesce)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", true, "quiesce idle groups (raft.Config.Quiesce, the host's default; -quiesce=false sets GroupConfig.DisableQuiescence): they stop ticking and heartbeating")
-	fs.BoolVar(&c.blockingSync, "blocking-sync", false, "the hosts' Pebble fsyncs as plain system calls that hold their Go processor (storage.EngineOptions.BlockingSync), not through Linux AIO (host layout)")
+	fs.BoolVar(&c.parkedSync, "parked-sync", false, "the hosts' Pebble fsyncs through Linux AIO, waiting parked instead of in a system call that holds a Go processor (storage.EngineOptions.ParkedSync; host layout)")
 	fs.BoolVar(&c.inlineApply, "inline-apply", false, "apply small committed batches on the loop's worker (raft.Config.InlineApply; kv.Store's Apply is quick)")
 	fs.BoolVar(&c.balance, "balance", true, "the hosts balance their groups' leadership (HostConfig.LeaderBalance, the default; -balance=false disables it)")
 	var sched string
@@ -357,7 +357,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, blockingSync: cfg.blockingSync, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, parkedSync: cfg.parkedSync, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 		noBalance: !cfg.balance,
 	})
 	cancel()
