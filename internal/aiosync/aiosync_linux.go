@@ -23,24 +23,22 @@ const (
 // iocb is struct iocb. aio_key and aio_rw_flags swap places on big-endian
 // machines; both are zero here.
 type iocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   int32
-	opcode    uint16
-	reqprio   int16
-	fildes    uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	data   uint64    // aio_data: the slot
+	_      [2]uint32 // aio_key, aio_rw_flags
+	opcode uint16    // aio_lio_opcode
+	_      int16     // aio_reqprio
+	fildes uint32    // aio_fildes
+	_      [4]uint64 // aio_buf, aio_nbytes, aio_offset, aio_reserved2
+	flags  uint32    // aio_flags
+	resfd  uint32    // aio_resfd
 }
 
 // ioEvent is struct io_event.
 type ioEvent struct {
-	data, obj uint64
-	res, res2 int64
+	data uint64 // the iocb's aio_data
+	_    uint64 // obj
+	res  int64  // the flush's result: 0, or a negated errno
+	_    int64  // res2
 }
 
 // slots is how many flushes the context holds in flight; more at once wait
