@@ -57,6 +57,14 @@ import (
 // groups write at once (elections after a host's loss) a yield behind all
 // of them only delays their votes' fsyncs.
 
+// parkAbove and parkBelow bound the average groups a commit carries while
+// SyncWaitAuto parks the Pebble backend's fsyncs: from parkAbove on, until
+// below parkBelow (noteGroups).
+const (
+	parkAbove = 8
+	parkBelow = 5
+)
+
 // yieldBelow is the smallest next batch that spares the committer's yield.
 const yieldBelow = 4
 
@@ -135,9 +143,10 @@ type committer struct {
 	// Owned by the batch's leader while it commits (one at a time): the
 	// batch, runBatch bound once for the backend's update, and the
 	// runtime/metrics sample runnableGoroutines reads.
-	running *commitBatch
-	runFn   func(kvTx) error
-	sample  [1]rtmetrics.Sample
+	running   *commitBatch
+	runFn     func(kvTx) error
+	sample    [1]rtmetrics.Sample
+	groupsAvg int64 // groups a commit carried, x16, averaged (commitBatch)
 }
 
 // startCommitter starts the commit goroutine, which commits the batches
@@ -355,6 +364,25 @@ func (e *Engine) runBatch(t kvTx) error {
 	return nil
 }
 
+// noteGroups averages the groups a commit carried (x16, over about the last
+// 8 commits) and tells the Pebble backend whether to park its fsyncs under
+// SyncWaitAuto: while the average is at least parkAbove, until it falls
+// below parkBelow. Those are hosts of many busy groups, where what the
+// fsync holds — its goroutine's processor — is what the groups wait for
+// (docs/architecture.md, "Parked fsyncs"). Called by the commit's leader.
+func (e *Engine) noteGroups(n int) {
+	if e.pdb == nil {
+		return
+	}
+	e.c.groupsAvg += (int64(n)*16 - e.c.groupsAvg) / 8
+	switch {
+	case e.c.groupsAvg >= parkAbove*16:
+		e.pdb.park.Store(true)
+	case e.c.groupsAvg < parkBelow*16:
+		e.pdb.park.Store(false)
+	}
+}
+
 // commitBatch runs b's writes in one transaction. Any error — a write's own,
 // bbolt's commit, an fsync — rolls the whole transaction back (or leaves its
 // outcome on disk unknown, for an fsync error) and fails every write of b and
@@ -389,6 +417,7 @@ func (e *Engine) commitBatch(b *commitBatch) {
 	}
 	e.m.commits.Add(1)
 	e.m.writes.Add(uint64(len(b.reqs)))
+	e.noteGroups(len(b.reqs))
 	e.m.saves.Add(uint64(saves))
 	e.m.commitDur.observe(b.dur)
 	if !e.opts.NoSync {

@@ -34,6 +34,10 @@ type pebbleDB struct {
 	db   *pebble.DB
 	path string
 
+	// park: the engine's commits carry many groups' writes
+	// (SyncWaitAuto parks the fsyncs while they do; noteGroups sets it).
+	park atomic.Bool
+
 	// buckets is the set of buckets committed, kept in memory so that a
 	// transaction's Bucket is a map lookup, not a Pebble read (a Save looks
 	// up two). Loaded at open; a commit applies its creations and
@@ -75,6 +79,7 @@ func (p *pebbleDB) closeIter(it *pebble.Iterator) error {
 
 // openPebble opens (creating it if needed) the Pebble database of a data dir.
 func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, error) {
+	p := &pebbleDB{path: path, buckets: map[string]struct{}{}}
 	po := &pebble.Options{
 		Logger:       pebbleLogger{log},
 		MemTableSize: 32 << 20,
@@ -86,10 +91,14 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 			po.FS = vfs.Default
 		}
 		po.FS = noSyncFS{po.FS}
-	case po.FS == nil && opts.ParkedSync:
+	case po.FS == nil && opts.SyncWait != SyncWaitBlocking:
 		// The disk's own files (a test's file system injects its faults
 		// in their syncs: it keeps them).
-		po.FS = parkedSyncFS{vfs.Default}
+		fs := parkedSyncFS{FS: vfs.Default}
+		if opts.SyncWait == SyncWaitAuto {
+			fs.when = &p.park
+		}
+		po.FS = fs
 	}
 	db, err := pebble.Open(path, po)
 	if errors.Is(err, pebble.ErrCorruption) {
@@ -98,7 +107,7 @@ func openPebble(path string, opts EngineOptions, log *slog.Logger) (*pebbleDB, e
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
-	p := &pebbleDB{db: db, path: path, buckets: map[string]struct{}{}}
+	p.db = db
 	it, err := p.newIter(db, []byte{'b'}, []byte{'b' + 1})
 	if err == nil {
 		for ok := it.First(); ok; ok = it.Next() {

@@ -120,6 +120,33 @@ func (o Options) group() GroupOptions {
 	return GroupOptions{TailCacheBytes: o.TailCacheBytes, KeepSnapshots: o.KeepSnapshots}
 }
 
+// SyncWait is how the Pebble backend's fsyncs wait (EngineOptions.SyncWait).
+//
+// A parked fsync goes through Linux AIO (internal/aiosync; Linux on amd64
+// and arm64): the same flush, made by a kernel worker, while the goroutine
+// that syncs waits parked instead of in a system call that holds its Go
+// processor. It pays off on a host of many busy groups on few cores, where
+// the processors and not the disk bind (100 groups on 2 cores: about 1.3x
+// the writes/s). It costs elsewhere: the kernel worker waits for a CPU like
+// any thread, so on a busy machine each fsync takes longer (10 groups
+// parked: a better p50, a p99 up to 1.6x higher). Where AIO is not
+// available (another system, a sandbox that refuses io_setup, a file
+// system without AIO fsync) every fsync is a plain system call. See
+// docs/architecture.md, "Parked fsyncs".
+type SyncWait int
+
+const (
+	// SyncWaitAuto parks the fsyncs while the engine's commits carry the
+	// writes of many groups — 8 or more on average, until fewer than 5 —
+	// and blocks otherwise. The default.
+	SyncWaitAuto SyncWait = iota
+	// SyncWaitBlocking makes every fsync a plain system call, as Pebble
+	// makes them.
+	SyncWaitBlocking
+	// SyncWaitParked parks every fsync.
+	SyncWaitParked
+)
+
 // EngineOptions configures OpenEngine: what concerns the data dir as a whole
 // (its bbolt file, its fsyncs, its lock). The zero value is a valid
 // configuration. The fields mean what Options' fields of the same names mean.
@@ -131,19 +158,10 @@ type EngineOptions struct {
 	// tests, and members that stand in for machines of their own.
 	NoSync bool
 
-	// ParkedSync makes the Pebble backend's fsyncs through Linux AIO
-	// (internal/aiosync; Linux on amd64 and arm64): the same flush, made by
-	// a kernel worker, while the goroutine that syncs waits parked instead
-	// of in a system call that holds its Go processor. It pays off on a
-	// host of many busy groups whose processors are short (100 groups on
-	// 2 cores: 1.2-1.5x the writes/s, a better p99), and costs elsewhere:
-	// the kernel worker waits for a CPU like any thread, so each fsync
-	// takes longer on a busy machine (10 groups: p50 better, p99 1.5-2x
-	// worse). See docs/operations.md, "Parked fsyncs". Where AIO is not
-	// available (another system, a sandbox that refuses io_setup, a file
-	// system without AIO fsync) the fsyncs are plain system calls. No
-	// effect with NoSync, nor on bbolt, whose fsyncs are its own.
-	ParkedSync bool
+	// SyncWait is how the Pebble backend's fsyncs wait: SyncWaitAuto (the
+	// zero value), SyncWaitBlocking or SyncWaitParked. No effect with
+	// NoSync, nor on bbolt, whose fsyncs are its own.
+	SyncWait SyncWait
 
 	// Logger receives the engine's log lines and its groups' (with a
 	// "group" attribute). Nil discards them.

@@ -41,8 +41,8 @@ type clusterOptions struct {
 	quiesce bool
 	// inlineApply is raft.Config.InlineApply.
 	inlineApply bool
-	// parkedSync is storage.EngineOptions.ParkedSync (host layout).
-	parkedSync bool
+	// syncWait is storage.EngineOptions.SyncWait (host layout).
+	syncWait storage.SyncWait
 	// tailCache is storage.GroupOptions.TailCacheBytes (0: the default).
 	tailCache int64
 	// backend is storage.EngineOptions.Backend (empty: the default).
@@ -145,7 +145,7 @@ func (c *cluster) openHost(i int, ln net.Listener) (*understudy.Host, error) {
 		Listener:      ln,
 		AdvertisePeer: ln.Addr().String(),
 		Logger:        c.opts.logger,
-		Storage:       storage.EngineOptions{Backend: c.opts.backend, ParkedSync: c.opts.parkedSync},
+		Storage:       storage.EngineOptions{Backend: c.opts.backend, SyncWait: c.opts.syncWait},
 		Scheduler:     c.opts.sched,
 		LeaderBalance: understudy.LeaderBalance{Disabled: c.opts.noBalance},
 	})

@@ -139,7 +139,7 @@ type config struct {
 	tick          time.Duration
 	quiesce       bool
 	inlineApply   bool
-	parkedSync    bool
+	syncWait      string
 	balance       bool
 	active        int
 	spread        bool
@@ -176,7 +176,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.settle, "settle", 0, "unmeasured wait after every group has a leader, before the idle period (a new cluster's replicas publish their incarnations, groups quiesce)")
 	fs.DurationVar(&c.tick, "tick", 0, "raft tick (raft.Config.TickInterval; 0: the library's default, 100ms)")
 	fs.BoolVar(&c.quiesce, "quiesce", true, "quiesce idle groups (raft.Config.Quiesce, the host's default; -quiesce=false sets GroupConfig.DisableQuiescence): they stop ticking and heartbeating")
-	fs.BoolVar(&c.parkedSync, "parked-sync", false, "the hosts' Pebble fsyncs through Linux AIO, waiting parked instead of in a system call that holds a Go processor (storage.EngineOptions.ParkedSync; host layout)")
+	fs.StringVar(&c.syncWait, "sync-wait", "auto", "how the hosts' Pebble fsyncs wait (storage.EngineOptions.SyncWait; host layout): auto (parked while commits carry many groups), blocking (a system call that holds its Go processor) or parked (Linux AIO)")
 	fs.BoolVar(&c.inlineApply, "inline-apply", false, "apply small committed batches on the loop's worker (raft.Config.InlineApply; kv.Store's Apply is quick)")
 	fs.BoolVar(&c.balance, "balance", true, "the hosts balance their groups' leadership (HostConfig.LeaderBalance, the default; -balance=false disables it)")
 	var sched string
@@ -242,6 +242,9 @@ func parseFlags(args []string) (*config, error) {
 	default:
 		return nil, fmt.Errorf("-log: %q: want debug, info, warn or error", c.logLevel)
 	}
+	if _, ok := syncWaits[c.syncWait]; !ok {
+		return nil, fmt.Errorf("-sync-wait: %q: want auto, blocking or parked", c.syncWait)
+	}
 	return c, nil
 }
 
@@ -286,6 +289,11 @@ func run(ctx context.Context, cfg *config) int {
 		return 1
 	}
 	return 0
+}
+
+// syncWaits are -sync-wait's values.
+var syncWaits = map[string]storage.SyncWait{
+	"auto": storage.SyncWaitAuto, "blocking": storage.SyncWaitBlocking, "parked": storage.SyncWaitParked,
 }
 
 // result is one configuration's figures.
@@ -357,7 +365,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.startTimeout)
 	c, err := startCluster(sctx, layout, n, dir, clusterOptions{
-		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, parkedSync: cfg.parkedSync, tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
+		tick: cfg.tick, quiesce: cfg.quiesce, inlineApply: cfg.inlineApply, syncWait: syncWaits[cfg.syncWait], tailCache: cfg.tailCache, backend: storage.Backend(cfg.backend), sched: cfg.sched, startParallel: cfg.startParallel, logger: logger(cfg.logLevel),
 		noBalance: !cfg.balance,
 	})
 	cancel()
