@@ -58,7 +58,7 @@ type slot struct {
 
 // pollEvery is how often a flush's waiter looks for completions itself
 // while it waits (wait).
-const pollEvery = 100 * time.Microsecond
+const pollEvery = time.Millisecond
 
 // aioCtx is the process's AIO context and its completions' eventfd.
 type aioCtx struct {
