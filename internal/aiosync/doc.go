@@ -11,8 +11,10 @@
 // On Linux, Data and Full submit the flush through Linux AIO
 // (IOCB_CMD_FDSYNC and IOCB_CMD_FSYNC, Linux 4.18 and later, executed by a
 // kernel worker, with the same guarantees as fdatasync(2) and fsync(2)) and
-// wait on a channel; one goroutine per process waits for completions on an
-// eventfd through the runtime's network poller. Neither holds a P while the
+// wait on a channel; one goroutine per process (started with the first
+// flush, for the process's lifetime: leak checks ignore
+// aiosync.(*aioCtx).reap) waits for completions on an eventfd through the
+// runtime's network poller. Neither holds a P while the
 // disk works. Where AIO cannot serve a flush — another operating system, a
 // kernel or sandbox without AIO (io_setup refused, as seccomp profiles
 // may), a file system without AIO fsync, more flushes in flight than the
