@@ -45,6 +45,11 @@ type Engine struct {
 	file                 *os.File  // bbolt's file, closed directly if bbolt panicked
 	pdb                  *pebbleDB // BackendPebble: the records
 
+	// lazyBounds: the records' format is formatVersionLazyBounds (a
+	// Pebble database made by this release): appends do not rewrite the
+	// bounds record. Set at open, or by the first group's creation.
+	lazyBounds atomic.Bool
+
 	// poisoned is set when bbolt panicked: its locks may be held and its
 	// state is unknown, so no later call enters bbolt (they return the
 	// panic's *CorruptError) and Close closes the file instead of the DB.
@@ -87,15 +92,19 @@ func parseGroupBucket(name []byte) (group uint64, kind string, ok bool) {
 
 // createGroupBuckets creates the buckets of group id, which has none, and
 // the format version of a new file: formatVersionOneGroup, raised to
-// FormatVersion when the file already holds another group, so that a
-// release that reads only version 1 refuses a shared file instead of opening
-// one group of it as its own. It runs in the committer's transaction.
+// formatVersionManyGroups when the file already holds another group, so
+// that a release that reads only version 1 refuses a shared file instead of
+// opening one group of it as its own; formatVersionLazyBounds for a new
+// Pebble database. It runs in the committer's transaction.
 func (e *Engine) createGroupBuckets(tx kvTx, id uint64) error {
 	mb, err := tx.CreateBucketIfNotExists(metaBucket)
 	if err != nil {
 		return err
 	}
 	version, stored := uint64(formatVersionOneGroup), false
+	if e.pdb != nil {
+		version = formatVersionLazyBounds // a new Pebble database
+	}
 	if mb.Get(versionKey) != nil {
 		if version, err = e.readVersion(mb, FormatVersion); err != nil {
 			return err
@@ -117,6 +126,10 @@ func (e *Engine) createGroupBuckets(tx kvTx, id uint64) error {
 	if !stored {
 		if err := mb.Put(versionKey, appendUvarints(nil, version)); err != nil {
 			return err
+		}
+		if version >= formatVersionLazyBounds {
+			// Before any of the group's writes: they follow this commit.
+			e.lazyBounds.Store(true)
 		}
 	}
 	if _, err := tx.CreateBucket(stateBucketName(id)); err != nil {

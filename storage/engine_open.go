@@ -225,8 +225,15 @@ func (e *Engine) check() error {
 			}
 			return nil
 		}
-		if _, err := e.readVersion(mb, FormatVersion); err != nil {
+		version, err := e.readVersion(mb, FormatVersion)
+		if err != nil {
 			return err
+		}
+		if version >= formatVersionLazyBounds {
+			if e.pdb == nil {
+				return e.corrupt(string(metaBucket)+"/"+string(versionKey), fmt.Sprintf("format version %d is a Pebble database's, in a bbolt file", version), nil)
+			}
+			e.lazyBounds.Store(true)
 		}
 		return e.checkNames(tx)
 	})

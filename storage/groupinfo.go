@@ -128,6 +128,14 @@ func (e *Engine) groupInfo(tx kvTx, id uint64) (GroupInfo, error) {
 		}
 		info.HasState = vs[2] > 0 // the last index: entries, or a snapshot
 	}
+	if !info.HasState && e.lazyBounds.Load() {
+		// The bounds record is not rewritten by appends: entries are
+		// state too.
+		if lb := tx.Bucket(logBucketName(id)); lb != nil {
+			k, _ := lb.Cursor().Last()
+			info.HasState = k != nil
+		}
+	}
 	return info, nil
 }
 

@@ -86,11 +86,21 @@ func TestPebbleFormatChecks(t *testing.T) {
 }
 
 // A write transaction sees its own writes, as bbolt's does: two groups
-// created in one commit raise the format version to many groups.
+// created in one commit of a Pebble database of version 1 (as releases
+// before formatVersionLazyBounds made them) raise its format version to
+// many groups.
 func TestPebbleCommitSeesItsOwnWrites(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir, EngineOptions{NoSync: true, Backend: BackendPebble})
 	_, _, err := e.commit(0, false, func(tx kvTx) error {
+		mb, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		return mb.Put(versionKey, appendUvarints(nil, formatVersionOneGroup))
+	})
+	require.NoError(t, err)
+	_, _, err = e.commit(0, false, func(tx kvTx) error {
 		if err := e.createGroupBuckets(tx, 1); err != nil {
 			return err
 		}

@@ -13,17 +13,24 @@ import (
 )
 
 // FormatVersion is the newest on-disk format version this code reads and
-// writes; it reads every version from 1. Both have the same layout (see the
-// package comment): version 1 is a file holding one group, version 2 one
-// holding more. A file is written as version 1 until a second group is
-// created in it, then raised to 2 for good, so that the releases that read
-// only version 1 refuse a shared file with ErrVersion, and still open a file
-// of one group.
-const FormatVersion = formatVersionManyGroups
+// writes; it reads every version from 1. All have the same layout (see the
+// package comment). In bbolt, version 1 is a file holding one group,
+// version 2 one holding more: a file is written as version 1 until a
+// second group is created in it, then raised to 2 for good, so that the
+// releases that read only version 1 refuse a shared file with ErrVersion,
+// and still open a file of one group. A Pebble database made by this
+// release is version 3 from its first group on: its groups' bounds records
+// are rewritten only when a snapshot, a compaction or a truncation moves
+// the log's first index or cuts its end, not on every append (the log's
+// last key is its last index), so releases that read only up to 2, which
+// take a bounds record behind the log for damage, refuse it with
+// ErrVersion. A Pebble database of version 1 or 2 keeps its format.
+const FormatVersion = formatVersionLazyBounds
 
 const (
 	formatVersionOneGroup   = 1
 	formatVersionManyGroups = 2
+	formatVersionLazyBounds = 3
 )
 
 // File and bucket names; see the package comment for the layout.
@@ -202,7 +209,14 @@ func (s *Store) load() error {
 		if err := s.loadLog(tx); err != nil {
 			return err
 		}
-		if s.last != recordedLast {
+		if s.e.lazyBounds.Load() {
+			// Version 3: the record's last index is where the log ended
+			// when a snapshot, a compaction or a truncation last moved
+			// it; appends since went past it.
+			if s.last < recordedLast {
+				return s.corrupt(string(s.logBucket), fmt.Sprintf("log ends at index %d, but %d was written", s.last, recordedLast), nil)
+			}
+		} else if s.last != recordedLast {
 			// bbolt has no page checksums: a damaged page count can hide
 			// the end of the log. The bounds record says where it ends.
 			return s.corrupt(string(s.logBucket), fmt.Sprintf("log ends at index %d, but %d was written", s.last, recordedLast), nil)

@@ -298,7 +298,10 @@ func (w *preparedSave) commit(tx kvTx) error {
 		}
 		off += n
 	}
-	if w.hasSnap || len(ents) > 0 {
+	// The bounds: after a snapshot or a truncation, and after every append
+	// unless the format keeps the log's last index in its last key only
+	// (formatVersionLazyBounds).
+	if w.hasSnap || w.truncate || (len(ents) > 0 && !s.e.lazyBounds.Load()) {
 		newLast := w.dummy
 		if len(ents) > 0 {
 			newLast = ents[len(ents)-1].GetIndex()
