@@ -70,7 +70,11 @@
 //	                                          its Descriptor in Data
 //	                              bounds    → index and term of the entry
 //	                                          before the first (FirstIndex()-1),
-//	                                          and the last index
+//	                                          and the last index (in format
+//	                                          version 3, Pebble's, as of the
+//	                                          last snapshot, compaction or
+//	                                          truncation: appends extend
+//	                                          the log past it)
 //	                              identity  → cluster ID, member ID
 //	                              removed   → tombstone (MarkRemoved)
 //	group/<16 hex>/log            8-byte big-endian index → entry record
@@ -144,7 +148,8 @@
 //     every group (a flipped key would otherwise make a record such as the
 //     hard state vanish). Opening a group decodes every record of its state
 //     bucket, checks that the log starts right after the bounds record's
-//     first index and ends at its last index, that the recorded snapshot's
+//     first index and ends at its last index (format version 3: at or
+//     after it), that the recorded snapshot's
 //     file is there with its size, and decodes the entries it caches.
 //   - Every value carries a CRC-32C; entries are checked, and the log checked
 //     for holes, whenever they are read.
