@@ -129,6 +129,13 @@ func TestHostLivenessHostStops(t *testing.T) {
 	lp := newLivePair(t, groups, time.Hour, nil)
 	bAddr := lp.b.Addr().String()
 	lp.waitHostLive(t, true)
+	// a learns b's host ID from b's members' attachments to it (their
+	// owner), which may come after the link to b is live: wait for it
+	// before b stops (CI: b stopped first once, and the row said host 0).
+	waitFor(t, "a knows host b's ID", func() bool {
+		row, ok := hostRow(lp.a, bAddr)
+		return ok && row.HostID == 0xb
+	})
 	for g, tr := range lp.ta {
 		if at, live := tr.HostContact(2); !live || time.Since(at) > time.Minute {
 			t.Fatalf("group %d: HostContact(2) = %v, %t while b is live; want now, true", g, at, live)
