@@ -11,7 +11,7 @@ import (
 // parkedSyncFS is the disk's file system (vfs.Default) whose files flush
 // through internal/aiosync: the goroutine that syncs — Pebble's WAL flush
 // loop, one per engine — waits parked, not in an fdatasync that holds its
-// Go processor (see docs/architecture.md, "An fsync holds no processor").
+// Go processor (see docs/architecture.md, "Parked fsyncs").
 // Where aiosync cannot, a sync is the file's own (fdatasync, fsync).
 // EngineOptions.SyncWait chooses when (SyncWaitAuto: while the engine's
 // commits carry many groups).
