@@ -42,8 +42,9 @@ import (
 // queued, so without the yield the commit goroutine, readied by the
 // backend's sync, took the next batch while those groups' next writes were
 // still on their way: with 100 groups on a 2-core host each commit carried
-// 1.5 groups, and the fsyncs, not the groups' work, set the pace. After the yield, what was runnable has run and queued its
-// writes (see docs/architecture.md "A commit waits for what is runnable").
+// 1.5 groups, and the fsyncs, not the groups' work, set the pace. After the
+// yield, what was runnable has run and queued its writes (see
+// docs/architecture.md "A commit waits for what is runnable").
 // "More than one group writes" is: the commit carried more than one write,
 // or its write is another group's than the commit before it. Yielding only
 // after commits of several writes was not enough: batches of one then
@@ -316,12 +317,7 @@ func (e *Engine) yieldForBatch(b *commitBatch, queued int) {
 	defer e.c.mu.Lock()
 	for i := 1; ; i++ {
 		e.c.yield() // what the yield runs queues its writes
-		e.c.mu.Lock()
-		n := 0
-		if e.c.pending != nil {
-			n = len(e.c.pending.reqs)
-		}
-		e.c.mu.Unlock()
+		n := e.pendingWrites()
 		grew := n > queued
 		queued = n
 		if i >= maxYields || n >= limit || !(grew || e.c.runnable()) || time.Now().After(deadline) {
@@ -374,7 +370,14 @@ func (e *Engine) noteGroups(n int) {
 	if e.pdb == nil {
 		return
 	}
-	e.c.groupsAvg += (int64(n)*16 - e.c.groupsAvg) / 8
+	// An eighth of the way to n each commit, at least one step of 1/16:
+	// truncation alone would leave the average short of a steady n.
+	d := int64(n)*16 - e.c.groupsAvg
+	step := d / 8
+	if step == 0 {
+		step = max(-1, min(1, d))
+	}
+	e.c.groupsAvg += step
 	switch {
 	case e.c.groupsAvg >= parkAbove*16:
 		e.pdb.park.Store(true)

@@ -92,15 +92,8 @@ func TestPebbleFormatChecks(t *testing.T) {
 func TestPebbleCommitSeesItsOwnWrites(t *testing.T) {
 	dir := t.TempDir()
 	e := openEngine(t, dir, EngineOptions{NoSync: true, Backend: BackendPebble})
+	setFormatVersion(t, e, formatVersionOneGroup)
 	_, _, err := e.commit(0, false, func(tx kvTx) error {
-		mb, err := tx.CreateBucketIfNotExists(metaBucket)
-		if err != nil {
-			return err
-		}
-		return mb.Put(versionKey, appendUvarints(nil, formatVersionOneGroup))
-	})
-	require.NoError(t, err)
-	_, _, err = e.commit(0, false, func(tx kvTx) error {
 		if err := e.createGroupBuckets(tx, 1); err != nil {
 			return err
 		}

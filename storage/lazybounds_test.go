@@ -26,6 +26,20 @@ func rawBounds(t *testing.T, e *Engine) [3]uint64 {
 	return b
 }
 
+// setFormatVersion writes version as e's format version, as an earlier
+// release would have (before any group).
+func setFormatVersion(t *testing.T, e *Engine, version uint64) {
+	t.Helper()
+	_, _, err := e.commit(0, false, func(tx kvTx) error {
+		mb, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		return mb.Put(versionKey, appendUvarints(nil, version))
+	})
+	require.NoError(t, err)
+}
+
 func rawVersion(t *testing.T, e *Engine) uint64 {
 	t.Helper()
 	var version uint64
@@ -119,14 +133,7 @@ func TestPebbleOfAnEarlierFormatKeepsItsBounds(t *testing.T) {
 	dir := t.TempDir()
 	opts := EngineOptions{NoSync: true, Backend: BackendPebble}
 	e := openEngine(t, dir, opts)
-	_, _, err := e.commit(0, false, func(tx kvTx) error {
-		mb, err := tx.CreateBucketIfNotExists(metaBucket)
-		if err != nil {
-			return err
-		}
-		return mb.Put(versionKey, appendUvarints(nil, formatVersionOneGroup))
-	})
-	require.NoError(t, err)
+	setFormatVersion(t, e, formatVersionOneGroup)
 	require.NoError(t, e.Close())
 	e = openEngine(t, dir, opts)
 	s := group(t, e, 1)

@@ -79,6 +79,13 @@ func TestNoteGroupsParksWhileCommitsCarryManyGroups(t *testing.T) {
 		{1, 30, false},  // a lone group again: blocking
 		{6, 50, false},  // between the bounds: it stays
 		{100, 30, true}, // a thousand groups' elections
+		{1, 50, false},
+		// The bounds are exact: a steady parkAbove parks, a steady
+		// parkBelow keeps it, one fewer stops it.
+		{parkAbove, 60, true},
+		{parkBelow, 60, true},
+		{parkBelow - 1, 60, false},
+		{parkAbove - 1, 60, false},
 	}
 	for i, st := range steps {
 		for range st.commits {

@@ -112,6 +112,7 @@ func TestParseFlagsRefuses(t *testing.T) {
 		{"-sched", "1,2,3,4,5"},
 		{"-sched", "1,x,3"},
 		{"-sched", "1,-2,3"},
+		{"-sync-wait", "sometimes"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%q: accepted", args)
