@@ -93,6 +93,7 @@
 // -killcpuprofile each -kill window (from the kill until every group the
 // killed host led has a leader),
 // -memprofile writes the heap at the end of each idle period,
+// -loadmemprofile at the end of each measured window,
 // -allocprofile the allocations of each measured window (two allocs
 // profiles, at its start and end, for pprof's -base, and a line of the
 // bytes and objects the process allocated per write in the window: the
@@ -155,6 +156,7 @@ type config struct {
 	startProfile  string
 	tracePath     string
 	memProfile    string
+	loadMemProf   string
 	allocProfile  string
 	verbose       bool
 	logLevel      string
@@ -195,6 +197,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.killProfile, "killcpuprofile", "", "write a CPU profile of each -kill window (from the kill until every group the killed host led has a leader) to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.tracePath, "trace", "", "write an execution trace of one second of load, right before each measured window, to this file (named as -cpuprofile's)")
 	fs.StringVar(&c.memProfile, "memprofile", "", "write a heap profile at the end of each idle period to this file (named as -cpuprofile's)")
+	fs.StringVar(&c.loadMemProf, "loadmemprofile", "", "write a heap profile at the end of each measured window to this file (named as -cpuprofile's): what the load keeps live")
 	fs.StringVar(&c.allocProfile, "allocprofile", "", "write the allocations of each measured window: the allocs profile at the window's start to this file with .base added, at its end to this file (go tool pprof -sample_index=alloc_space -base F.base F), and a line of bytes and objects allocated per write (named as -cpuprofile's)")
 	fs.BoolVar(&c.verbose, "v", false, "print start, close and storage details for each configuration")
 	fs.StringVar(&c.logLevel, "log", "", "understudy's logs to stderr at this level (debug, info, warn, error); default none")
@@ -464,6 +467,12 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 	to := time.Since(l.start)
 	st1, sc1 := c.storage(), c.sched(allHosts())
 	cpu2 := cpuTime()
+	if cfg.loadMemProf != "" {
+		if err := writeHeapProfile(profileName(cfg, cfg.loadMemProf, layout, n)); err != nil {
+			l.finish()
+			return nil, err
+		}
+	}
 	if allocs != nil {
 		if err := allocs.stop(); err != nil {
 			l.finish()
@@ -539,7 +548,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond), pagesPer, bytesPer, st1.free),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024),
-			runs)
+			runs, tail(samples, active, from, to, r.load.p50))
 		if cerr != nil {
 			r.detail = append(r.detail, fmt.Sprintf("close: %v", cerr))
 		}
