@@ -60,8 +60,12 @@ const (
 )
 
 // encodedEntrySize is the exact size of the record appendEntry writes.
-func encodedEntrySize(e *raftpb.Entry) int {
-	n := 1 + len(e.Data) + sealSize
+func encodedEntrySize(e *raftpb.Entry) int { return entryBodySize(e) + sealSize }
+
+// entryBodySize is the exact size of the record without its seal: what
+// appendEntryBody writes (and the in-memory tail holds).
+func entryBodySize(e *raftpb.Entry) int {
+	n := 1 + len(e.Data)
 	if e.Term != nil {
 		n += protowire.SizeVarint(*e.Term)
 	}
@@ -74,6 +78,11 @@ func encodedEntrySize(e *raftpb.Entry) int {
 // appendEntry appends the record of e to buf.
 func appendEntry(buf []byte, e *raftpb.Entry) []byte {
 	start := len(buf)
+	return seal(appendEntryBody(buf, e), start)
+}
+
+// appendEntryBody appends the record of e without its seal to buf.
+func appendEntryBody(buf []byte, e *raftpb.Entry) []byte {
 	var flags byte
 	if e.Term != nil {
 		flags |= entTerm
@@ -94,8 +103,7 @@ func appendEntry(buf []byte, e *raftpb.Entry) []byte {
 	if e.Type != nil {
 		buf = binary.AppendUvarint(buf, uint64(int64(*e.Type)))
 	}
-	buf = append(buf, e.Data...)
-	return seal(buf, start)
+	return append(buf, e.Data...)
 }
 
 // entryBox holds an Entry and the values its pointer fields point to, so a
@@ -148,6 +156,13 @@ func decodeEntry(index uint64, v []byte, a *entryAlloc, hint int) (*raftpb.Entry
 	if err != nil {
 		return nil, err
 	}
+	return parseEntryBody(index, p, a, hint, false)
+}
+
+// parseEntryBody decodes an entry record without its seal. With alias, the
+// entry's Data is p's bytes (which must never change again: the tail's
+// chunks); without, a copy.
+func parseEntryBody(index uint64, p []byte, a *entryAlloc, hint int, alias bool) (*raftpb.Entry, error) {
 	if len(p) == 0 {
 		return nil, errors.New("empty entry record")
 	}
@@ -179,8 +194,12 @@ func decodeEntry(index uint64, v []byte, a *entryAlloc, hint int) (*raftpb.Entry
 		e.Type = &b.typ
 	}
 	if flags&entData != 0 {
-		e.Data = a.bytes(len(p))
-		copy(e.Data, p)
+		if alias {
+			e.Data = p[:len(p):len(p)]
+		} else {
+			e.Data = a.bytes(len(p))
+			copy(e.Data, p)
+		}
 	} else if len(p) != 0 {
 		return nil, fmt.Errorf("%d trailing bytes in an entry without data", len(p))
 	}

@@ -177,7 +177,11 @@
 // entries stay in memory, up to Options.TailCacheBytes (16 MiB) per group (a
 // host of many groups sets GroupOptions.TailCacheBytes lower), so
 // replication to followers that keep up
-// never reads bbolt; older entries are read from bbolt and decoded into
-// batch-allocated memory. Returned slices belong to the caller; entries are
-// shared and must not be modified, as raft.Storage requires.
+// never reads the database; older entries are read from it and decoded
+// into batch-allocated memory. The tail holds the entries' records in
+// chunks of bytes the garbage collector does not scan (not the
+// *raftpb.Entry values Save was given: those are the caller's again when
+// Save returns), and Entries decodes what it returns from them. Returned
+// slices belong to the caller; entries must not be modified, as
+// raft.Storage requires.
 package storage

@@ -203,7 +203,7 @@ func (e *Engine) openGroup(id uint64, g GroupOptions) (*Store, error) {
 	}
 	s.pruneSnapshots()
 	s.logger().Debug("storage group opened", "dir", e.dir, "first", s.dummy+1, "last", s.last,
-		"snapshot", s.snap.GetMetadata().GetIndex(), "tail", len(s.tail.ents))
+		"snapshot", s.snap.GetMetadata().GetIndex(), "tail", s.tail.len())
 	return s, nil
 }
 

@@ -130,7 +130,7 @@ type Metrics struct {
 // Metrics returns the store's counters.
 func (s *Store) Metrics() Metrics {
 	s.mu.RLock()
-	n, b := len(s.tail.ents), s.tail.bytes
+	n, b := s.tail.len(), s.tail.bytes
 	s.mu.RUnlock()
 	snaps, snapBytes, snapDur := s.m.snapshots()
 	return Metrics{

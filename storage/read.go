@@ -143,7 +143,7 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	if !s.tail.covers(lo) && lo < hi {
 		// The part before the tail comes from bbolt.
 		end := hi
-		if len(s.tail.ents) > 0 && s.tail.start < end {
+		if s.tail.len() > 0 && s.tail.start < end {
 			end = s.tail.start
 		}
 		stop := false
@@ -178,8 +178,18 @@ func (s *Store) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		}
 	}
 	n := len(out)
+	var a entryAlloc
+	want := 0
+	if i < hi {
+		want = s.tail.fits(i, hi, maxSize-min(size, maxSize)) // sizes the allocation
+	}
 	for ; i < hi; i++ {
-		e := s.tail.get(i)
+		e, err := s.tail.entry(i, &a, want)
+		want--
+		if err != nil {
+			// The tail holds records it wrote itself: a bug, not the disk.
+			return nil, fmt.Errorf("storage: the in-memory tail's entry %d: %w", i, err)
+		}
 		if full(e) {
 			break
 		}
