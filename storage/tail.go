@@ -35,9 +35,9 @@ type tail struct {
 	start uint64
 	// ch holds the records (nil while the tail is empty: a Store per
 	// replica of a host's many groups stays small).
-	ch     *tailChunks
-	bytes  int64
-	max    int64 // the group's budget; < 0 disables
+	ch    *tailChunks
+	bytes int64
+	max   int64 // the group's budget; < 0 disables
 	// shared is the engine's budget for every group's tail, or nil.
 	shared *tailBudget
 	// lastIndex and lastTerm are the last entry's, kept by dropIdle when
