@@ -103,7 +103,11 @@
 // the open files, the messages sent per second by each host while idle
 // and the groups quiesced at the idle period's end and in the window
 // (least to most), the writes and retries, the storage commits' mean
-// duration, and the goroutines and heap before the cluster. The tool
+// duration, the goroutines and heap before the cluster, the hosts' task
+// runs per write, where the slow writes were (the groups' own p99s, and
+// the writes slower than twice the median by 250 ms of the window:
+// bursts that every group shares, such as the Go collector's mark phases,
+// or a spread), and the Go collections in the window with their CPU. The tool
 // raises its soft limit of open files to the hard one (RLIMIT_NOFILE).
 // Linux (and other systems with getrusage; open files from
 // /proc/self/fd).
@@ -460,13 +464,13 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 			return nil, err
 		}
 	}
-	from, cpu1 := time.Since(l.start), cpuTime()
+	from, cpu1, gc1 := time.Since(l.start), cpuTime(), readGC()
 	st0, sc0 := c.storage(), c.sched(allHosts())
 	qs := c.sampleQuiesced(250 * time.Millisecond)
 	serr = sleep(ctx, cfg.duration)
 	to := time.Since(l.start)
 	st1, sc1 := c.storage(), c.sched(allHosts())
-	cpu2 := cpuTime()
+	cpu2, gc2 := cpuTime(), readGC()
 	if cfg.loadMemProf != "" {
 		if err := writeHeapProfile(profileName(cfg, cfg.loadMemProf, layout, n)); err != nil {
 			l.finish()
@@ -548,7 +552,9 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond), pagesPer, bytesPer, st1.free),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024),
-			runs, tail(samples, active, from, to, r.load.p50))
+			runs, tail(samples, active, from, to, r.load.p50),
+			fmt.Sprintf("Go collections in the window %d, their CPU %s (%.1f%% of the process's)",
+				gc2.cycles-gc1.cycles, (gc2.cpu-gc1.cpu).Round(time.Millisecond), 100*float64(gc2.cpu-gc1.cpu)/float64(max(cpu2-cpu1, 1))))
 		if cerr != nil {
 			r.detail = append(r.detail, fmt.Sprintf("close: %v", cerr))
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
@@ -52,6 +53,26 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// gcStats are the Go collector's cycles so far and the CPU it took (its
+// mark workers, assists and pauses, as runtime/metrics estimates them).
+type gcStats struct {
+	cycles uint64
+	cpu    time.Duration
+}
+
+func readGC() gcStats {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	var g gcStats
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		g.cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		g.cpu = time.Duration(s[1].Value.Float64() * float64(time.Second))
+	}
+	return g
 }
 
 // profileName is the profile file of one configuration: name itself when
