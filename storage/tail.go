@@ -66,7 +66,8 @@ type tailLoc struct {
 
 // Chunk sizes: a group's first chunk is small (a host of many groups has
 // many that write rarely), each next one twice the last, up to
-// maxTailChunk; a record larger than that gets a chunk of its own.
+// maxTailChunk and to a quarter of the group's budget; a record larger
+// than that gets a chunk of its own.
 const (
 	minTailChunk = 4 << 10
 	maxTailChunk = 64 << 10
@@ -205,7 +206,12 @@ func (t *tail) room(n int) int {
 	}
 	size := minTailChunk
 	if k := len(b) - 1; k >= 0 {
-		size = min(2*cap(b[k]), maxTailChunk)
+		// At most a quarter of the group's budget now, so that what the
+		// budgets do not count (the unused end of the last chunk, the
+		// evicted records that share a chunk with held ones) stays a
+		// fraction of what they do: a host of 10,000 busy groups shares
+		// its budget out in a few KiB each.
+		size = min(2*cap(b[k]), maxTailChunk, max(minTailChunk, int(t.limit()/4)))
 	}
 	t.ch.bufs = append(b, make([]byte, 0, max(size, n)))
 	return len(t.ch.bufs) - 1

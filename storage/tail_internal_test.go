@@ -183,3 +183,22 @@ func TestTailHoldsFewObjects(t *testing.T) {
 	}
 	runtime.KeepAlive(tl)
 }
+
+// TestTailChunksFollowTheBudget: a group whose share of the engine's budget
+// is small writes small chunks, so the memory its tail holds (chunks
+// included) stays near what the budgets count.
+func TestTailChunksFollowTheBudget(t *testing.T) {
+	for _, max := range []int64{16 << 10, 1 << 20} {
+		tl := &tail{max: max}
+		for i := uint64(1); i <= 5000; i++ {
+			tl.append([]*raftpb.Entry{tailEntry(i, 1, 200)})
+		}
+		var held int
+		for _, c := range tl.ch.bufs {
+			held += cap(c)
+		}
+		if limit := int(max) + int(max)/2 + 2*minTailChunk; held > limit {
+			t.Fatalf("budget %d: the tail's chunks hold %d bytes (for %d counted), over %d", max, held, tl.bytes, limit)
+		}
+	}
+}
