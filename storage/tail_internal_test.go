@@ -202,3 +202,29 @@ func TestTailChunksFollowTheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestTailReadAllocations: reading entries from the tail costs the
+// returned slice and one block of entries for the batch, however many it
+// returns (the payloads are the chunks' bytes, not copies).
+func TestTailReadAllocations(t *testing.T) {
+	e := openEngine(t, t.TempDir(), EngineOptions{Backend: testBackend, NoSync: true})
+	s := group(t, e, 1)
+	if err := s.Save(nil, ents(1, 201, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []uint64{1, 10, 200} {
+		var got []*raftpb.Entry
+		allocs := testing.AllocsPerRun(50, func() {
+			var err error
+			if got, err = s.Entries(1, 1+n, raftNoLimit); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if uint64(len(got)) != n {
+			t.Fatalf("read %d entries, want %d", len(got), n)
+		}
+		if allocs > 2 {
+			t.Fatalf("reading %d entries from the tail: %.0f allocations, want at most 2", n, allocs)
+		}
+	}
+}
