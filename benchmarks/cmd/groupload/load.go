@@ -167,7 +167,8 @@ type loadResult struct {
 	writes         int
 	perSec         float64
 	p50, p99       time.Duration
-	groupP99       time.Duration // the p99 of the groups' own p99s
+	groupP99       time.Duration   // the p99 of the groups' own p99s
+	groupP99s      []time.Duration // the groups' own p99s, ascending
 	groupsWritten  int
 	minGroupWrites int
 }
@@ -200,40 +201,28 @@ func window(samples []sample, groups int, from, to time.Duration) loadResult {
 	}
 	r.groupsWritten = len(p99s)
 	slices.Sort(p99s)
-	r.groupP99 = percentile(p99s, 99)
+	r.groupP99, r.groupP99s = percentile(p99s, 99), p99s
 	return r
 }
 
 // tail describes where a window's slow writes were: the groups' own p99s
-// (lowest, median, highest) and, by 250 ms of the window, how many writes
-// took longer than twice the window's p50 — bursts that every group shares
-// (a stall of the process) or a spread (some groups slower than others).
-func tail(samples []sample, groups int, from, to, p50 time.Duration) string {
-	per := make([][]time.Duration, groups)
+// (lowest, median, highest: window's) and, by 250 ms of the window, how
+// many writes took longer than twice the window's p50 — bursts that every
+// group shares (a stall of the process) or a spread (some groups slower
+// than others).
+func tail(samples []sample, r loadResult, from, to time.Duration) string {
 	const slot = 250 * time.Millisecond
 	late := make([]int, (to-from+slot-1)/slot)
 	for _, s := range samples {
-		if s.end < from || s.end >= to {
-			continue
-		}
-		per[s.group] = append(per[s.group], s.lat)
-		if s.lat > 2*p50 {
+		if s.end >= from && s.end < to && s.lat > 2*r.p50 {
 			late[(s.end-from)/slot]++
 		}
 	}
-	var p99s []time.Duration
-	for _, lats := range per {
-		if len(lats) > 0 {
-			slices.Sort(lats)
-			p99s = append(p99s, percentile(lats, 99))
-		}
-	}
-	slices.Sort(p99s)
 	var b strings.Builder
-	if len(p99s) > 0 {
-		fmt.Fprintf(&b, "groups' p99 ms: lowest %.1f, median %.1f, highest %.1f; ", ms(p99s[0]), ms(p99s[len(p99s)/2]), ms(p99s[len(p99s)-1]))
+	if p := r.groupP99s; len(p) > 0 {
+		fmt.Fprintf(&b, "groups' p99 ms: lowest %.1f, median %.1f, highest %.1f; ", ms(p[0]), ms(p[len(p)/2]), ms(p[len(p)-1]))
 	}
-	fmt.Fprintf(&b, "writes over %.1f ms (2x p50) by 250 ms of the window:", ms(2*p50))
+	fmt.Fprintf(&b, "writes over %.1f ms (2x p50) by 250 ms of the window:", ms(2*r.p50))
 	for _, n := range late {
 		fmt.Fprintf(&b, " %d", n)
 	}

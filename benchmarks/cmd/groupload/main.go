@@ -552,7 +552,7 @@ func runOne(ctx context.Context, cfg *config, layout string, n int) (*result, er
 				commitMean.Round(time.Microsecond), syncMean.Round(time.Microsecond), pagesPer, bytesPer, st1.free),
 			fmt.Sprintf("goroutines %d before the cluster, %.0f per host after; heap %.1f MiB before, %.1f KiB per replica (goroutine stacks, at least 8 KiB each, are not in it)",
 				baseG, r.goroutinesHost, float64(baseHeap)/(1<<20), r.heapReplica/1024),
-			runs, tail(samples, active, from, to, r.load.p50),
+			runs, tail(samples, r.load, from, to),
 			fmt.Sprintf("Go collections in the window %d, their CPU %s (%.1f%% of the process's)",
 				gc2.cycles-gc1.cycles, (gc2.cpu-gc1.cpu).Round(time.Millisecond), 100*float64(gc2.cpu-gc1.cpu)/float64(max(cpu2-cpu1, 1))))
 		if cerr != nil {
