@@ -31,6 +31,15 @@
 // system and standby count: the voters keep their cores whatever the
 // standby count, and the standbys stand in for machines of their own.
 //
+// With -standby-procs K the standbys run in K processes, several members
+// to a process (each its own Host or raft, listener and data dir). Many
+// standby processes on one core pay one Go runtime each: its sysmon thread
+// wakes every 20 µs while the process works, and 24 of them took a quarter
+// of the standby core's samples with the fleet idle. Members on machines
+// of their own do not pay that to each other; one process does not pay it
+// 24 times, but marks the 24 members' states in one collection
+// (-standby-gogc sets the standby processes' GOGC, to see how much).
+//
 //	go run ./cmd/fleetload -standbys 0,6,12,24,48 -system understudy,hashicorp -duration 10s -rounds 2
 package main
 
@@ -105,17 +114,22 @@ type config struct {
 	// snapshotLogRatio: raft.Config.SnapshotLogRatio of every member.
 	snapshotLogRatio float64
 	killEvery        time.Duration
-	killDown         time.Duration
-	tick             time.Duration
-	electionTicks    int
-	standbyFsync     bool
-	sampleEvery      uint64
-	timeout          time.Duration
-	dir              string
-	keep             bool
-	verbose          bool
-	pin              *pinning // nil: no pinning
-	out              io.Writer
+	// standbyProcs: the standbys run in this many processes (0: one
+	// process each).
+	standbyProcs int
+	// standbyGOGC: the standby processes' GOGC (0: the environment's).
+	standbyGOGC   int
+	killDown      time.Duration
+	tick          time.Duration
+	electionTicks int
+	standbyFsync  bool
+	sampleEvery   uint64
+	timeout       time.Duration
+	dir           string
+	keep          bool
+	verbose       bool
+	pin           *pinning // nil: no pinning
+	out           io.Writer
 	// beforeLoad, if set, runs once the configuration's members are ready,
 	// before the load (tests inject faults with it).
 	beforeLoad func(c *cluster)
@@ -142,6 +156,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.learnerBatchDelay, "learner-batch-delay", 0, "understudy: transport.Config.LearnerBatchDelay of every member, how long messages to a standby are gathered (0: the default, 10ms)")
 	fs.BoolVar(&c.relayAnswers, "relay-answers", true, "understudy: standbys answer through their relay, gathered (raft.Config.RelayAnswers; -relay-answers=false: GroupConfig.DisableRelayAnswers)")
 	fs.DurationVar(&c.killEvery, "kill-relays", 0, "kill -9 a relay (hashicorp: a non-voter) this often during the load, and start it again (0: never)")
+	fs.IntVar(&c.standbyProcs, "standby-procs", 0, "run the standbys in this many processes, several members (each its own Host or raft, TCP listener and data dir) to a process (0: one process per standby). With many standbys on few cores, one Go runtime per standby costs a core's share of its own (each process's sysmon thread and context switches) that members on machines of their own do not pay")
+	fs.IntVar(&c.standbyGOGC, "standby-gogc", 0, "the standby processes' GOGC (0: the environment's). A diagnostic for -standby-procs: one process holding many standbys' states marks them all in one collection, on the one core that serves them all, where a member on a machine of its own marks its own state alone")
 	fs.DurationVar(&c.killDown, "kill-down", 500*time.Millisecond, "how long a killed member stays down")
 	fs.StringVar(&c.latencyLog, "latency-log", "", "write every measured write's start (µs from the window's start) and latency (µs), one a line, to PREFIX-SYSTEM-STANDBYS.txt (an absolute PREFIX: the leader process writes it)")
 	fs.StringVar(&c.leaderProfile, "leader-profile", "", "write a CPU profile of the leader process over each measured window to PREFIX-SYSTEM-STANDBYS.pprof")
@@ -177,6 +193,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.pin, err = parsePin(pin); err != nil {
 		return nil, fmt.Errorf("-pin: %w", err)
+	}
+	if c.standbyProcs < 0 || c.standbyGOGC < 0 {
+		return nil, errors.New("-standby-procs and -standby-gogc must not be negative")
 	}
 	if c.writers < 1 || c.size < 64 || c.duration <= 0 || c.rounds < 1 || c.sampleEvery == 0 || c.rate < 0 {
 		return nil, errors.New("-writers and -rounds must be positive, -size at least 64, -duration positive, -rate not negative")
@@ -312,8 +331,8 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	c := &cluster{cfg: cfg, system: system}
 	defer func() {
 		var wg sync.WaitGroup
-		for _, p := range c.all() {
-			wg.Go(func() { p.stop(5 * time.Second) })
+		for _, pr := range processes(c.all()) {
+			wg.Go(func() { pr.stop(5 * time.Second) })
 		}
 		wg.Wait()
 	}()
@@ -336,9 +355,20 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 		}
 		if i < 3 {
 			c.voters = append(c.voters, p)
+			newProcess(p)
 		} else {
+			p.flags.gogc = cfg.standbyGOGC
 			c.standbys = append(c.standbys, p)
 		}
+	}
+	// The standbys' processes: one each, or -standby-procs of them, each
+	// running a contiguous run of standbys.
+	procs := n
+	if cfg.standbyProcs > 0 {
+		procs = min(cfg.standbyProcs, n)
+	}
+	for k := range procs {
+		newProcess(c.standbys[k*n/procs : (k+1)*n/procs]...)
 	}
 	c.logf("%d standbys, data under %s", n, dir)
 	if err := startAll(ctx, c.voters); err != nil {
@@ -409,20 +439,22 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 // driver killing or stopping it.
 func (c *cluster) died() error {
 	var errs []error
-	for _, p := range c.all() {
-		if err := p.died(); err != nil {
+	for _, pr := range processes(c.all()) {
+		if err := pr.died(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// startAll starts ps at once and waits until each is ready.
+// startAll starts the processes of ps at once and waits until each is
+// ready.
 func startAll(ctx context.Context, ps []*proc) error {
-	errs := make([]error, len(ps))
+	prs := processes(ps)
+	errs := make([]error, len(prs))
 	var wg sync.WaitGroup
-	for i, p := range ps {
-		wg.Go(func() { errs[i] = p.start(ctx) })
+	for i, pr := range prs {
+		wg.Go(func() { errs[i] = pr.start(ctx) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -444,7 +476,8 @@ func (c *cluster) findLeader(ctx context.Context) error {
 
 // addStandbys adds the standbys as an operator would. understudy: add each
 // on the leader (AddLearner), then start its process, which joins through
-// the voters; hashicorp: start the processes, then add each on the leader
+// the voters (with -standby-procs: add the process's standbys, then start
+// it); hashicorp: start the processes, then add each on the leader
 // (AddNonvoter).
 func (c *cluster) addStandbys(ctx context.Context) error {
 	if len(c.standbys) == 0 {
@@ -461,14 +494,17 @@ func (c *cluster) addStandbys(ctx context.Context) error {
 		}
 		return nil
 	}
-	errs := make([]error, len(c.standbys))
+	prs := processes(c.standbys)
+	errs := make([]error, len(prs))
 	var wg sync.WaitGroup
-	for i, p := range c.standbys {
-		if err := c.leader.add(ctx, p.flags.id, p.flags.listen); err != nil {
-			wg.Wait()
-			return err
+	for i, pr := range prs {
+		for _, p := range pr.members {
+			if err := c.leader.add(ctx, p.flags.id, p.flags.listen); err != nil {
+				wg.Wait()
+				return err
+			}
 		}
-		wg.Go(func() { errs[i] = p.start(ctx) })
+		wg.Go(func() { errs[i] = pr.start(ctx) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -649,7 +685,9 @@ func (k *killer) loop(ctx context.Context) {
 		next = time.Now().Add(c.cfg.killEvery)
 		v.kill()
 		k.mu.Lock()
-		k.killed[v.flags.id] = true
+		for _, m := range v.os.members { // the process's other members die with it
+			k.killed[m.flags.id] = true
+		}
 		k.kills++
 		k.mu.Unlock()
 		_ = sleep(ctx, c.cfg.killDown)

@@ -207,9 +207,9 @@ func TestFleetLoadGoesOnAfterAFailure(t *testing.T) {
 			return
 		}
 		p := c.standbys[0]
-		p.mu.Lock()
-		cmd, done := p.cmd, p.done
-		p.mu.Unlock()
+		p.os.mu.Lock()
+		cmd, done := p.os.cmd, p.os.done
+		p.os.mu.Unlock()
 		_ = cmd.Process.Signal(syscall.SIGKILL) // not p.kill: a death, not the driver's
 		<-done
 	}
@@ -235,5 +235,72 @@ func TestFleetLoadGoesOnAfterAFailure(t *testing.T) {
 	}
 	if hc == "" || strings.Contains(hc, "FAILED") {
 		t.Errorf("hashicorp's row: %q", hc)
+	}
+}
+
+// TestFleetLoadStandbysShareProcesses: with -standby-procs, 3 standbys run
+// in 2 processes (1 and 2 members, each member its own replica, listener
+// and data dir), and the run is whole: every write commits, understudy's
+// standbys are fed through relays, every standby applied every sampled
+// index.
+func TestFleetLoadStandbysShareProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 x 5 member processes with fsync on")
+	}
+	cfg, err := parseFlags([]string{"-system", "understudy,hashicorp", "-standbys", "3", "-standby-procs", "2", "-standby-gogc", "200",
+		"-writers", "8", "-duration", "1s", "-warmup", "300ms", "-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cfg.out = &out
+	cfg.beforeLoad = func(c *cluster) {
+		pids := map[int][]uint64{}
+		for _, p := range c.standbys {
+			p.os.mu.Lock()
+			pids[p.os.cmd.Process.Pid] = append(pids[p.os.cmd.Process.Pid], p.flags.id)
+			p.os.mu.Unlock()
+		}
+		if len(pids) != 2 {
+			t.Errorf("%s: standbys by process %v, want 2 processes", c.system, pids)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, sys := range cfg.systems {
+		r, err := runOne(ctx, cfg, sys, 3)
+		if err != nil {
+			t.Fatalf("%s: %v", sys, err)
+		}
+		printRow(&out, r, result{})
+		switch {
+		case r.load.Errors != 0 || r.load.Writes == 0:
+			t.Errorf("%s: %d writes, %d failed, first: %s", sys, r.load.Writes, r.load.Errors, r.load.FirstErr)
+		case sys == "understudy" && r.relayed != 3:
+			t.Errorf("understudy: %d of 3 standbys relayed", r.relayed)
+		case r.lagStandbys != 3 || r.lagSamples == 0 || r.lagMissing != 0:
+			t.Errorf("%s: lag over %d standbys, %d samples, %d missing", sys, r.lagStandbys, r.lagSamples, r.lagMissing)
+		}
+	}
+	t.Logf("\n%s", out.String())
+}
+
+// TestSplitArgs: a process's arguments split into its members' flags.
+func TestSplitArgs(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want [][]string
+	}{
+		{nil, nil},
+		{[]string{"-id", "4"}, [][]string{{"-id", "4"}}},
+		{[]string{"-id", "4", memberSep, "-id", "5", memberSep, "-id", "6"}, [][]string{{"-id", "4"}, {"-id", "5"}, {"-id", "6"}}},
+	} {
+		var got [][]string
+		for set := range splitArgs(tc.in, memberSep) {
+			got = append(got, set)
+		}
+		if !slices.EqualFunc(got, tc.want, slices.Equal) {
+			t.Errorf("splitArgs(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

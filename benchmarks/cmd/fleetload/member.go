@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"golang.org/x/time/rate"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,6 +83,7 @@ type memberFlags struct {
 	maxLearners       int
 	sampleEvery       uint64
 	cpus              []int // pin the process to these CPUs (none: not pinned)
+	gogc              int   // the process's GOGC (0: the environment's)
 }
 
 func (f *memberFlags) args() []string {
@@ -88,7 +91,7 @@ func (f *memberFlags) args() []string {
 		"-listen", f.listen, "-ctl", f.ctl, "-voters", strings.Join(f.voters, ","),
 		fmt.Sprintf("-standby=%t", f.standby), fmt.Sprintf("-fsync=%t", f.fsync), "-tick", f.tick.String(),
 		"-election-ticks", fmt.Sprint(f.electionTicks), fmt.Sprintf("-relay=%t", f.relay), fmt.Sprintf("-relay-answers=%t", f.relayAnswers), "-engine", f.engine, "-snapshot-count", fmt.Sprint(f.snapshotCount), "-learner-batch-delay", f.learnerBatchDelay.String(), fmt.Sprintf("-inline-apply=%t", f.inlineApply), "-snapshot-log-ratio", fmt.Sprint(f.snapshotLogRatio),
-		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus)}
+		"-max-learners", fmt.Sprint(f.maxLearners), "-sample-every", fmt.Sprint(f.sampleEvery), "-cpus", formatCPUs(f.cpus), "-gogc", fmt.Sprint(f.gogc)}
 }
 
 func parseMemberFlags(args []string) (*memberFlags, error) {
@@ -115,6 +118,7 @@ func parseMemberFlags(args []string) (*memberFlags, error) {
 	fs.Float64Var(&f.snapshotLogRatio, "snapshot-log-ratio", 0, "understudy: raft.Config.SnapshotLogRatio (0: the default)")
 	fs.IntVar(&f.maxLearners, "max-learners", 2, "understudy: confchange.Settings.MaxLearners")
 	fs.Uint64Var(&f.sampleEvery, "sample-every", 8, "record the apply time of every index divisible by this")
+	fs.IntVar(&f.gogc, "gogc", 0, "the process's GOGC (debug.SetGCPercent; 0: the environment's)")
 	fs.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (a list: 0, 0,2, 0-3); empty: not pinned")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -172,21 +176,94 @@ func (s *applySamples) between(from, to uint64) [][2]int64 {
 	return out
 }
 
-// runMember is the member role: it starts the replica, serves the control
-// endpoints on -ctl, prints "ready" and runs until SIGTERM or SIGINT.
+// memberSep separates the members' flags in the arguments of a process
+// that runs several (-standby-procs).
+const memberSep = "+member"
+
+// runMember is the member role: it starts the process's replicas (one, or
+// several with their flags separated by memberSep), serves each one's
+// control endpoints on its -ctl, prints "ready" and runs until SIGTERM or
+// SIGINT.
 func runMember(args []string) error {
-	f, err := parseMemberFlags(args)
-	if err != nil {
-		return err
+	var fs []*memberFlags
+	for set := range splitArgs(args, memberSep) {
+		f, err := parseMemberFlags(set)
+		if err != nil {
+			return err
+		}
+		if len(fs) > 0 && (!slices.Equal(f.cpus, fs[0].cpus) || f.gogc != fs[0].gogc) {
+			return fmt.Errorf("member %d: -cpus %v -gogc %d, not the process's %v and %d", f.id, f.cpus, f.gogc, fs[0].cpus, fs[0].gogc)
+		}
+		fs = append(fs, f)
 	}
-	if len(f.cpus) > 0 {
-		if err := pinSelf(f.cpus); err != nil {
+	if len(fs) > 0 && len(fs[0].cpus) > 0 {
+		if err := pinSelf(fs[0].cpus); err != nil {
 			return fmt.Errorf("-cpus: %w", err)
 		}
 	}
+	if len(fs) > 0 && fs[0].gogc > 0 {
+		debug.SetGCPercent(fs[0].gogc)
+	}
 	ctx := context.Background()
+	var (
+		servers []*http.Server
+		members []member
+		errc    = make(chan error, len(fs))
+	)
+	closeAll := func(err error) error {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, srv := range servers {
+			_ = srv.Shutdown(cctx)
+		}
+		for _, m := range members {
+			err = errors.Join(err, m.close(cctx))
+		}
+		return err
+	}
+	for _, f := range fs {
+		srv, m, err := serveMember(ctx, f, errc)
+		if err != nil {
+			return closeAll(err)
+		}
+		servers, members = append(servers, srv), append(members, m)
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	var err error
+	select {
+	case <-sig:
+	case err = <-errc:
+	}
+	return closeAll(err)
+}
+
+// splitArgs yields the runs of args between the separators sep.
+func splitArgs(args []string, sep string) func(yield func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(args) > 0 {
+			i := slices.Index(args, sep)
+			if i < 0 {
+				yield(args)
+				return
+			}
+			if !yield(args[:i]) {
+				return
+			}
+			args = args[i+1:]
+		}
+	}
+}
+
+// serveMember starts the replica f describes and serves its control
+// endpoints on f.ctl (the server's error goes to errc).
+func serveMember(ctx context.Context, f *memberFlags, errc chan<- error) (*http.Server, member, error) {
 	samples := &applySamples{every: f.sampleEvery}
-	var m member
+	var (
+		m   member
+		err error
+	)
 	switch f.system {
 	case "understudy":
 		m, err = startUnderstudy(ctx, f, samples)
@@ -196,10 +273,11 @@ func runMember(args []string) error {
 		err = fmt.Errorf("unknown system %q", f.system)
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile) // the driver's -leader-profile and -standby-profile
+	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := m.status(r.Context())
 		if len(f.cpus) > 0 {
@@ -229,20 +307,13 @@ func runMember(args []string) error {
 		to, err2 := strconv.ParseUint(r.FormValue("to"), 10, 64)
 		reply(w, samples.between(from, to), errors.Join(err1, err2))
 	})
-	srv := &http.Server{Addr: f.ctl, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	fmt.Println("ready")
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case <-sig:
-	case err = <-errc:
+	ln, err := net.Listen("tcp", f.ctl)
+	if err != nil {
+		return nil, nil, errors.Join(err, m.close(ctx))
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(cctx)
-	return errors.Join(err, m.close(cctx))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { errc <- srv.Serve(ln) }()
+	return srv, m, nil
 }
 
 func reply(w http.ResponseWriter, v any, err error) {

@@ -14,24 +14,66 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// proc is one member process.
+// proc is one member: its flags, and the process that runs it.
 type proc struct {
 	flags memberFlags
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	done  chan struct{}
+	// os runs the member; with -standby-procs the standbys share fewer
+	// processes than there are standbys, and a process's members start,
+	// stop and die together.
+	os *process
+}
+
+// process is one member process, running one member or (standbys with
+// -standby-procs) several.
+type process struct {
+	members []*proc
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
 	// ended: the process exited, with exitErr; ours: the driver killed or
 	// stopped it (not a death).
 	ended   bool
 	ours    bool
 	exitErr error
 	logPath string
+}
+
+// newProcess makes the process that runs members (at least one).
+func newProcess(members ...*proc) *process {
+	pr := &process{members: members}
+	for _, m := range members {
+		m.os = pr
+	}
+	return pr
+}
+
+// name is how errors name the process: "member 4", or "members 4-9".
+func (pr *process) name() string {
+	first, last := pr.members[0].flags.id, pr.members[len(pr.members)-1].flags.id
+	if first == last {
+		return fmt.Sprintf("member %d", first)
+	}
+	return fmt.Sprintf("members %d-%d", first, last)
+}
+
+// args are the process's arguments: each member's flags, the members'
+// separated by memberSep.
+func (pr *process) args() []string {
+	var args []string
+	for i, m := range pr.members {
+		if i > 0 {
+			args = append(args, memberSep)
+		}
+		args = append(args, m.flags.args()...)
+	}
+	return args
 }
 
 // selfExe is the binary member processes run: this one (under go test,
@@ -44,13 +86,29 @@ var selfExe = func() string {
 	return exe
 }
 
-// start runs the member process and waits for its "ready" line.
-func (p *proc) start(ctx context.Context) error {
-	logf, err := os.OpenFile(filepath.Join(filepath.Dir(p.flags.dir), fmt.Sprintf("member-%d.log", p.flags.id)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+func (p *proc) start(ctx context.Context) error { return p.os.start(ctx) }
+func (p *proc) kill()                           { p.os.kill() }
+
+// processes returns the distinct processes that run ps, in order.
+func processes(ps []*proc) []*process {
+	var out []*process
+	for _, p := range ps {
+		if !slices.Contains(out, p.os) {
+			out = append(out, p.os)
+		}
+	}
+	return out
+}
+
+// start runs the process and waits for its "ready" line (printed once
+// every member in it runs).
+func (pr *process) start(ctx context.Context) error {
+	first := pr.members[0].flags
+	logf, err := os.OpenFile(filepath.Join(filepath.Dir(first.dir), fmt.Sprintf("member-%d.log", first.id)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(selfExe(), p.flags.args()...)
+	cmd := exec.Command(selfExe(), pr.args()...)
 	cmd.Env = append(os.Environ(), memberEnv+"=1")
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
@@ -64,17 +122,17 @@ func (p *proc) start(ctx context.Context) error {
 		return err
 	}
 	done := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.done, p.ended, p.ours, p.exitErr, p.logPath = cmd, done, false, false, nil, logf.Name()
-	p.mu.Unlock()
+	pr.mu.Lock()
+	pr.cmd, pr.done, pr.ended, pr.ours, pr.exitErr, pr.logPath = cmd, done, false, false, nil, logf.Name()
+	pr.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		logf.Close()
-		p.mu.Lock()
-		if p.cmd == cmd {
-			p.ended, p.exitErr = true, err
+		pr.mu.Lock()
+		if pr.cmd == cmd {
+			pr.ended, pr.exitErr = true, err
 		}
-		p.mu.Unlock()
+		pr.mu.Unlock()
 		close(done)
 	}()
 	ready := make(chan bool, 1)
@@ -95,34 +153,34 @@ func (p *proc) start(ctx context.Context) error {
 	case ok := <-ready:
 		if !ok {
 			<-done
-			return fmt.Errorf("member %d exited before ready: %w", p.flags.id, p.deathErr())
+			return fmt.Errorf("%s exited before ready: %w", pr.name(), pr.deathErr())
 		}
 		return nil
 	case <-ctx.Done():
-		p.kill()
-		return fmt.Errorf("member %d: not ready: %w (see %s)", p.flags.id, ctx.Err(), logf.Name())
+		pr.kill()
+		return fmt.Errorf("%s: not ready: %w (see %s)", pr.name(), ctx.Err(), logf.Name())
 	}
 }
 
 // died returns an error if the process exited without the driver killing
 // or stopping it: its exit status and what its log says.
-func (p *proc) died() error {
-	p.mu.Lock()
-	dead := p.cmd != nil && p.ended && !p.ours
-	p.mu.Unlock()
+func (pr *process) died() error {
+	pr.mu.Lock()
+	dead := pr.cmd != nil && pr.ended && !pr.ours
+	pr.mu.Unlock()
 	if !dead {
 		return nil
 	}
-	return fmt.Errorf("member %d died: %w", p.flags.id, p.deathErr())
+	return fmt.Errorf("%s died: %w", pr.name(), pr.deathErr())
 }
 
 // deathErr describes how the process ended: its exit status and the first
 // line of its log that says why (a panic, the member's error), else its
 // last line.
-func (p *proc) deathErr() error {
-	p.mu.Lock()
-	exitErr, path := p.exitErr, p.logPath
-	p.mu.Unlock()
+func (pr *process) deathErr() error {
+	pr.mu.Lock()
+	exitErr, path := pr.exitErr, pr.logPath
+	pr.mu.Unlock()
 	why := ""
 	if b, err := os.ReadFile(path); err == nil {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -141,11 +199,11 @@ func (p *proc) deathErr() error {
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.ours = true
-	p.mu.Unlock()
+func (pr *process) kill() {
+	pr.mu.Lock()
+	cmd, done := pr.cmd, pr.done
+	pr.ours = true
+	pr.mu.Unlock()
 	if cmd == nil {
 		return
 	}
@@ -154,11 +212,11 @@ func (p *proc) kill() {
 }
 
 // stop sends SIGTERM, and SIGKILL if the process is not gone within d.
-func (p *proc) stop(d time.Duration) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.ours = true
-	p.mu.Unlock()
+func (pr *process) stop(d time.Duration) {
+	pr.mu.Lock()
+	cmd, done := pr.cmd, pr.done
+	pr.ours = true
+	pr.mu.Unlock()
 	if cmd == nil {
 		return
 	}
@@ -166,7 +224,7 @@ func (p *proc) stop(d time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(d):
-		p.kill()
+		pr.kill()
 	}
 }
 
