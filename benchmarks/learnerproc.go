@@ -28,6 +28,13 @@ import (
 // its garbage. The two processes still share this machine's cores and disk.
 var learnerProcess = flag.Bool("understudy.learnerproc", false, "BenchmarkCatchUp: run understudy's learner in a process of its own (GOMAXPROCS=1)")
 
+// learnerNice runs the learner's process at this nice value (through
+// nice(1), so that every thread of it has it): a learner on a machine of
+// its own takes no CPU from the leader's, and at 19 the learner here runs
+// on what the cluster leaves idle rather than on its share of the cores.
+// It still shares the disk.
+var learnerNice = flag.Int("understudy.learnernice", 0, "BenchmarkCatchUp with -understudy.learnerproc: the learner process's nice value (0: not niced; 19: it runs on the cores the cluster leaves idle, as a learner on a machine of its own would)")
+
 // learnerChildEnv, set in a child's environment, makes the test binary run
 // a learner (RunLearnerChild) instead of its tests.
 const learnerChildEnv = "BENCH_LEARNER_CHILD"
@@ -49,6 +56,13 @@ type learnerProc struct {
 
 func startLearnerProc(dir string) (*learnerProc, error) {
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	if *learnerNice != 0 {
+		nice, err := exec.LookPath("nice")
+		if err != nil {
+			return nil, fmt.Errorf("-understudy.learnernice: %w", err)
+		}
+		cmd = exec.Command(nice, "-n", strconv.Itoa(*learnerNice), os.Args[0], "-test.run", "^$")
+	}
 	cmd.Env = append(os.Environ(), learnerChildEnv+"="+dir, "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()

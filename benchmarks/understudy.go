@@ -61,7 +61,16 @@ type understudyCluster struct {
 	// proc is the learner when it runs in a process of its own
 	// (-understudy.learnerproc).
 	proc *learnerProc
+	// learnerDir is the learner's data dir when -understudy.learnerdir
+	// put it elsewhere (removed on Close).
+	learnerDir string
 }
+
+// learnerDirFlag puts the learner's data dir under another directory (a
+// fresh one in it): on another disk, or tmpfs (/dev/shm), the learner's
+// writes of the received snapshot stop sharing the voters' disk, as on a
+// machine of its own.
+var learnerDirFlag = flag.String("understudy.learnerdir", "", "BenchmarkCatchUp: put understudy's learner's data dir in a fresh directory under this one (e.g. /dev/shm: its snapshot writes then do not share the voters' disk, as on a machine of its own); empty: beside the voters'")
 
 // understudyLearnerID is the ID of the member AddLearner adds.
 const understudyLearnerID = 4
@@ -243,6 +252,9 @@ func (c *understudyCluster) Close() error {
 	for _, m := range ms {
 		errs = append(errs, m.stop(ctx))
 	}
+	if c.learnerDir != "" {
+		errs = append(errs, os.RemoveAll(c.learnerDir))
+	}
 	return errors.Join(errs...)
 }
 
@@ -273,6 +285,13 @@ func (m *usMember) stop(ctx context.Context) error {
 func (c *understudyCluster) AddLearner(ctx context.Context, dir string) (uint64, error) {
 	if c.learner != nil || c.proc != nil {
 		return 0, errors.New("understudy: a learner was already added")
+	}
+	if *learnerDirFlag != "" {
+		d, err := os.MkdirTemp(*learnerDirFlag, "understudy-learner-")
+		if err != nil {
+			return 0, fmt.Errorf("-understudy.learnerdir: %w", err)
+		}
+		c.learnerDir, dir = d, d
 	}
 	if *learnerProcess {
 		return c.addLearnerProc(ctx, dir)
