@@ -55,14 +55,15 @@ type learnerProc struct {
 }
 
 func startLearnerProc(dir string) (*learnerProc, error) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	args := []string{os.Args[0], "-test.run", "^$", "-understudy.engine", *engineFlag}
 	if *learnerNice != 0 {
 		nice, err := exec.LookPath("nice")
 		if err != nil {
 			return nil, fmt.Errorf("-understudy.learnernice: %w", err)
 		}
-		cmd = exec.Command(nice, "-n", strconv.Itoa(*learnerNice), os.Args[0], "-test.run", "^$")
+		args = append([]string{nice, "-n", strconv.Itoa(*learnerNice)}, args...)
 	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), learnerChildEnv+"="+dir, "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()

@@ -70,6 +70,12 @@ type understudyCluster struct {
 // fresh one in it): on another disk, or tmpfs (/dev/shm), the learner's
 // writes of the received snapshot stop sharing the voters' disk, as on a
 // machine of its own.
+// engineFlag is the understudy members' storage engine. bbolt by default,
+// the raw storage.Open's default and the engine these benchmarks' figures
+// were taken with until session 23; understudy.Start and NewHost pick Pebble
+// for a new data dir.
+var engineFlag = flag.String("understudy.engine", "bolt", "understudy members' storage engine: bolt (storage.Open's default, these benchmarks' until session 23) or pebble (what understudy.Start and NewHost pick)")
+
 var learnerDirFlag = flag.String("understudy.learnerdir", "", "BenchmarkCatchUp: put understudy's learner's data dir in a fresh directory under this one (e.g. /dev/shm: its snapshot writes then do not share the voters' disk, as on a machine of its own); empty: beside the voters'")
 
 // understudyLearnerID is the ID of the member AddLearner adds.
@@ -150,7 +156,17 @@ func understudyConfig(id uint64, initial []raft.Member, p Profile, logger *slog.
 // nil) whose transport is given the seeds' addresses so that it accepts
 // their connections.
 func startUnderstudyMember(id uint64, dir string, ln net.Listener, initial []raft.Member, p Profile, logger *slog.Logger, seeds ...raft.Member) (*usMember, error) {
-	store, err := storage.Open(dir, storage.Options{NoSync: false, Logger: logger})
+	opts := storage.Options{NoSync: false, Logger: logger}
+	switch *engineFlag {
+	case "bolt":
+		opts.Backend = storage.BackendBolt
+	case "pebble":
+		opts.Backend = storage.BackendPebble
+	default:
+		ln.Close()
+		return nil, fmt.Errorf("-understudy.engine: %q is neither bolt nor pebble", *engineFlag)
+	}
+	store, err := storage.Open(dir, opts)
 	if err != nil {
 		ln.Close()
 		return nil, err
