@@ -56,6 +56,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 )
@@ -405,8 +406,27 @@ func runOne(ctx context.Context, cfg *config, system string, n int) (res result,
 	if cfg.standbyProfile != "" && n > 0 {
 		kwg.Go(func() { c.profile(kctx, cfg, c.standbys[0], cfg.standbyProfile, n) })
 	}
+	// How busy the standbys' CPUs were over the window (-pin, -v): a
+	// saturated standby core is a lag the fan-out does not make.
+	var busy0, total0 atomic.Uint64
+	if cfg.pin != nil && cfg.verbose && n > 0 {
+		kwg.Go(func() {
+			if sleep(kctx, cfg.warmup) == nil {
+				b, t, err := cpuTimes(cfg.pin.standbys)
+				if err == nil {
+					busy0.Store(b)
+					total0.Store(t)
+				}
+			}
+		})
+	}
 	var load loadResult
 	err = c.leader.call(ctx, "POST", "/load", loadRequest{Writers: cfg.writers, Rate: cfg.rate, Size: cfg.size, Warmup: cfg.warmup, Duration: cfg.duration, LatencyLog: cfg.latencyLogFile(system, n)}, &load)
+	if t0 := total0.Load(); t0 != 0 {
+		if b, t, err := cpuTimes(cfg.pin.standbys); err == nil && t > t0 {
+			c.logf("standby CPUs %v: %.0f%% busy over the window (/proc/stat)", cfg.pin.standbys, 100*float64(b-busy0.Load())/float64(t-t0))
+		}
+	}
 	kcancel()
 	kwg.Wait()
 	if derr := c.died(); derr != nil {

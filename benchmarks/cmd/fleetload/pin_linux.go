@@ -125,3 +125,38 @@ func threads() ([]int, error) {
 	slices.Sort(out)
 	return out, nil
 }
+
+// cpuTimes returns the busy and total clock ticks of cpus so far, from
+// /proc/stat (busy: all but idle and iowait).
+func cpuTimes(cpus []int) (busy, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	found := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil || !slices.Contains(cpus, n) {
+			continue
+		}
+		found++
+		for i, v := range f[1:min(len(f), 9)] { // guest times are in user's already
+			t, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("/proc/stat: %q: %w", line, err)
+			}
+			total += t
+			if i != 3 && i != 4 { // idle, iowait
+				busy += t
+			}
+		}
+	}
+	if found != len(cpus) {
+		return 0, 0, fmt.Errorf("/proc/stat: %d of CPUs %v", found, cpus)
+	}
+	return busy, total, nil
+}

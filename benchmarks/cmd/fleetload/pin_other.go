@@ -14,3 +14,8 @@ func pinSelf(cpus []int) error {
 
 // pinnedCPUs: unknown outside Linux.
 func pinnedCPUs() []int { return nil }
+
+// cpuTimes: unknown outside Linux.
+func cpuTimes(cpus []int) (busy, total uint64, err error) {
+	return 0, 0, fmt.Errorf("CPU times are read on Linux only, not %s", runtime.GOOS)
+}
