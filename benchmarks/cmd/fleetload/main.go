@@ -705,7 +705,7 @@ func (k *killer) loop(ctx context.Context) {
 		next = time.Now().Add(c.cfg.killEvery)
 		v.kill()
 		k.mu.Lock()
-		for _, m := range v.os.members { // the process's other members die with it
+		for _, m := range v.proc.members { // the process's other members die with it
 			k.killed[m.flags.id] = true
 		}
 		k.kills++

@@ -207,9 +207,9 @@ func TestFleetLoadGoesOnAfterAFailure(t *testing.T) {
 			return
 		}
 		p := c.standbys[0]
-		p.os.mu.Lock()
-		cmd, done := p.os.cmd, p.os.done
-		p.os.mu.Unlock()
+		p.proc.mu.Lock()
+		cmd, done := p.proc.cmd, p.proc.done
+		p.proc.mu.Unlock()
 		_ = cmd.Process.Signal(syscall.SIGKILL) // not p.kill: a death, not the driver's
 		<-done
 	}
@@ -257,9 +257,9 @@ func TestFleetLoadStandbysShareProcesses(t *testing.T) {
 	cfg.beforeLoad = func(c *cluster) {
 		pids := map[int][]uint64{}
 		for _, p := range c.standbys {
-			p.os.mu.Lock()
-			pids[p.os.cmd.Process.Pid] = append(pids[p.os.cmd.Process.Pid], p.flags.id)
-			p.os.mu.Unlock()
+			p.proc.mu.Lock()
+			pids[p.proc.cmd.Process.Pid] = append(pids[p.proc.cmd.Process.Pid], p.flags.id)
+			p.proc.mu.Unlock()
 		}
 		if len(pids) != 2 {
 			t.Errorf("%s: standbys by process %v, want 2 processes", c.system, pids)

@@ -24,10 +24,10 @@ import (
 // proc is one member: its flags, and the process that runs it.
 type proc struct {
 	flags memberFlags
-	// os runs the member; with -standby-procs the standbys share fewer
+	// proc runs the member; with -standby-procs the standbys share fewer
 	// processes than there are standbys, and a process's members start,
 	// stop and die together.
-	os *process
+	proc *process
 }
 
 // process is one member process, running one member or (standbys with
@@ -49,7 +49,7 @@ type process struct {
 func newProcess(members ...*proc) *process {
 	pr := &process{members: members}
 	for _, m := range members {
-		m.os = pr
+		m.proc = pr
 	}
 	return pr
 }
@@ -86,15 +86,15 @@ var selfExe = func() string {
 	return exe
 }
 
-func (p *proc) start(ctx context.Context) error { return p.os.start(ctx) }
-func (p *proc) kill()                           { p.os.kill() }
+func (p *proc) start(ctx context.Context) error { return p.proc.start(ctx) }
+func (p *proc) kill()                           { p.proc.kill() }
 
 // processes returns the distinct processes that run ps, in order.
 func processes(ps []*proc) []*process {
 	var out []*process
 	for _, p := range ps {
-		if !slices.Contains(out, p.os) {
-			out = append(out, p.os)
+		if !slices.Contains(out, p.proc) {
+			out = append(out, p.proc)
 		}
 	}
 	return out
