@@ -66,16 +66,16 @@ type understudyCluster struct {
 	learnerDir string
 }
 
+// engineFlag is the understudy members' storage engine (every benchmark's,
+// and the learner process's). bbolt by default: the raw storage.Open's
+// default and the engine these benchmarks' figures were taken with until
+// session 23; understudy.Start and NewHost pick Pebble for a new data dir.
+var engineFlag = flag.String("understudy.engine", "bolt", "understudy members' storage engine: bolt (storage.Open's default, these benchmarks' until session 23) or pebble (what understudy.Start and NewHost pick)")
+
 // learnerDirFlag puts the learner's data dir under another directory (a
 // fresh one in it): on another disk, or tmpfs (/dev/shm), the learner's
 // writes of the received snapshot stop sharing the voters' disk, as on a
 // machine of its own.
-// engineFlag is the understudy members' storage engine. bbolt by default,
-// the raw storage.Open's default and the engine these benchmarks' figures
-// were taken with until session 23; understudy.Start and NewHost pick Pebble
-// for a new data dir.
-var engineFlag = flag.String("understudy.engine", "bolt", "understudy members' storage engine: bolt (storage.Open's default, these benchmarks' until session 23) or pebble (what understudy.Start and NewHost pick)")
-
 var learnerDirFlag = flag.String("understudy.learnerdir", "", "BenchmarkCatchUp: put understudy's learner's data dir in a fresh directory under this one (e.g. /dev/shm: its snapshot writes then do not share the voters' disk, as on a machine of its own); empty: beside the voters'")
 
 // understudyLearnerID is the ID of the member AddLearner adds.
