@@ -196,12 +196,15 @@ func runMember(args []string) error {
 		}
 		fs = append(fs, f)
 	}
-	if len(fs) > 0 && len(fs[0].cpus) > 0 {
+	if len(fs) == 0 {
+		return errors.New("member: no member's flags")
+	}
+	if len(fs[0].cpus) > 0 {
 		if err := pinSelf(fs[0].cpus); err != nil {
 			return fmt.Errorf("-cpus: %w", err)
 		}
 	}
-	if len(fs) > 0 && fs[0].gogc > 0 {
+	if fs[0].gogc > 0 {
 		debug.SetGCPercent(fs[0].gogc)
 	}
 	ctx := context.Background()
