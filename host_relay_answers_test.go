@@ -17,8 +17,8 @@ import (
 // transport gathers the appends its relay hands on (LearnerBatchDelay),
 // and the standby acknowledges each gathered batch with one answer, the
 // highest index, not one answer per append: with 8 writers and a batch
-// delay of 3 ticks, it sends the leader at most half as many messages as
-// it is handed (before, one answer per append: as many).
+// delay of 3 ticks, it sends the leader at most three quarters as many
+// messages as it is handed (before, one answer per append: as many).
 func TestStandbyAcknowledgesGatheredAppendsOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -67,6 +67,11 @@ func TestStandbyAcknowledgesGatheredAppendsOnce(t *testing.T) {
 		// Under load raft puts more writes in each append, so fewer come:
 		// ten are enough to tell one answer per append from one per batch.
 		require.GreaterOrEqual(t, read, uint64(10), "standby %d was handed too few appends to tell", id)
-		require.LessOrEqual(t, 2*sent, read, "standby %d answered (nearly) every append it was handed: %d answers for %d messages", id, sent, read)
+		// One answer per append is a ratio of 1 (75 for 75, 77 for 77
+		// before the fix); gathered, 0.1-0.4 on a quiet machine and up to
+		// 0.51 on a loaded CI machine, where fewer appends fall in a window
+		// and the heartbeats (answered one by one) weigh more. 3/4 tells
+		// the two apart with room on both sides.
+		require.LessOrEqual(t, 4*sent, 3*read, "standby %d answered (nearly) every append it was handed: %d answers for %d messages", id, sent, read)
 	}
 }
