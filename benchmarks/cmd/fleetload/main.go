@@ -601,10 +601,14 @@ func (c *cluster) lag(ctx context.Context, res *result, killed map[uint64]bool) 
 	defer cancel()
 	var lags []int64
 	// For -v: each standby's own p50/p99, and when in the window the late
-	// samples came (all standbys late at once points at the leader or
-	// the relays, one standby's at its process).
+	// samples came, split by relay and by standby process: all standbys
+	// late at once points at the leader, one relay's standbys at that
+	// relay, one process's standbys (with -standby-procs) at that process.
 	const lateLag, lateBucket = int64(40 * time.Millisecond), 250 * time.Millisecond
-	late := map[int64]int{}
+	// late counts the late samples by bucket, by the relay that fed the
+	// standby (0: none or unknown) and by its process (named by its first
+	// member).
+	late := map[int64]map[string]int{}
 	var perStandby []string
 	var relayOf map[uint64]uint64
 	if c.cfg.verbose && c.system == "understudy" {
@@ -640,7 +644,11 @@ func (c *cluster) lag(ctx context.Context, res *result, killed map[uint64]bool) 
 			lags = append(lags, l)
 			own = append(own, l)
 			if l > lateLag {
-				late[(x[1]-leader[0][1])/int64(lateBucket)]++
+				k := (x[1] - leader[0][1]) / int64(lateBucket)
+				if late[k] == nil {
+					late[k] = map[string]int{}
+				}
+				late[k][fmt.Sprintf("via %d in %d", relayOf[p.flags.id], p.proc.members[0].flags.id)]++
 			}
 		}
 		slices.Sort(own)
@@ -649,11 +657,17 @@ func (c *cluster) lag(ctx context.Context, res *result, killed map[uint64]bool) 
 	if len(leader) > 0 {
 		c.logf("lag p50/p99 ms per standby: %s", strings.Join(perStandby, " "))
 		var b []string
-		for k, n := range late {
-			b = append(b, fmt.Sprintf("%.2fs:%d", (time.Duration(k)*lateBucket).Seconds(), n))
+		for k, by := range late {
+			n, via := 0, []string{}
+			for r, m := range by {
+				n += m
+				via = append(via, fmt.Sprintf("%s:%d", r, m))
+			}
+			slices.Sort(via)
+			b = append(b, fmt.Sprintf("%05.2fs:%d(%s)", (time.Duration(k)*lateBucket).Seconds(), n, strings.Join(via, ",")))
 		}
 		slices.Sort(b)
-		c.logf("samples over %v late, by %v from the first sample (%s): %s", time.Duration(lateLag), lateBucket, time.Unix(0, leader[0][1]).Format("15:04:05.000"), strings.Join(b, " "))
+		c.logf("samples over %v late, by %v from the first sample (%s), by the relay that fed the standby and by its process: %s", time.Duration(lateLag), lateBucket, time.Unix(0, leader[0][1]).Format("15:04:05.000"), strings.Join(b, " "))
 	}
 	slices.Sort(lags)
 	res.lagSamples = len(lags)
