@@ -161,6 +161,13 @@ func TestLostAppendsFoundWhenWritesStop(t *testing.T) {
 // followers like any other): about one MsgApp a write to each, where it
 // sent two (the entries, then the commit index), and the standbys still
 // get exactly one append a write each. The logs converge.
+//
+// A heartbeat to a follower is what lets its commit bump go (the empty
+// MsgApp its answer prompts finds a lost append, redundant.go), and
+// heartbeats come back when writes come slower than a heartbeat interval,
+// as on a loaded machine: each one the leader sent is taken off the count
+// (a full run under load: 1.57 a write without that; before the hold-back,
+// 2 and heartbeats every tick).
 func TestRelayingLeaderHoldsBackFollowersCommitBumps(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	c, lead, ids, _ := relayedFleetWarm(ctx, t, 24, 50*time.Millisecond, 20, 1)
@@ -169,7 +176,7 @@ func TestRelayingLeaderHoldsBackFollowersCommitBumps(t *testing.T) {
 	for i := range writes {
 		propose(ctx, t, lead.Node, kv.Put(fmt.Sprint("k", i), "v"))
 	}
-	var apps, standbyApps uint64
+	var apps, beats, standbyApps uint64
 	followers := 0
 	for _, id := range c.Members() {
 		switch {
@@ -178,13 +185,15 @@ func TestRelayingLeaderHoldsBackFollowersCommitBumps(t *testing.T) {
 			standbyApps += c.Net.Authored(lead.ID, id, raftpb.MsgApp)
 		default:
 			apps += c.Net.Authored(lead.ID, id, raftpb.MsgApp)
+			beats += c.Net.Authored(lead.ID, id, raftpb.MsgHeartbeat)
 			followers++
 		}
 	}
 	perFollower := float64(apps) / float64(followers) / writes
-	t.Logf("per write: %.2f MsgApps to each follower, %.2f to each standby", perFollower, float64(standbyApps)/float64(len(ids))/writes)
-	if perFollower >= 1.5 {
-		t.Fatalf("%.2f MsgApps a write to each relaying follower, want < 1.5 (entries and commit bump: 2)", perFollower)
+	beatsPer := float64(beats) / float64(followers) / writes
+	t.Logf("per write: %.2f MsgApps and %.2f heartbeats to each follower, %.2f MsgApps to each standby", perFollower, beatsPer, float64(standbyApps)/float64(len(ids))/writes)
+	if perFollower-beatsPer >= 1.5 {
+		t.Fatalf("%.2f MsgApps a write to each relaying follower (%.2f heartbeats), want < 1.5 beyond the heartbeats (entries and commit bump: 2)", perFollower, beatsPer)
 	}
 	sameLogs(ctx, t, c)
 }
