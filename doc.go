@@ -60,7 +60,8 @@
 //   - raft: the Node, which owns etcd's RawNode, persists, replicates and applies
 //     commands to the host's StateMachine.
 //   - confchange: pure membership planning, learner readiness and the promotion policy.
-//   - storage: the durable raft log, hard state and snapshots on bbolt.
+//   - storage: the durable raft log, hard state and snapshots, on Pebble (what
+//     NewHost and Start open a new data dir with) or bbolt.
 //   - transport: the TCP (+mutual TLS) peer transport with snapshot streaming.
 //   - kv: the example state machine (put, delete, compare-and-swap) a host starts from.
 package understudy
