@@ -372,11 +372,11 @@ func (p *peer) accepted(f *flow, addr string) {
 		r.boCur = 0
 	}
 	p.mu.Unlock()
-	p.c.dials.Add(1)
-	p.c.connected.Store(true)
 	if r := p.c.rare.Load(); r != nil {
 		r.lastRefusal.Store(nil) // a refusal before this connection is stale
 	}
+	p.c.dials.Add(1)
+	p.c.connected.Store(true) // last: whoever sees it connected sees the rest
 	if p.c.dials.Load() > 1 || p.c.read().dialFailures.Load() > 0 {
 		p.t.log.Info("connected to peer", "peer", p.hexID(), "addr", addr)
 	}
