@@ -1,7 +1,9 @@
 // Package benchmarks compares understudy with hashicorp/raft in one process:
-// the same three-member cluster shape (each member with durable storage on
-// bbolt with fsync on, in its own temporary directory, and a TCP transport on
-// 127.0.0.1), the same 256-byte put commands, the same concurrent writers.
+// the same three-member cluster shape (each member with durable storage,
+// fsync on, in its own temporary directory — understudy's on Pebble, as
+// understudy.Start opens it, or on bbolt with -understudy.engine bolt;
+// hashicorp's on raft-boltdb — and a TCP transport on 127.0.0.1), the same
+// 256-byte put commands, the same concurrent writers.
 //
 // Two configurations (Profile): Tuned is BenchmarkCompare's (short timers, no
 // snapshots); Defaults is every library default, snapshots on

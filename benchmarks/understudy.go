@@ -67,10 +67,11 @@ type understudyCluster struct {
 }
 
 // engineFlag is the understudy members' storage engine (every benchmark's,
-// and the learner process's). bbolt by default: the raw storage.Open's
-// default and the engine these benchmarks' figures were taken with until
-// session 23; understudy.Start and NewHost pick Pebble for a new data dir.
-var engineFlag = flag.String("understudy.engine", "bolt", "understudy members' storage engine: bolt (storage.Open's default, these benchmarks' until session 23) or pebble (what understudy.Start and NewHost pick)")
+// and the learner process's). Pebble by default since session 25: what
+// understudy.Start and NewHost open a new data dir with, so what users run;
+// bolt (the raw storage.Open's default) is what the tables up to session 24
+// were taken with.
+var engineFlag = flag.String("understudy.engine", "pebble", "understudy members' storage engine: pebble (what understudy.Start and NewHost pick; the default since session 25) or bolt (storage.Open's default; these benchmarks' until session 24)")
 
 // learnerDirFlag puts the learner's data dir under another directory (a
 // fresh one in it): on another disk, or tmpfs (/dev/shm), the learner's
