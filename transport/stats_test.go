@@ -81,6 +81,8 @@ func TestHealthyPeerHoldsNoRareCounters(t *testing.T) {
 	if a.peer(2).c.rare.Load() != nil || b.peer(1).c.rare.Load() != nil {
 		t.Fatal("a peer that only exchanged messages holds the rare counters")
 	}
+	// A write is counted once it returns, which may be after the peer read it.
+	waitFor(t, "a's heartbeat counted", func() bool { return a.Stats().Peers[0].MessagesSent > 0 })
 	if s := a.Stats().Peers[0]; s.MessagesSent != 1 || s.MessagesReceived != 1 || s.DroppedDisconnected != 0 || s.SnapshotSendDuration.Count != 0 {
 		t.Fatalf("a's stats of b: %+v", s)
 	}

@@ -37,6 +37,8 @@ func TestSendReceiveTwoTransports(t *testing.T) {
 	waitFor(t, "a receives the heartbeat", func() bool { return ha.count() == 1 })
 
 	waitFor(t, "an RTT measurement", func() bool { return a.Stats().Peers[0].RTTHistory.Count > 0 })
+	// A write is counted once it returns, which may be after the peer read it.
+	waitFor(t, "a's messages counted", func() bool { return a.Stats().Peers[0].MessagesSent >= n })
 	sa, sb := a.Stats(), b.Stats()
 	if p := sa.Peers[0]; p.ID != 2 || p.MessagesSent != n || !p.Connected || p.RTT <= 0 {
 		t.Errorf("a's stats of b: %+v", p)

@@ -191,7 +191,10 @@ func TestPreviousVersionTakesNoRelayedAnswers(t *testing.T) {
 
 // connectedPair makes transports 1 and 2 with relay handlers, 2 speaking
 // the protocol versions older (lowest, highest) when older is set, and
-// returns 1 and the handlers once a message crossed from 1 to 2.
+// returns 1 and the handlers once a message crossed from 1 to 2 and 1 is
+// quiet: every message it sent counted and delivered, none queued. 2
+// learns of 1 before 1 dials, so 1 is never refused as an unknown sender
+// (nor reported unreachable for it).
 func connectedPair(t *testing.T, older bool, versions [2]uint16) (a *Transport, ha, hb *relayHandler) {
 	t.Helper()
 	ha, hb = &relayHandler{}, &relayHandler{}
@@ -200,8 +203,14 @@ func connectedPair(t *testing.T, older bool, versions [2]uint16) (a *Transport, 
 	if older {
 		opts = append(opts, func(c *Config) { c.protocol = versions })
 	}
-	addPeers(a, newTestTransport(t, 2, hb, opts...))
+	b := newTestTransport(t, 2, hb, opts...)
+	b.AddPeer(1, a.Addr().String())
+	a.AddPeer(2, b.Addr().String())
 	sendUntil(t, a, appMsgs(1, 2), "a message crosses", func() bool { return hb.count() > 0 })
+	waitFor(t, "the sender quiet", func() bool {
+		s := a.Stats().Peers[0]
+		return s.QueuedMessages == 0 && s.MessagesSent == uint64(hb.count())
+	})
 	return a, ha, hb
 }
 
