@@ -2,6 +2,7 @@ package raft_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/understudy-raft/understudy/internal/cluster"
 	"github.com/understudy-raft/understudy/kv"
 	"github.com/understudy-raft/understudy/raft"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // TestTryTransferLeadership: the leader of a quiesced group hands
@@ -52,7 +54,14 @@ func TestTryTransferLeadership(t *testing.T) {
 			others = append(others, m.ID)
 		}
 	}
-	c.Net.Partition([]uint64{lead.ID, 4}, others)
+	// The leader's appends to the other voters are lost, so the removal
+	// cannot commit; its heartbeats still reach them (a partition would
+	// let check-quorum depose it within an election timeout, and a loaded
+	// machine may take that long to ask below).
+	leadID := lead.ID
+	c.Net.SetFilter(func(from uint64, m *raftpb.Message) bool {
+		return from == leadID && m.GetType() == raftpb.MsgApp && slices.Contains(others, m.GetTo())
+	})
 	changed := make(chan error, 1)
 	go func() {
 		_, err := lead.Node.ChangeMembership(ctx, confchange.Request{Op: confchange.OpRemove, IDs: []uint64{4}})

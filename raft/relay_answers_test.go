@@ -217,7 +217,9 @@ func TestRelayAnswersOnlyFromTheirRelay(t *testing.T) {
 		return s.RelayedAnswersDropped >= st.RelayedAnswersDropped+3 || s.Progress[standby].Match >= forged || s.Progress[voter].Match >= forged
 	})
 	writeAll(ctx, t, lead.Node, "after", 20, 2, 64, false)
-	got := waitStatus(ctx, t, lead.Node, "status", func(raft.Status) bool { return true })
+	// The standbys' answers come through their relays' gathering, after
+	// the voters committed the writes.
+	got := waitStatus(ctx, t, lead.Node, "a standby's answer stepped through its relay", func(s raft.Status) bool { return s.RelayedAnswers > 0 })
 	for _, id := range []uint64{standby, voter} {
 		if m := got.Progress[id].Match; m >= forged || m > got.LastIndex {
 			t.Fatalf("member %d's Match is %d, past the leader's last index %d: a forged answer was stepped", id, m, got.LastIndex)
@@ -225,9 +227,6 @@ func TestRelayAnswersOnlyFromTheirRelay(t *testing.T) {
 	}
 	if got.Commit > got.LastIndex {
 		t.Fatalf("commit index %d past the last index %d", got.Commit, got.LastIndex)
-	}
-	if got.RelayedAnswers == 0 {
-		t.Fatal("no relayed answer stepped: the standbys' own answers should come through their relays")
 	}
 	sameLogs(ctx, t, c)
 }

@@ -133,6 +133,10 @@ func (s *Store) Metrics() Metrics {
 	n, b := s.tail.len(), s.tail.bytes
 	s.mu.RUnlock()
 	snaps, snapBytes, snapDur := s.m.snapshots()
+	// A commit is counted before its sync (commitDone): read the syncs
+	// first, so that a commit landing meanwhile never shows a sync
+	// without its commit.
+	syncDur := s.m.syncDur.snapshot()
 	return Metrics{
 		Commits:       s.m.commits.Load(),
 		Saves:         s.m.saves.Load(),
@@ -146,7 +150,7 @@ func (s *Store) Metrics() Metrics {
 		TailBytes:     b,
 
 		CommitDuration:   s.m.commitDur.snapshot(),
-		SyncDuration:     s.m.syncDur.snapshot(),
+		SyncDuration:     syncDur,
 		SnapshotDuration: snapDur,
 	}
 }

@@ -264,12 +264,20 @@ func TestScaleUpAndDown(t *testing.T) {
 		t.Fatalf("cluster set target-voters 3: %v\n%s", err, out)
 	}
 	voters(3)
-	for _, p := range ps {
-		out, err := kvctl(t, "--endpoints", p.client, "-w", "json", "cluster", "get")
-		if err != nil || !strings.Contains(out, `"target_voters":3`) {
-			t.Fatalf("member %d's settings: %v %s", p.id, err, out)
+	// Each member applies the setting in its own time.
+	settled := func(field string) {
+		t.Helper()
+		for _, p := range ps {
+			eventually(t, 30*time.Second, func() string {
+				out, err := kvctl(t, "--endpoints", p.client, "-w", "json", "cluster", "get")
+				if err != nil || !strings.Contains(out, field) {
+					return fmt.Sprintf("member %d's settings: %v %s", p.id, err, out)
+				}
+				return ""
+			})
 		}
 	}
+	settled(`"target_voters":3`)
 	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "target-voters", "4"); err == nil || !strings.Contains(out, "invalid_setting") {
 		t.Fatalf("an even target: %v %s", err, out)
 	}
@@ -303,6 +311,9 @@ func TestScaleUpAndDown(t *testing.T) {
 	if out, err := kvctl(t, "--endpoints", eps, "cluster", "set", "auto-promote", "false"); err != nil {
 		t.Fatalf("cluster set auto-promote false: %v\n%s", err, out)
 	}
+	// The leader checks the promotion against the settings it applied,
+	// which the member that answered may have applied first.
+	settled(`"auto_promote":false`)
 	if out, err := kvctl(t, "--endpoints", eps, "member", "promote", fmt.Sprint(standby)); err != nil {
 		t.Fatalf("promoting %d with auto-promote off: %v\n%s", standby, err, out)
 	}
