@@ -50,8 +50,11 @@ func TestHostRelayedStandbys(t *testing.T) {
 		ids = append(ids, id)
 	}
 	// allRelayed is the leader's status once every standby has a relay (on
-	// a loaded machine one may fall back to a direct feed for a while).
+	// a loaded machine one may fall back to a direct feed for a while; a
+	// write now and then wakes the group if it quiesced meanwhile, as in
+	// waitRelayed).
 	allRelayed := func() raft.Status {
+		nudged := time.Now()
 		for {
 			st, err := l.Status(ctx)
 			require.NoError(t, err)
@@ -63,6 +66,11 @@ func TestHostRelayedStandbys(t *testing.T) {
 			}
 			if n == standbys {
 				return st
+			}
+			if time.Since(nudged) > 200*time.Millisecond {
+				nudged = time.Now()
+				_, err := l.Propose(ctx, kv.Put("nudge", "v"))
+				require.NoError(t, err)
 			}
 			select {
 			case <-ctx.Done():
