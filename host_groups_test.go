@@ -94,6 +94,18 @@ func (hc *hostsCluster) start(ctx context.Context, g uint64, sm func() raft.Stat
 	return gs
 }
 
+// ownRecordsPublished reports whether each replica of gs sees its own member
+// record with its incarnation: the host proposes it once after start, a
+// write (and a wake) a test of counts or quiescence must not catch.
+func ownRecordsPublished(gs ...*understudy.Group) bool {
+	for _, g := range gs {
+		if m, ok := g.Member(g.ID()); !ok || m.Incarnation != g.Incarnation() {
+			return false
+		}
+	}
+	return true
+}
+
 func leaderOf(ctx context.Context, t *testing.T, gs []*understudy.Group) *understudy.Group {
 	t.Helper()
 	for {

@@ -81,8 +81,7 @@ func TestIdleGroupHeapPerReplica(t *testing.T) {
 				for _, gs := range all {
 					for _, g := range gs {
 						st, err := g.Status(ctx)
-						m, ok := g.Member(g.ID())
-						if err != nil || !st.Quiesced || !ok || m.Incarnation != g.Incarnation() {
+						if err != nil || !st.Quiesced || !ownRecordsPublished(g) {
 							return false
 						}
 					}

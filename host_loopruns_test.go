@@ -32,14 +32,7 @@ func TestLoopRunsPerSequentialWrite(t *testing.T) {
 	require.NoError(t, put(ctx, t, gs, "warm", "v"))
 	// Each member's own record (its incarnation) is a proposal the host
 	// makes once, after start: not one of the measured writes.
-	require.Eventually(t, func() bool {
-		for _, g := range gs {
-			if m, ok := g.Member(g.ID()); !ok || m.Incarnation != g.Incarnation() {
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 10*time.Millisecond, "every member's record published")
+	require.Eventually(t, func() bool { return ownRecordsPublished(gs...) }, 30*time.Second, 10*time.Millisecond, "every member's record published")
 	var leaderHost int
 	for i := range gs {
 		if gs[i] == lead {

@@ -140,15 +140,7 @@ func TestHostGroupsQuiesceByDefault(t *testing.T) {
 	// Each member publishes its own record (its incarnation) once, a
 	// proposal that wakes the group; wait for those too, so that the last
 	// check below does not catch a late one waking it.
-	published := func() bool {
-		for _, g := range def {
-			if m, ok := g.Member(g.ID()); !ok || m.Incarnation != g.Incarnation() {
-				return false
-			}
-		}
-		return true
-	}
-	require.Eventually(t, func() bool { return published() && quiesced(def) == 3 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return ownRecordsPublished(def...) && quiesced(def) == 3 }, 30*time.Second, 10*time.Millisecond,
 		"the group started without a setting quiesces on every member")
 	// Group 1 quiesced after 6 idle ticks; group 2, as idle, has had ten
 	// times that by the end of this wait, with its members on the same

@@ -104,10 +104,12 @@ func startWithStandbys(ctx context.Context, t *testing.T, n int, edit func(*unde
 // standby is fed directly — it just joined, or it fell back for a moment
 // (a relay's answers late on a loaded machine) — which costs nothing while
 // the group is idle, and is mended at the next tick after a write wakes
-// it. So "relayed" is a property of a group that is written to.
-func waitRelayed(ctx context.Context, t *testing.T, l *understudy.Group, ids []uint64, msg string) {
+// it. So "relayed" is a property of a group that is written to. It
+// returns the leader's status that showed every standby relayed.
+func waitRelayed(ctx context.Context, t *testing.T, l *understudy.Group, ids []uint64, msg string) raft.Status {
 	t.Helper()
 	nudged := time.Now()
+	var seen raft.Status
 	require.Eventually(t, func() bool {
 		st, err := l.Status(ctx)
 		if err != nil {
@@ -123,8 +125,12 @@ func waitRelayed(ctx context.Context, t *testing.T, l *understudy.Group, ids []u
 			_, _ = l.Propose(wctx, kv.Put("nudge", "v"))
 			cancel()
 		}
+		if all {
+			seen = st
+		}
 		return all
 	}, 30*time.Second, 10*time.Millisecond, msg)
+	return seen
 }
 
 // TestRelayedStandbysQuiesceAndWake: with both defaults on (relays and

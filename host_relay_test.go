@@ -49,37 +49,7 @@ func TestHostRelayedStandbys(t *testing.T) {
 		tc.hosts[id], tc.addrs[id] = h, ln.Addr().String()
 		ids = append(ids, id)
 	}
-	// allRelayed is the leader's status once every standby has a relay (on
-	// a loaded machine one may fall back to a direct feed for a while; a
-	// write now and then wakes the group if it quiesced meanwhile, as in
-	// waitRelayed).
-	allRelayed := func() raft.Status {
-		nudged := time.Now()
-		for {
-			st, err := l.Status(ctx)
-			require.NoError(t, err)
-			n := 0
-			for _, id := range ids {
-				if st.Progress[id].RelayedBy != 0 {
-					n++
-				}
-			}
-			if n == standbys {
-				return st
-			}
-			if time.Since(nudged) > 200*time.Millisecond {
-				nudged = time.Now()
-				_, err := l.Propose(ctx, kv.Put("nudge", "v"))
-				require.NoError(t, err)
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("standbys not all relayed: %+v", st.Progress)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	allRelayed()
+	waitRelayed(ctx, t, l, ids, "the standbys relayed")
 	before := l.Transport().Stats()
 	const writes = 200
 	val := strings.Repeat("v", 512)
@@ -109,7 +79,8 @@ func TestHostRelayedStandbys(t *testing.T) {
 	if toStandbys > toVoters {
 		t.Fatalf("the leader sent %d bytes to its relayed standbys for %d writes, %d to its followers: entries went to the standbys directly", toStandbys, writes, toVoters)
 	}
-	st := allRelayed()
+	// Every standby's relay, again: one may have fallen back meanwhile.
+	st := waitRelayed(ctx, t, l, ids, "the standbys relayed after the writes")
 	waitApplied := func(id uint64, index uint64) {
 		for tc.hosts[id].AppliedIndex() < index {
 			select {
