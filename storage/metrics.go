@@ -258,6 +258,7 @@ func (e *Engine) Metrics() EngineMetrics {
 	} else if e.poisoned.Load() == nil {
 		free = e.db.Stats().FreePageN
 	}
+	syncDur := e.m.syncDur.snapshot() // before the commits, as in Store.Metrics
 	return EngineMetrics{
 		PagesWritten:       e.m.pagesWritten.Load(),
 		BytesWritten:       written,
@@ -270,6 +271,6 @@ func (e *Engine) Metrics() EngineMetrics {
 		MaxWritesPerCommit: e.m.maxWrites.Load(),
 		OpenGroups:         open,
 		CommitDuration:     e.m.commitDur.snapshot(),
-		SyncDuration:       e.m.syncDur.snapshot(),
+		SyncDuration:       syncDur,
 	}
 }
